@@ -1,0 +1,31 @@
+"""Packaging for tubespark: a pure-Python Apache Spark connector for Apache InLong TubeMQ."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tubespark",
+    version="0.1.0",
+    description="Spark Python Data Source for Apache InLong TubeMQ (pure-Python wire protocol)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["tubespark", "tubespark.*"]),
+    package_data={"tubespark.cluster": ["templates/*", "java/*"]},
+    install_requires=[
+        "protobuf>=7.35.1,<8",
+    ],
+    extras_require={
+        "spark": ["pyspark==4.3.0", "pyarrow>=18", "pandas>=2.2,<3"],
+        "test": [
+            "pyspark==4.3.0",
+            "pyarrow>=18",
+            "pandas>=2.2,<3",
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "chispa>=0.12",
+            "ruff>=0.6",
+            "grpcio-tools==1.85.1",
+        ],
+    },
+    entry_points={"console_scripts": ["tubespark=tubespark.cli:main"]},
+)

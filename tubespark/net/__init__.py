@@ -1,0 +1,1 @@
+"""Connection layer: TCP sockets, timeouts, serial numbers, master fail-over. No TubeMQ semantics."""

@@ -1,0 +1,1 @@
+"""Spark layer: the ``tubemq`` Python data source (readers, writers, offsets)."""

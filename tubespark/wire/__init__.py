@@ -1,0 +1,1 @@
+"""Wire codec: TubeMQ bytes <-> messages. No sockets, no clocks, no logging."""
