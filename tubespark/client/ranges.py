@@ -63,6 +63,12 @@ def probe_bounds(broker: BrokerClient, part: PartitionRef, probe_group: str, *,
     return Bounds(position.offset, max(position.max_offset, position.offset))
 
 
+def _align_up(offset: int) -> int:
+    """Records sit at multiples of 28, so "at or after x" means "at or after x rounded up". Seeking to a
+    position inside a record would make the broker misread the index."""
+    return -(-offset // INDEX_RECORD_SIZE) * INDEX_RECORD_SIZE
+
+
 def _release(broker: BrokerClient, part: PartitionRef, group: str) -> None:
     try:
         broker.unregister(part, group)
@@ -105,6 +111,7 @@ class RangeReader:
 
     def read_batches(self, part: PartitionRef, start: int, end: int) -> Iterator[list[ReceivedMessage]]:
         """Like :meth:`read`, one list per broker fetch (nothing is buffered beyond one fetch)."""
+        start = _align_up(start)
         if end <= start:
             return
         position = _register(self.broker, part, self.read_group, start, self.filters, self.retry_s).offset
@@ -168,7 +175,7 @@ class RangeReader:
             return messages
         if batch_end - batch.start == INDEX_RECORD_SIZE * len(messages):  # dense: message k is at start + 28k
             return messages[: (end - batch.start) // INDEX_RECORD_SIZE]
-        beyond = self._message_ids_between(part, end, batch_end)
+        beyond = self._message_ids_between(part, _align_up(end), batch_end)
         return [m for m in messages if m.message_id not in beyond]
 
     def _message_ids_between(self, part: PartitionRef, low: int, high: int) -> set[int]:

@@ -10,8 +10,10 @@ method's response message and are the client layer's concern.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from tubespark.errors import ProtobufDecodeError, RpcError, StandbyMasterError
@@ -39,6 +41,59 @@ def delimited(message: Message) -> bytes:
     return _varint(len(body)) + body
 
 
+@functools.cache
+def _has_strings(descriptor: Descriptor) -> bool:
+    """Whether messages of this type can hold a string field anywhere (cached; skips e.g. TransferedMessage)."""
+    pending, seen = [descriptor], set()
+    while pending:
+        desc = pending.pop()
+        if desc.full_name in seen:
+            continue
+        seen.add(desc.full_name)
+        for field in desc.fields:
+            if field.type == FieldDescriptor.TYPE_STRING:
+                return True
+            if field.message_type is not None:
+                pending.append(field.message_type)
+    return False
+
+
+def _non_utf8_field(message: Message) -> str | None:
+    """Path of the first string field whose bytes were not UTF-8, else None.
+
+    Python protobuf hands such proto2 fields back as ``bytes`` instead of raising, which would surface
+    later as a TypeError far from the wire; a Java peer always writes valid UTF-8.
+    """
+    if not _has_strings(message.DESCRIPTOR):
+        return None
+    for field, value in message.ListFields():
+        values = value if field.is_repeated else (value,)
+        if field.type == FieldDescriptor.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in values):
+                return field.name
+        elif field.message_type is not None:
+            for item in values:
+                inner = _non_utf8_field(item)
+                if inner is not None:
+                    return f"{field.name}.{inner}"
+    return None
+
+
+def _parse_into(message: Message, data: bytes) -> None:
+    """``ParseFromString`` plus the checks Python protobuf skips: required fields present, strings UTF-8."""
+    name = type(message).__name__
+    try:
+        message.ParseFromString(data)
+    except DecodeError as exc:
+        raise ProtobufDecodeError(f"cannot decode {name}: {exc}") from exc
+    if not message.IsInitialized():
+        missing = ", ".join(message.FindInitializationErrors())
+        raise ProtobufDecodeError(f"cannot decode {name}: required field(s) missing: {missing}")
+    bad = _non_utf8_field(message)
+    if bad is not None:
+        raise ProtobufDecodeError(f"cannot decode {name}: string field {bad} is not valid UTF-8")
+
+
 def _read_delimited(buf: bytes, pos: int, message: Message) -> int:
     """Parse one delimited message from ``buf[pos:]`` into ``message``; return the next position."""
     length = shift = 0
@@ -56,20 +111,14 @@ def _read_delimited(buf: bytes, pos: int, message: Message) -> int:
     if length > len(buf) - pos:
         raise ProtobufDecodeError(f"{type(message).__name__} claims {length} bytes, "
                                   f"{len(buf) - pos} remain in the frame")
-    try:
-        message.ParseFromString(buf[pos:pos + length])
-    except DecodeError as exc:
-        raise ProtobufDecodeError(f"cannot decode {type(message).__name__}: {exc}") from exc
+    _parse_into(message, buf[pos:pos + length])
     return pos + length
 
 
 def parse_message(cls: type[Message], data: bytes) -> Message:
     """Parse a method's inner request or response message, mapping failures to our error type."""
     message = cls()
-    try:
-        message.ParseFromString(data)
-    except DecodeError as exc:
-        raise ProtobufDecodeError(f"cannot decode {cls.__name__}: {exc}") from exc
+    _parse_into(message, data)
     return message
 
 
