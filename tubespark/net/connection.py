@@ -13,7 +13,7 @@ import logging
 import socket
 import ssl
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TypeVar
 
@@ -91,14 +91,17 @@ class Connection:
              io_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
              ssl_context: ssl.SSLContext | None = None) -> Connection:
         host, port = parse_address(address)
+        sock: socket.socket | None = None
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout_s)
             if ssl_context is not None:
                 sock = ssl_context.wrap_socket(sock, server_hostname=host)
+            sock.settimeout(io_timeout_s)  # bounds every sendall; the reader treats recv timeouts as idle
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError as exc:
+            if sock is not None:
+                sock.close()
             raise TubeConnectionError(f"cannot connect to {address}: {exc}") from exc
-        sock.settimeout(io_timeout_s)  # bounds every sendall; the reader treats recv timeouts as idle
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return cls(address, sock)
 
     @property
@@ -108,13 +111,15 @@ class Connection:
     def call_async(self, method: int, service_type: int, request: Message, response_cls: type[M],
                    timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> Future[M]:
         """Send one request; the future resolves to the parsed response or an error."""
-        if self._closed.is_set():
-            raise self._failure or TubeConnectionError(f"connection to {self.address} is closed")
         serial = next(self._serials) & 0x7FFFFFFF
         payload = encode_request(method, service_type, request, max(1, int(timeout_s * 1000)))
         future: Future[M] = Future()
-        with self._pending_lock:
+        with self._pending_lock:  # _fail marks the connection closed under this lock: no call is stranded
+            if self._closed.is_set():
+                # a fresh, retriable error: this call never reached the wire (the cause is chained)
+                raise TubeConnectionError(f"connection to {self.address} is closed") from self._failure
             self._pending[serial] = (future, response_cls)
+        future.add_done_callback(lambda f: self._forget(serial) if f.cancelled() else None)
         try:
             data = encode_frame(serial, payload)
             with self._send_lock:
@@ -136,6 +141,11 @@ class Connection:
     def close(self) -> None:
         self._fail(TubeConnectionError(f"connection to {self.address} was closed"))
 
+    def _forget(self, serial: int) -> None:
+        """Drop the entry of a call whose caller stopped waiting, so a late answer is just ignored."""
+        with self._pending_lock:
+            self._pending.pop(serial, None)
+
     def _read_loop(self) -> None:
         reader = _SocketReader(self._sock, self._closed)
         try:
@@ -149,12 +159,12 @@ class Connection:
                 future, response_cls = entry
                 try:
                     _method, data = decode_response(payload)
-                    future.set_result(parse_message(response_cls, data))
+                    _settle(future, result=parse_message(response_cls, data))
                 except ProtobufDecodeError as exc:
-                    future.set_exception(exc)
+                    _settle(future, error=exc)
                     raise
                 except TubeSparkError as exc:  # RPC-level exception: this call failed, the stream is fine
-                    future.set_exception(exc)
+                    _settle(future, error=exc)
         except CodecError as exc:
             if not self._closed.is_set():
                 log.warning("closing connection to %s: %s", self.address, exc)
@@ -166,19 +176,20 @@ class Connection:
             self._fail(TubeConnectionError(f"reader for {self.address} failed: {exc!r}"))
 
     def _fail(self, error: TubeSparkError) -> None:
-        if not self._closed.is_set():
-            self._failure = error
-            self._closed.set()
+        with self._pending_lock:
+            first = not self._closed.is_set()
+            if first:
+                self._failure = error
+                self._closed.set()
+            pending, self._pending = self._pending, {}
+        if first:
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             self._sock.close()
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
         for future, _cls in pending.values():
-            if not future.done():
-                future.set_exception(error)
+            _settle(future, error=error)
 
     def __enter__(self) -> Connection:
         return self
@@ -187,12 +198,24 @@ class Connection:
         self.close()
 
 
+def _settle(future: Future, *, result: object = None, error: BaseException | None = None) -> None:
+    """Complete a call's future unless its caller already gave up on it (cancelled after a timeout)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
+
+
 def wait(future: Future[M], timeout_s: float, what: str) -> M:
     """Wait for a call's future, turning an expired wait into :class:`RpcTimeoutError`."""
     try:
         return future.result(timeout=timeout_s)
     except FutureTimeout:
-        future.cancel()
+        if not future.cancel() and future.done() and not future.cancelled():
+            return future.result()  # the answer arrived just as the wait expired
         raise RpcTimeoutError(f"no response to {what} within {timeout_s:.1f}s") from None
 
 

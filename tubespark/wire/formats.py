@@ -63,7 +63,7 @@ class PartitionRef:
     def parse_wire(cls, text: str) -> PartitionRef:
         broker_part, sep, topic_part = text.partition("#")
         topic, sep2, pid = topic_part.rpartition(":")
-        if not sep or not sep2:
+        if not sep or not sep2 or not topic:
             raise MessageFormatError(f"bad partition string {text!r}, expected brokerId:host:port#topic:id")
         broker = BrokerInfo.parse(broker_part)
         try:
@@ -110,7 +110,7 @@ class TopicLayout:
     def parse(cls, text: str, brokers: dict[int, BrokerInfo]) -> TopicLayout:
         """``topic#brokerId:partNum:storeNum,...#maxMsgSize``; ids are ``store*10000 + index``."""
         segments = text.split("#")
-        if len(segments) < 2:
+        if len(segments) < 2 or not segments[0]:
             raise MessageFormatError(f"bad topic info {text!r}")
         topic = segments[0]
         parts: list[PartitionRef] = []
@@ -119,6 +119,9 @@ class TopicLayout:
                 broker_id, part_num, store_num = (int(x) for x in item.split(":"))
             except ValueError as exc:
                 raise MessageFormatError(f"bad topic info item {item!r} in {text!r}") from exc
+            if not 0 <= part_num <= PARTITION_STORE_BASE or store_num < 0:
+                # ids are store * 10000 + index: more than 10000 partitions per store would collide
+                raise MessageFormatError(f"bad partition/store count in {item!r} of {text!r}")
             broker = brokers.get(broker_id, BrokerInfo(broker_id, "", 0))
             parts.extend(
                 PartitionRef(broker_id, topic, store * PARTITION_STORE_BASE + index, broker.host, broker.port)

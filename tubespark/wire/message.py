@@ -18,7 +18,7 @@ from tubespark.errors import ChecksumMismatchError, MessageFormatError
 from tubespark.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, MSG_FLAG_HAS_ATTRIBUTES
 
 _ATTR_LEN = struct.Struct(">i")
-_MSG_TIME = re.compile(r"\d{12}")
+_MSG_TIME = re.compile(r"[0-9]{12}")  # not \d: that also matches non-ASCII digits
 MSG_TIME_FORMAT = "%Y%m%d%H%M"
 
 
@@ -56,7 +56,7 @@ def encode_attributes(attributes: dict[str, str], msg_type: str | None, msg_time
         _check_token("value", msg_type)
         items.append(f"{ATTR_MSG_TYPE}={msg_type}")
     if msg_time:
-        if not _MSG_TIME.fullmatch(msg_time):
+        if parse_msg_time(msg_time) is None:
             raise MessageFormatError(f"msgTime {msg_time!r} must be yyyyMMddHHmm")
         items.append(f"{ATTR_MSG_TIME}={msg_time}")
     for key, value in attributes.items():
