@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from tubespark.client.common import ClientSettings, check, ipv4_as_int32, local_ip, new_client_id
 from tubespark.errors import (
+    MessageFormatError,
     MessageTooLargeError,
     TubeConnectionError,
     TubeSparkError,
@@ -102,16 +103,20 @@ class Producer:
 
         Raises UnknownTopicError naming the topics that still have no publishable partition.
         """
+        requested = set(topics)
         with self._lock:
-            self._topics.update(topics)
+            self._topics.update(requested)
         deadline = time.monotonic() + timeout_s
         while True:
             self._heartbeat()
-            missing = sorted(t for t in self._topics if not self._layouts.get(t, None) or
+            # only the topics asked for now: one unknown topic must not fail every later publish()
+            missing = sorted(t for t in requested if not self._layouts.get(t, None) or
                              not self._layouts[t].partitions)
             if not missing:
                 return
             if time.monotonic() >= deadline:
+                with self._lock:  # stop asking the master about topics that never had partitions
+                    self._topics.difference_update(t for t in missing if t not in self._layouts)
                 raise UnknownTopicError(403, f"no publishable partitions for topic(s) {', '.join(missing)} "
                                              f"after {timeout_s:.0f}s (does the topic exist and accept publish?)")
             time.sleep(0.5)
@@ -244,6 +249,9 @@ class Producer:
     def _check_size(self, topic: str, message: OutgoingMessage) -> None:
         limit = self.max_message_size(topic)
         payload, _flag = message.encode()
+        if not payload:  # the broker answers 400 "data length is zero!"; Java refuses it before sending too
+            raise MessageFormatError(f"empty message for topic {topic!r}: TubeMQ stores no message without a body "
+                                     f"or attributes")
         if len(payload) > limit:
             raise MessageTooLargeError(f"message of {len(payload)} bytes exceeds topic {topic!r}'s maximum of "
                                        f"{limit} bytes")

@@ -160,9 +160,11 @@ class Connection:
                 try:
                     _method, data = decode_response(payload)
                     _settle(future, result=parse_message(response_cls, data))
-                except ProtobufDecodeError as exc:
+                except ProtobufDecodeError as exc:  # close first, so the caller never sees an open connection
+                    log.warning("closing connection to %s: %s", self.address, exc)
+                    self._fail(exc)
                     _settle(future, error=exc)
-                    raise
+                    return
                 except TubeSparkError as exc:  # RPC-level exception: this call failed, the stream is fine
                     _settle(future, error=exc)
         except CodecError as exc:

@@ -1,8 +1,8 @@
 """Calls to the TubeMQ master with fail-over across the configured addresses.
 
 Only the active master serves clients; a standby answers with StandbyException. Like the Java
-client, a connect failure, a timeout, an IOException-type reply or a standby reply moves on to the
-next address, one pass over the list per call. Other replies go back to the caller.
+client, a connect failure, a timeout, an undecodable reply, an IOException-type reply or a standby
+reply moves on to the next address, one pass over the list per call. Other replies go back to the caller.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from tubespark.errors import NoMasterAvailableError, RpcError, StandbyMasterError, TubeConnectionError
+from tubespark.errors import CodecError, NoMasterAvailableError, RpcError, StandbyMasterError, TubeConnectionError
 from tubespark.net.connection import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -65,7 +65,9 @@ class MasterChannel:
                                                      ssl_context=self._ssl)
                     return self._conn.call(method, ServiceType.MASTER, request, response_cls,
                                            self.call_timeout_s)
-                except (TubeConnectionError, StandbyMasterError) as exc:
+                except (TubeConnectionError, StandbyMasterError, CodecError) as exc:
+                    # CodecError: the reply was garbage and the connection is gone, a local failure like a
+                    # closed channel, which the Java invoker also answers by trying the next master
                     errors.append(f"{address}: {exc}")
                 except RpcError as exc:
                     if not exc.exception_name.endswith("IOException"):

@@ -61,7 +61,7 @@ def _topics(name: str, value: str) -> list[str]:
     bad = [v for v in items if not _TOPIC_RE.match(v) or len(v) > 64]
     if not items or bad:
         raise OptionError(f"option {name}={value!r}: expected topic names (letter first, then letters, digits or "
-                          f"_; at most 64 chars)" + (f"; bad: {', '.join(bad)}" if bad else ""))
+                          f"_; 2 to 64 chars)" + (f"; bad: {', '.join(bad)}" if bad else ""))
     return sorted(set(items))
 
 
@@ -69,7 +69,7 @@ def _group(name: str, value: str) -> str:
     value = value.strip()
     if not _GROUP_RE.match(value) or len(value) > 200:
         raise OptionError(f"option {name}={value!r}: a group name starts with a letter, then letters, digits, "
-                          f"'_' or '-' (at most 200 chars)")
+                          f"'_' or '-' (2 to 200 chars)")
     return value
 
 
@@ -218,12 +218,12 @@ def parse_options(raw: Mapping[str, str], *, mode: str, required: tuple[str, ...
     for option in OPTIONS:
         if option.applies not in (mode, "both"):
             continue
-        original, text = given.get(option.name.lower(), (option.name, None))
+        _key, text = given.get(option.name.lower(), (option.name, None))
         if text is None:
             if option.required or option.name in required:
                 raise OptionError(f"option {option.name} is required: {option.doc}")
             text = option.default
-        values[option.name] = option.parse(original, str(text)) if text is not None else None
+        values[option.name] = option.parse(option.name, str(text)) if text is not None else None
     if values.get("auth.password") and not values.get("auth.user"):
         raise OptionError("option auth.password is set but auth.user is not")
     return TubeOptions(values)

@@ -77,6 +77,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         self._latest: Offsets = {}
         self._target: Offsets | None = None
         self._last_end: Offsets | None = None
+        self._stored: Offsets = {}
         self._lock = threading.Lock()
 
     # --- pickling: executors get options only, never sockets or threads -------------------------
@@ -158,6 +159,10 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
 
     def _plan_end(self, start: Offsets, max_rows: int | None) -> Offsets:
         session = self._ensure_session()
+        # Spark plans the next batch only after the one ending at ``start`` completed, so ``start`` is
+        # committed: store it now rather than wait for commit(), which lags a batch and never comes
+        # for the last batch of an AvailableNow run or before an idle period.
+        self._store_group_offsets(start)
         end = dict(start)
         backlog: dict[str, int] = {}
         for key, item in sorted(self._held().items()):
@@ -207,14 +212,19 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
 
     def commit(self, end: Offsets) -> None:
         """Spark committed a batch ending at ``end``: store it as the group's offsets (commitToGroup)."""
+        self._store_group_offsets(end)
+
+    def _store_group_offsets(self, offsets: Offsets) -> None:
         if not self.options["commitToGroup"] or self._session is None:
             return
         for key, item in self._session.held().items():
-            if key in end:
+            if key in offsets and self._stored.get(key) != offsets[key]:
                 try:
-                    self._session.commit(item.ref, end[key])
+                    self._session.commit(item.ref, offsets[key])
+                    self._stored[key] = offsets[key]
                 except TubeSparkError as exc:
-                    log.warning("could not store offset %d for %s in group %s: %s", end[key], key, self.group, exc)
+                    log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group,
+                                exc)
 
     def stop(self) -> None:
         with self._lock:

@@ -71,7 +71,7 @@ def _non_utf8_field(message: Message) -> str | None:
         if field.type == FieldDescriptor.TYPE_STRING:
             if any(isinstance(v, bytes) for v in values):
                 return field.name
-        elif field.message_type is not None:
+        elif field.message_type is not None and _has_strings(field.message_type):
             for item in values:
                 inner = _non_utf8_field(item)
                 if inner is not None:

@@ -1,0 +1,182 @@
+"""A tiny scripted TCP peer that speaks TubeMQ framing, for the connection tests.
+
+This is a test double, used only because a real TubeMQ server cannot be made to send malformed
+frames, wrong serial numbers, delayed or missing answers, or RPC exceptions on demand. It checks
+nothing about TubeMQ semantics: each test scripts what the peer does with every request.
+
+The peer listens on 127.0.0.1 port 0, decodes each incoming frame with the production codec
+(``read_frame`` / ``decode_request``) and hands it to ``script(link, serial, request)``; the script
+answers through ``link`` (well-formed responses, exceptions, raw bytes, or closing the socket). Every
+socket has a timeout and every thread is a daemon that stops with :meth:`FakePeer.close`, so a broken
+test cannot hang the run.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from google.protobuf.message import Message
+
+from tubespark.errors import CodecError, TruncatedFrameError
+from tubespark.wire.envelope import DecodedRequest, decode_request, encode_exception, encode_response
+from tubespark.wire.frame import encode_frame, read_frame
+
+POLL_S = 0.05
+
+
+class _PeerReader:
+    """``read_exactly`` over a socket with a short timeout, giving up when the peer is stopped."""
+
+    def __init__(self, sock: socket.socket, stopped: threading.Event) -> None:
+        self._sock = sock
+        self._stopped = stopped
+        self._buf = bytearray()
+
+    def read_exactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            if self._stopped.is_set():
+                raise TruncatedFrameError("fake peer stopped")
+            try:
+                chunk = self._sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                raise TruncatedFrameError(f"fake peer socket failed: {exc}") from exc
+            if not chunk:
+                raise TruncatedFrameError("client closed")
+            self._buf += chunk
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+
+class Link:
+    """The peer's side of one accepted connection, handed to the script."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._lock = threading.Lock()
+
+    def send_raw(self, data: bytes) -> None:
+        with self._lock:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                pass  # the client went away; the test asserts on the client side
+
+    def reply(self, serial: int, method: int, response: Message) -> None:
+        self.send_raw(encode_frame(serial, encode_response(method, response.SerializeToString())))
+
+    def reply_data(self, serial: int, method: int, data: bytes) -> None:
+        """A success envelope around arbitrary inner bytes (e.g. a message that does not parse)."""
+        self.send_raw(encode_frame(serial, encode_response(method, data)))
+
+    def reply_exception(self, serial: int, name: str, text: str, *, fatal: bool = False) -> None:
+        self.send_raw(encode_frame(serial, encode_exception(name, text, fatal=fatal)))
+
+    def reply_later(self, delay_s: float, serial: int, method: int, response: Message) -> None:
+        timer = threading.Timer(delay_s, self.reply, (serial, method, response))
+        timer.daemon = True
+        timer.start()
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+Script = Callable[[Link, int, DecodedRequest], None]
+
+
+class FakePeer:
+    """Accepts connections and runs ``script`` for every request frame. Use as a context manager."""
+
+    def __init__(self, script: Script | None = None, *, port: int = 0) -> None:
+        self.script: Script | None = script
+        self.requests: list[tuple[int, DecodedRequest]] = []
+        self.accepted = 0
+        self._stopped = threading.Event()
+        self._links: list[Link] = []
+        self._lock = threading.Lock()
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", port))
+        self._server.listen(16)
+        self._server.settimeout(POLL_S)
+        self.port = self._server.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept_loop, name=f"fakepeer-{self.port}", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                sock, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            sock.settimeout(POLL_S)
+            link = Link(sock)
+            with self._lock:
+                self.accepted += 1
+                self._links.append(link)
+            threading.Thread(target=self._serve, args=(link,), daemon=True).start()
+
+    def _serve(self, link: Link) -> None:
+        reader = _PeerReader(link.sock, self._stopped)
+        try:
+            while not self._stopped.is_set():
+                serial, payload = read_frame(reader)
+                request = decode_request(payload)
+                with self._lock:
+                    self.requests.append((serial, request))
+                if self.script is not None:
+                    self.script(link, serial, request)
+        except (CodecError, OSError):
+            pass
+        finally:
+            link.close()
+
+    def wait_for_requests(self, n: int, timeout_s: float = 2.0) -> list[tuple[int, DecodedRequest]]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.requests) >= n:
+                    return list(self.requests)
+            time.sleep(0.01)
+        raise AssertionError(f"fake peer saw {len(self.requests)} requests, expected {n}")
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._server.close()
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.close()
+
+    def __enter__(self) -> FakePeer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports on 127.0.0.1 where nothing listens (connecting is refused at once)."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+def closed_port_address() -> str:
+    return f"127.0.0.1:{free_ports(1)[0]}"

@@ -1,0 +1,380 @@
+"""A real single-node TubeMQ cluster (ZooKeeper + master + broker) on 127.0.0.1, for tests and demos.
+
+Start-up follows the order the server forces on us: the broker exits after five failed registrations
+200 ms apart unless the master already has an *online* configuration record for its exact ip/ports, so
+the record is created and onlined through the master's web API before the broker JVM starts.
+
+Timing (see :class:`~tubespark.cluster.config.ClusterSettings` for the knobs): brokers heartbeat every
+1 s instead of 8 s, because the master only moves a broker's configuration through its
+``load_data -> wait_sub -> wait_pub -> idle`` steps on heartbeats. Consumer rebalance runs every 2 s.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tubespark.cluster import artifacts
+from tubespark.cluster.admin import BrokerAdmin, MasterAdmin
+from tubespark.cluster.config import ClusterFiles, ClusterPorts, ClusterSettings, render_cluster_files
+from tubespark.cluster.procs import JavaProcess, wait_until
+from tubespark.errors import ClusterError
+
+HOST = "127.0.0.1"
+KEEP_ENV = "TUBESPARK_KEEP_CLUSTER"
+JAVA_ENV = "TUBESPARK_JAVA"
+
+# Flags valid on JDK 17 and later. The shipped env.sh uses CMS / Java 8 GC-logging flags that
+# JDK 17 rejects ("Unrecognized VM option"), so none of them are reused.
+_COMMON_JVM_FLAGS = (
+    "-XX:+UseSerialGC",  # one small heap per JVM; no GC threads to spare on a CI box
+    "-XX:TieredStopAtLevel=1",  # C1 only: start-up speed matters more than peak throughput here
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Xss512k",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dfile.encoding=UTF-8",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+)
+_ZK_JVM_FLAGS = ("-Xms32m", "-Xmx256m", "-Dzookeeper.admin.enableServer=false", "-Dzookeeper.jmx.log4j.disable=true")
+_MASTER_JVM_FLAGS = ("-Xms64m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m")
+_BROKER_JVM_FLAGS = ("-Xms128m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g")
+
+MASTER_MAIN = "org.apache.inlong.tubemq.server.tools.MasterStartup"
+BROKER_MAIN = "org.apache.inlong.tubemq.server.tools.BrokerStartup"
+ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+ZK_START_TIMEOUT_S = 30.0
+MASTER_START_TIMEOUT_S = 60.0
+BROKER_START_TIMEOUT_S = 60.0
+TOPIC_READY_TIMEOUT_S = 60.0
+
+_live: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop clusters the program forgot to stop, so no JVM outlives the interpreter."""
+    with _live_lock:
+        clusters = list(_live)
+    for c in clusters:
+        try:
+            c.stop()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+
+def find_java() -> str:
+    """``$TUBESPARK_JAVA``, else ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
+    explicit = os.environ.get(JAVA_ENV)
+    if explicit:
+        return explicit
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise ClusterError(f"no 'java' on PATH; install a JDK 17+ or set {JAVA_ENV}")
+    return found
+
+
+class LocalCluster:
+    """ZooKeeper + one TubeMQ master + one broker as child JVMs, on free ports of 127.0.0.1.
+
+    Use as a context manager, or call :meth:`start` / :meth:`stop`. The work dir (configs, logs, data)
+    is a fresh temp dir removed on stop unless ``keep`` (or ``TUBESPARK_KEEP_CLUSTER=1``).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: ClusterSettings | None = None,
+        work_dir: str | os.PathLike[str] | None = None,
+        keep: bool | None = None,
+        java: str | None = None,
+    ) -> None:
+        self.settings = settings or ClusterSettings()
+        self._requested_work_dir = Path(work_dir) if work_dir is not None else None
+        self.keep = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
+        self.java = java
+        self.ports: ClusterPorts | None = None
+        self.files: ClusterFiles | None = None
+        self.work_dir: Path | None = None
+        self._owns_work_dir = False
+        self._procs: list[JavaProcess] = []
+        self._master_admin: MasterAdmin | None = None
+        self._broker_admin: BrokerAdmin | None = None
+        self._started = False
+
+    # --- addresses ---------------------------------------------------------------------------------
+
+    def _need_ports(self) -> ClusterPorts:
+        if self.ports is None:
+            raise ClusterError("cluster not started")
+        return self.ports
+
+    @property
+    def master_address(self) -> str:
+        """``host:port`` of the master RPC port: what clients connect to."""
+        return f"{HOST}:{self._need_ports().master}"
+
+    @property
+    def master_web_url(self) -> str:
+        return f"http://{HOST}:{self._need_ports().master_web}"
+
+    @property
+    def broker_address(self) -> str:
+        return f"{HOST}:{self._need_ports().broker}"
+
+    @property
+    def broker_web_url(self) -> str:
+        return f"http://{HOST}:{self._need_ports().broker_web}"
+
+    @property
+    def broker_id(self) -> int:
+        return self.settings.broker_id
+
+    @property
+    def zk_address(self) -> str:
+        return f"{HOST}:{self._need_ports().zk}"
+
+    @property
+    def pids(self) -> list[int]:
+        """Pids of the JVMs still running (ZooKeeper, master, broker order)."""
+        return [p.pid for p in self._procs if p.alive() and p.pid is not None]
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> LocalCluster:
+        """Bring the cluster up and return once the broker is registered, online and idle."""
+        if self._started:
+            raise ClusterError("cluster already started")
+        self._started = True
+        with _live_lock:
+            _live.add(self)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        lib = artifacts.ensure_artifacts()
+        java = self.java or find_java()
+        if self._requested_work_dir is not None:
+            self.work_dir = self._requested_work_dir.resolve()
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.work_dir = Path(tempfile.mkdtemp(prefix="tubespark-cluster-"))
+            self._owns_work_dir = True
+        self.ports = ClusterPorts.pick()
+        self.files = render_cluster_files(self.work_dir, self.ports, self.settings)
+        self._master_admin = MasterAdmin(self.master_web_url, self.settings.auth_token)
+        self._broker_admin = BrokerAdmin(self.broker_web_url)
+        classpath = artifacts.classpath([self.files.zoo_cfg.parent])
+        del lib
+
+        zk = self._spawn(java, classpath, "zookeeper", _ZK_JVM_FLAGS, ZK_MAIN, [str(self.files.zoo_cfg)])
+        wait_until(
+            "ZooKeeper to serve requests",
+            lambda: _zk_ok(self.ports.zk),  # type: ignore[union-attr]
+            timeout_s=ZK_START_TIMEOUT_S,
+            watch=[zk],
+            on_timeout=zk.diagnostics,
+        )
+
+        master = self._spawn(
+            java, classpath, "master", _MASTER_JVM_FLAGS, MASTER_MAIN, ["-f", str(self.files.master_ini)]
+        )
+        # A modify call is the real readiness test: the web port answers queries before the
+        # master has won its ZooKeeper election and may still refuse writes.
+        wait_until(
+            "the master web API to accept the broker record",
+            self._try_add_broker,
+            timeout_s=MASTER_START_TIMEOUT_S,
+            interval_s=0.5,
+            watch=[zk, master],
+            on_timeout=master.diagnostics,
+        )
+        self.master_admin("admin_online_broker_configure", brokerId=self.broker_id)
+
+        broker = self._spawn(
+            java, classpath, "broker", _BROKER_JVM_FLAGS, BROKER_MAIN, ["-f", str(self.files.broker_ini)]
+        )
+        wait_until(
+            "the broker to register and go idle",
+            self._broker_idle,
+            timeout_s=BROKER_START_TIMEOUT_S,
+            interval_s=0.25,
+            watch=[zk, master, broker],
+            on_timeout=lambda: f"{self._run_status_text()}\n{broker.diagnostics()}",
+        )
+
+    def _spawn(
+        self, java: str, classpath: str, name: str, flags: tuple[str, ...], main: str, args: list[str]
+    ) -> JavaProcess:
+        assert self.files is not None and self.work_dir is not None
+        argv = [
+            java,
+            *_COMMON_JVM_FLAGS,
+            *flags,
+            f"-Dtubemq.home={self.work_dir}",
+            f"-Dtubemq.log.path={self.files.log_dir}",
+            f"-Dtubemq.log.prefix={name}",
+            f"-Dlog4j.configurationFile={self.files.log4j2_xml}",
+            "-cp",
+            classpath,
+            main,
+            *args,
+        ]
+        env = {k: v for k, v in os.environ.items() if k not in ("CLASSPATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")}
+        proc = JavaProcess(name, argv, log_dir=self.files.log_dir, cwd=self.work_dir, env=env)
+        self._procs.append(proc)
+        proc.start()
+        return proc
+
+    def _try_add_broker(self) -> bool:
+        ports = self._need_ports()
+        try:
+            self.master_admin(
+                "admin_add_broker_configure",
+                brokerId=self.broker_id,
+                brokerIp=HOST,
+                brokerPort=ports.broker,
+                brokerTLSPort=ports.broker_tls,
+                brokerWebPort=ports.broker_web,
+                _timeout=2.0,
+            )
+        except ClusterError:
+            return False
+        return True
+
+    def broker_run_status(self) -> dict[str, Any]:
+        """This broker's entry of ``admin_query_broker_run_status`` (empty dict if absent)."""
+        data = self.master_admin("admin_query_broker_run_status", brokerId=self.broker_id).get("data") or []
+        return data[0] if data else {}
+
+    def _run_status_text(self) -> str:
+        try:
+            return f"broker run status: {self.broker_run_status()}"
+        except ClusterError as exc:
+            return f"broker run status unavailable: {exc}"
+
+    def _broker_idle(self) -> bool:
+        """Registered, online, and every configuration change pushed to and loaded by the broker."""
+        st = self.broker_run_status()
+        return (
+            st.get("runStatus") == "running"
+            and st.get("subStatus") == "idle"
+            and str(st.get("isConfChanged")) == "false"
+            and str(st.get("isConfLoaded")) == "true"
+        )
+
+    def stop(self) -> None:
+        """Stop every JVM (broker, master, ZooKeeper), then remove the work dir unless kept. Idempotent."""
+        errors: list[str] = []
+        for proc in reversed(self._procs):
+            try:
+                proc.stop()
+            except ClusterError as exc:
+                errors.append(str(exc))
+        self._procs.clear()
+        with _live_lock:
+            _live.discard(self)
+        if self.work_dir is not None and self._owns_work_dir and not self.keep:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        if errors:
+            raise ClusterError("; ".join(errors))
+
+    # --- admin -------------------------------------------------------------------------------------
+
+    def master_admin(self, method: str, **params: Any) -> dict[str, Any]:
+        """Call the master web API; adds token/operator to modify calls; raises ClusterError on failure."""
+        if self._master_admin is None:
+            raise ClusterError("cluster not started")
+        return self._master_admin(method, **params)
+
+    def broker_admin(self, method: str, **params: Any) -> dict[str, Any]:
+        """Call the broker web API (offsets, store info, snapshots); raises ClusterError on failure."""
+        if self._broker_admin is None:
+            raise ClusterError("cluster not started")
+        return self._broker_admin(method, **params)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        stores: int = 1,
+        *,
+        timeout_s: float = TOPIC_READY_TIMEOUT_S,
+        **params: Any,
+    ) -> None:
+        """Deploy ``name`` on the broker and block until producers and consumers can use it.
+
+        A topic has ``stores * partitions`` partitions in total. Extra ``params`` go to
+        ``admin_add_topic_deploy_info`` (e.g. ``deletePolicy="delete,1h"``, ``unflushThreshold``).
+        """
+        self.master_admin(
+            "admin_add_topic_deploy_info",
+            topicName=name,
+            brokerId=self.broker_id,
+            numPartitions=partitions,
+            numTopicStores=stores,
+            **params,
+        )
+        self.wait_topic_ready(name, timeout_s=timeout_s)
+
+    def wait_topic_ready(self, name: str, *, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> None:
+        """Block until the master has pushed ``name`` to the broker's publish and subscribe views."""
+        wait_until(
+            f"topic {name!r} to become publishable and subscribable",
+            self._broker_idle,
+            timeout_s=timeout_s,
+            interval_s=0.2,
+            watch=list(self._procs),
+            on_timeout=self._run_status_text,
+        )
+
+    def set_max_message_size_mb(self, size_mb: int) -> None:
+        """Cluster-wide default max message size (1-20 MB), which topics without their own limit use."""
+        if not 1 <= size_mb <= 20:
+            raise ClusterError(f"max message size must be 1-20 MB, got {size_mb}")
+        self.master_admin("admin_update_cluster_default_setting", maxMsgSizeInMB=size_mb)
+
+
+def _zk_ok(port: int) -> bool:
+    """True once ZooKeeper serves requests. ``ruok`` is not enough: it answers ``imok`` as soon as the
+    port is open, even when loading the database failed and every session gets closed."""
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0) as s:
+            s.sendall(b"srvr")
+            s.settimeout(1.0)
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+    except OSError:
+        return False
+    return b"Mode:" in answer
