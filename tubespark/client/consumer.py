@@ -72,8 +72,9 @@ class Consumer:
         deadline = time.monotonic() + timeout_s
         while True:
             held = sorted(self.session.held().values(), key=lambda h: h.ref.key)
+            turn = next(self._turn)  # once per round: advancing it per step would skip partitions
             for i in range(len(held)):
-                ref = held[(next(self._turn) + i) % len(held)].ref
+                ref = held[(turn + i) % len(held)].ref
                 batch = self._fetch(ref)
                 if batch is not None and batch.messages:
                     return batch

@@ -1,0 +1,192 @@
+"""spark.readStream.format("tubemq") against the real local TubeMQ cluster and real Spark (local mode)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from tubespark.client.common import ClientSettings
+from tubespark.client.producer import Producer, SendResult
+from tubespark.spark.schema import read_schema
+from tubespark.wire.message import OutgoingMessage
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+JOB = Path(__file__).with_name("stream_job.py")
+
+
+def produce(master: str, topic: str, messages: list[OutgoingMessage]) -> list[SendResult]:
+    with Producer(master, ClientSettings(heartbeat_interval_s=2)) as producer:
+        producer.publish([topic])
+        for message in messages:
+            producer.send_async(topic, message)
+        return producer.flush()
+
+
+def sample(n: int, *, stream_ids: tuple[str, ...] = ("orders", "clicks"), tag: str = "") -> list[OutgoingMessage]:
+    return [OutgoingMessage(f"{tag}{i}:".encode() + os.urandom(i % 50), msg_type=stream_ids[i % len(stream_ids)],
+                            msg_time="202611221030", attributes={"seq": str(i), "src": "test"})
+            for i in range(n)]
+
+
+def reader(spark, master: str, topic: str, group: str, **options: str):
+    stream = (spark.readStream.format("tubemq").option("master", master).option("topic", topic)
+              .option("group", group).option("startingOffsets", "earliest").option("heartbeatIntervalMs", "1000"))
+    for key, value in options.items():
+        stream = stream.option(key, value)
+    return stream.load()
+
+
+def run_available_now(frame, path: Path, checkpoint: Path, *, timeout: float = 180):
+    query = (frame.writeStream.format("parquet").option("path", str(path))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(timeout), "the AvailableNow query did not finish in time"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def test_available_now_reads_every_message_exactly_once(spark, tubemq_cluster, topic_factory, tmp_path):
+    topic = topic_factory(partitions=1, stores=4)
+    messages = sample(400)
+    results = produce(tubemq_cluster.master_address, topic, messages)
+    frame = reader(spark, tubemq_cluster.master_address, topic, "g" + uuid.uuid4().hex[:8],
+                   includeAttributes="true")
+    run_available_now(frame, tmp_path / "out", tmp_path / "ck")
+
+    actual = spark.read.parquet(str(tmp_path / "out"))
+    assert actual.count() == len(messages)
+    expected_rows = [(m.data, topic, r.partition.key, r.partition.broker_id, r.partition.partition_id,
+                      r.append_offset, datetime(2026, 11, 22, 10, 30, tzinfo=UTC), m.msg_type,
+                      json.dumps(m.attributes, sort_keys=True, separators=(",", ":")))
+                     for m, r in zip(messages, results, strict=True)]
+    schema = read_schema(False).add("attributes", "string")
+    expected = spark.createDataFrame(expected_rows, schema)
+    as_json = actual.withColumn("attributes", F.to_json(F.map_from_entries(F.array_sort(F.map_entries("attributes")))))
+    assert_df_equality(as_json, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_max_offsets_per_trigger_bounds_every_batch(spark, tubemq_cluster, topic_factory, tmp_path):
+    topic = topic_factory(partitions=1, stores=4)
+    produce(tubemq_cluster.master_address, topic, sample(240))
+    frame = reader(spark, tubemq_cluster.master_address, topic, "g" + uuid.uuid4().hex[:8],
+                   maxOffsetsPerTrigger="50")
+    query = run_available_now(frame, tmp_path / "out", tmp_path / "ck")
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 240
+    assert max(sizes) <= 50 + 3, sizes  # shares round up per partition: at most one extra row per partition
+    assert len(sizes) >= 5
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 240
+
+
+def test_stream_ids_filter_on_the_broker(spark, tubemq_cluster, topic_factory, tmp_path):
+    topic = topic_factory(partitions=4, stores=1)
+    messages = sample(300, stream_ids=("orders", "clicks", "views"))
+    produce(tubemq_cluster.master_address, topic, messages)
+    frame = reader(spark, tubemq_cluster.master_address, topic, "g" + uuid.uuid4().hex[:8],
+                   streamIds="orders,views")
+    run_available_now(frame, tmp_path / "out", tmp_path / "ck")
+    rows = spark.read.parquet(str(tmp_path / "out")).select("value", "streamId").collect()
+    wanted = sorted(m.data for m in messages if m.msg_type in ("orders", "views"))
+    assert sorted(r.value for r in rows) == wanted
+    assert {r.streamId for r in rows} == {"orders", "views"}
+
+
+def group_offsets(cluster, group: str, topic: str) -> dict[int, tuple[int, int]]:
+    answer = cluster.broker_admin("admin_query_offset", groupName=group, topicName=topic)
+    offsets = {}
+    for item in answer.get("dataSet", []):
+        for sub in item["subInfo"]:
+            for part in sub["offsets"]:
+                offsets[part["partitionId"]] = (part["curOffset"], part["offsetMax"])
+    return offsets
+
+
+def test_committed_batches_become_the_groups_offsets(spark, tubemq_cluster, topic_factory, tmp_path):
+    topic = topic_factory(partitions=1, stores=4)
+    produce(tubemq_cluster.master_address, topic, sample(100))
+    group = "g" + uuid.uuid4().hex[:8]
+    query = run_available_now(reader(spark, tubemq_cluster.master_address, topic, group,
+                                     maxOffsetsPerTrigger="40"), tmp_path / "out", tmp_path / "ck")
+    end = json.loads(query.lastProgress["sources"][0]["endOffset"])
+    offsets = group_offsets(tubemq_cluster, group, topic)
+    assert {f"{tubemq_cluster.broker_id}:{topic}:{pid}": cur for pid, (cur, _max) in offsets.items()} == end
+    assert all(cur == high for cur, high in offsets.values()), "the group should show no lag after draining"
+
+    other = "g" + uuid.uuid4().hex[:8]
+    run_available_now(reader(spark, tubemq_cluster.master_address, topic, other, commitToGroup="false"),
+                      tmp_path / "out2", tmp_path / "ck2")
+    assert all(cur == 0 for cur, _max in group_offsets(tubemq_cluster, other, topic).values())
+
+
+def test_bad_options_fail_before_any_network_call(spark):
+    unreachable = "127.0.0.1:1"  # nothing listens here: any network use would fail differently
+    cases = {
+        (("master", "nohostport"), ("topic", "t1"), ("group", "grp")): "option master='nohostport'",
+        (("master", unreachable), ("topic", "t1")): "option group is required",
+        (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("maxOffsetsPerTrigger", "-5")):
+            "option maxOffsetsPerTrigger='-5'",
+        (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("startingOffsets", "{bad json")):
+            "invalid JSON",
+        (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("failOnDataLoss", "maybe")):
+            "option failOnDataLoss='maybe'",
+        (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("tubemq.sessionKey", "x")):
+            "cannot be passed through",
+        (("master", unreachable), ("topic", "t1"), ("group", "g")): "option group='g'",
+    }
+    for options, message in cases.items():
+        stream = spark.readStream.format("tubemq")
+        for key, value in options:
+            stream = stream.option(key, value)
+        started = time.monotonic()
+        with pytest.raises(Exception, match=message.replace("(", r"\(").replace("{", r"\{")):
+            stream.load().writeStream.format("noop").start().awaitTermination(30)
+        assert time.monotonic() - started < 30
+
+
+def _spawn(cluster, topic: str, group: str, checkpoint: Path, out: Path, mode: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(JOB), cluster.master_address, topic, group, str(checkpoint),
+                             str(out), mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, text=True)
+
+
+def _committed_batches(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
+
+
+def test_killed_query_restarts_without_loss_or_duplicates(spark, tubemq_cluster, topic_factory, tmp_path):
+    topic = topic_factory(partitions=1, stores=4)
+    group = "g" + uuid.uuid4().hex[:8]
+    total = 0
+    checkpoint, out = tmp_path / "ck", tmp_path / "out"
+    for round_no in range(3):
+        total += len(produce(tubemq_cluster.master_address, topic, sample(300, tag=f"r{round_no}-")))
+        job = _spawn(tubemq_cluster, topic, group, checkpoint, out, "run")
+        target = _committed_batches(checkpoint) + 2
+        deadline = time.monotonic() + 120
+        while _committed_batches(checkpoint) < target and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.2)
+        assert job.poll() is None, job.stdout.read()
+        os.killpg(job.pid, signal.SIGKILL)  # no clean shutdown: JVM, Python workers and all
+        job.wait(30)
+    deadline = time.monotonic() + 240
+    while True:  # the dead members' partitions come back once the servers time them out
+        drain = _spawn(tubemq_cluster, topic, group, checkpoint, out, "drain")
+        output, _ = drain.communicate(timeout=300)
+        assert drain.returncode == 0, output[-3000:]
+        values = [r.value for r in spark.read.parquet(str(out)).select("value").collect()]
+        assert len(values) == len(set(values)), "a row was written twice"
+        if len(values) == total or time.monotonic() > deadline:
+            break
+    assert len(values) == total
