@@ -190,3 +190,54 @@ def test_killed_query_restarts_without_loss_or_duplicates(spark, tubemq_cluster,
         if len(values) == total or time.monotonic() > deadline:
             break
     assert len(values) == total
+
+
+def _memory_query(spark, master: str, topic: str, group: str, name: str):
+    frame = reader(spark, master, topic, group).select("value", "partitionKey")
+    return (frame.writeStream.format("memory").queryName(name).trigger(processingTime="500 milliseconds").start())
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_two_queries_in_one_group_split_partitions_and_hand_over(spark, tubemq_cluster, topic_factory):
+    topic = topic_factory(partitions=4, stores=1)
+    group = "g" + uuid.uuid4().hex[:8]
+    master = tubemq_cluster.master_address
+    first, second = f"q1_{group}", f"q2_{group}"
+    q1 = _memory_query(spark, master, topic, group, first)
+    q2 = _memory_query(spark, master, topic, group, second)
+
+    def rows(name: str) -> list:
+        return spark.sql(f"select value, partitionKey from {name}").collect()
+
+    try:
+        # Probe until the master's split is stable: a fresh burst lands wholly in one query per partition.
+        for attempt in range(30):
+            burst = [m.data for m in sample(40, tag=f"split{attempt}-")]
+            produce(master, topic, [OutgoingMessage(d) for d in burst])
+            seen = set(burst)
+            _wait_for(lambda s=seen: s <= {r.value for r in rows(first) + rows(second)}, 60, "the burst")
+            parts1 = {r.partitionKey for r in rows(first) if r.value in seen}
+            parts2 = {r.partitionKey for r in rows(second) if r.value in seen}
+            if len(parts1) == 2 and len(parts2) == 2 and not parts1 & parts2:
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"the group never split 2/2 between the queries: {parts1} / {parts2}")
+        values = [r.value for r in rows(first) + rows(second) if r.value in seen]
+        assert sorted(values) == sorted(seen), "with a stable split every message is read exactly once"
+
+        q2.stop()  # its partitions are released at once and handed to q1
+        after = [m.data for m in sample(80, tag="handover-")]
+        produce(master, topic, [OutgoingMessage(d) for d in after])
+        _wait_for(lambda: set(after) <= {r.value for r in rows(first)}, 120, "q1 to take over q2's partitions")
+        assert {r.partitionKey for r in rows(first) if r.value in set(after)} == parts1 | parts2
+    finally:
+        for query in (q1, q2):
+            if query.isActive:
+                query.stop()
