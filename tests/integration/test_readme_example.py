@@ -1,0 +1,42 @@
+"""The README's streaming example, run exactly as written against the local test cluster."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tubespark.client.producer import Producer
+from tubespark.wire.message import OutgoingMessage
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def readme_example() -> str:
+    section = README.read_text().split("## Reading a stream", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_streaming_example_runs_as_written(tubemq_cluster, tmp_path):
+    if not tubemq_cluster.master_admin("admin_query_topic_deploy_info", topicName="demo_events").get("data"):
+        tubemq_cluster.create_topic("demo_events", partitions=1, stores=4)
+    with Producer(tubemq_cluster.master_address) as producer:
+        producer.publish(["demo_events"])
+        for i in range(25):
+            producer.send_async("demo_events", OutgoingMessage(f'{{"n": {i}}}'.encode(), msg_type="demo"))
+        producer.flush()
+    shutil.rmtree("/tmp/tubespark-example", ignore_errors=True)
+    script = tmp_path / "example.py"
+    script.write_text(readme_example())
+    env = {**os.environ, "TUBEMQ_MASTER": tubemq_cluster.master_address, "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    count = int(re.search(r"^(\d+) events so far$", done.stdout, re.M).group(1))
+    assert count >= 25
