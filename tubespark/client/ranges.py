@@ -174,7 +174,8 @@ class RangeReader:
         if batch_end <= end:
             return messages
         if batch_end - batch.start == INDEX_RECORD_SIZE * len(messages):  # dense: message k is at start + 28k
-            return messages[: (end - batch.start) // INDEX_RECORD_SIZE]
+            # message k is in range when start + 28k < end: round up, or an unaligned end drops a message
+            return messages[: (_align_up(end) - batch.start) // INDEX_RECORD_SIZE]
         beyond = self._message_ids_between(part, _align_up(end), batch_end)
         return [m for m in messages if m.message_id not in beyond]
 

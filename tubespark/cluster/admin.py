@@ -67,7 +67,7 @@ def _check(answer: Any, method: str, where: str) -> dict[str, Any]:
 
 
 class MasterAdmin:
-    """``http://<master>:<webPort>/webapi.htm?method=...``; fills in auth token and operator for modify calls."""
+    """``http://<master>:<webPort>/webapi.htm?method=...``; adds auth token and operator to modify calls."""
 
     def __init__(self, web_url: str, auth_token: str, *, timeout: float = DEFAULT_HTTP_TIMEOUT_S) -> None:
         self.url = web_url.rstrip("/") + "/webapi.htm"

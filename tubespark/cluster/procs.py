@@ -101,9 +101,7 @@ class JavaProcess:
     def check_alive(self) -> None:
         """Raise :class:`ClusterError` with the log tail if the JVM has exited."""
         if self.proc is not None and self.proc.poll() is not None:
-            raise ClusterError(
-                f"{self.name} exited with code {self.proc.returncode}\n{self.diagnostics()}"
-            )
+            raise ClusterError(f"{self.name} exited with code {self.proc.returncode}\n{self.diagnostics()}")
 
     def stop(self, grace_s: float = 5.0) -> None:
         """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""

@@ -82,6 +82,13 @@ def _stream_ids(name: str, value: str) -> list[str]:
     return items
 
 
+def _attribute_name(name: str, value: str) -> str:
+    value = value.strip()
+    if not re.match(r"^[A-Za-z_][\w.-]{0,63}$", value) or value.startswith("$"):
+        raise OptionError(f"option {name}={value!r}: expected an attribute name (letters, digits, '_', '.', '-')")
+    return value
+
+
 def parse_offset_spec(name: str, value: str, *, allow: tuple[str, ...]) -> str | dict[str, int]:
     """``earliest`` | ``latest`` | ``group`` (as allowed) or JSON ``{"brokerId:topic:partitionId": offset}``.
 
@@ -137,9 +144,12 @@ OPTIONS: tuple[Option, ...] = (
            "group's members; committed offsets are stored for it on the brokers. Required for streaming reads."),
     Option("startingOffsets", "latest", _starting, "Where a new query starts: `earliest`, `latest`, `group` "
            "(the group's committed offsets on the brokers) or JSON `{\"brokerId:topic:partitionId\": offset}` "
-           "with -2 = earliest, -1 = latest. A restarted query resumes from its checkpoint instead."),
+           "with -2 = earliest, -1 = latest. A restarted query resumes from its checkpoint instead. "
+           "Batch reads default to `earliest`."),
     Option("endingOffsets", "latest", _ending, "Batch reads only: where to stop, `latest` or JSON as above "
            "(-1 = latest)."),
+    Option("maxRecordsPerPartition", None, _positive_int, "Batch reads: split a partition's range into Spark "
+           "tasks of at most this many messages, so a backfill uses every core."),
     Option("maxOffsetsPerTrigger", None, _positive_int, "Most messages per micro-batch, shared across "
            "partitions in proportion to their backlog. Unset: everything available."),
     Option("streamIds", None, _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
@@ -151,6 +161,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("includeAttributes", "false", _bool, "Add an `attributes` map<string,string> column with each "
            "message's attributes."),
     Option("verifyChecksums", "true", _bool, "Check every message's CRC. A mismatch fails the task."),
+    Option("dedupAttribute", None, _attribute_name,
+           "Writing: stamp every message with this attribute holding a stable id (write or query+batch, task, "
+           "row), so replays of a retried task can be recognised. Reading: the attribute `dedupe` looks at.",
+           False, "both"),
+    Option("dedupe", "false", _bool, "Drop messages whose `dedupAttribute` id was already read in the same "
+           "task (replays from a retried tubespark write task). Needs `dedupAttribute`."),
+    Option("maxInFlight", "64", _positive_int, "Writing: SendMessage requests awaiting acknowledgement per "
+           "broker connection.", False, "write"),
+    Option("sendRetries", "3", _positive_int, "Writing: re-sends of a message after a retriable error before "
+           "the task fails.", False, "write"),
     Option("connectTimeoutMs", "3000", _positive_int, "TCP connect timeout.", False, "both"),
     Option("requestTimeoutMs", "10000", _positive_int, "Time to wait for any one request's answer.", False, "both"),
     Option("heartbeatIntervalMs", "3000", _positive_int, "Heartbeat period to the master and brokers "
@@ -224,6 +244,10 @@ def parse_options(raw: Mapping[str, str], *, mode: str, required: tuple[str, ...
                 raise OptionError(f"option {option.name} is required: {option.doc}")
             text = option.default
         values[option.name] = option.parse(option.name, str(text)) if text is not None else None
+    if mode == "write" and values.get("topic") and len(values["topic"]) > 1:
+        raise OptionError("option topic: the sink writes to one topic; use a 'topic' column to write to several")
+    if values.get("dedupe") and not values.get("dedupAttribute"):
+        raise OptionError("option dedupe=true needs dedupAttribute (the attribute the writer stamped)")
     if values.get("auth.password") and not values.get("auth.user"):
         raise OptionError("option auth.password is set but auth.user is not")
     return TubeOptions(values)

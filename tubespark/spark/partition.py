@@ -38,6 +38,15 @@ class QueueRange(InputPartition):
         return PartitionRef(self.broker_id, self.topic, self.partition_id, self.host, self.port)
 
 
+def _first_time(stamp: str | None, seen: set[str]) -> bool:
+    if stamp is None:
+        return True
+    if stamp in seen:
+        return False
+    seen.add(stamp)
+    return True
+
+
 def read_range(task: QueueRange, options: TubeOptions) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
     schema = arrow_schema(options["includeAttributes"])
@@ -46,8 +55,12 @@ def read_range(task: QueueRange, options: TubeOptions) -> Iterator[pa.RecordBatc
     reader = RangeReader(broker, task.read_group, filters=tuple(options.get("streamIds", ())),
                          fail_on_data_loss=options["failOnDataLoss"], verify_checksums=options["verifyChecksums"],
                          retry_s=options["requestTimeoutMs"] / 1000 * 6)
+    dedup_attribute = options.get("dedupAttribute") if options.get("dedupe") else None
+    seen: set[str] = set()
     try:
         for messages in reader.read_batches(ref, task.start, task.end):
+            if dedup_attribute:
+                messages = [m for m in messages if _first_time(m.attributes.get(dedup_attribute), seen)]
             if messages:
                 yield to_record_batch(messages, topic=task.topic, partition_key=ref.key, broker_id=task.broker_id,
                                       partition_id=task.partition_id, schema=schema)

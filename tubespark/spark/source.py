@@ -1,4 +1,4 @@
-"""The ``tubemq`` data source: ``spark.readStream.format("tubemq")``.
+"""The ``tubemq`` data source: stream and batch reads, batch and streaming writes.
 
 Register it once per session with ``tubespark.register(spark)`` (or
 ``spark.dataSource.register(TubeMQDataSource)``).
@@ -6,12 +6,20 @@ Register it once per session with ``tubespark.register(spark)`` (or
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
+from tubespark.spark.batch_reader import TubeBatchReader
 from tubespark.spark.options import TubeOptions, parse_options
 from tubespark.spark.schema import read_schema
 from tubespark.spark.stream_reader import TubeStreamReader
+from tubespark.spark.writer import TubeBatchWriter, TubeStreamWriter, check_sink_schema
 
 
 class TubeMQDataSource(DataSource):
@@ -29,3 +37,19 @@ class TubeMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TubeStreamReader(self._read_options(required=("group",)))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        raw = {k.lower(): v for k, v in self.options.items()}
+        raw.setdefault("startingoffsets", "earliest")  # a backfill starts at the beginning unless told
+        return TubeBatchReader(parse_options(raw, mode="read", required=("topic",)))
+
+    def _write_options(self, schema: StructType) -> TubeOptions:
+        options = parse_options(self.options, mode="write")
+        check_sink_schema(schema, options)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return TubeBatchWriter(self._write_options(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return TubeStreamWriter(self._write_options(schema))
