@@ -1,6 +1,7 @@
 """``tubespark`` command line: the demo on an embedded real TubeMQ cluster.
 
     tubespark demo [--seconds N]     # local cluster + sample events + a live readStream("tubemq") query
+    tubespark backfill export|publish ...   # see tubespark.backfill
 
 The demo is the newcomer's first contact, so it checks for Java up front, says what it downloads,
 shows results and the group's lag while it runs, and cleans everything up on Ctrl-C.
@@ -112,7 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("demo", help="run a streaming demo on an embedded local TubeMQ cluster")
     run.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
-    args = parser.parse_args(argv)
+    sub.add_parser("backfill", help="export a topic range to files, or publish files to a topic",
+                   add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "backfill":
+        from tubespark.backfill import main as backfill
+
+        return backfill(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return demo(args.seconds)

@@ -67,17 +67,9 @@ def _message(i: int) -> OutgoingMessage:
 
 
 @pytest.fixture(scope="module")
-def topics(tubemq_cluster) -> dict[str, str]:
-    """Create every topic of this module at once: each new topic costs tens of seconds before it is usable."""
-    names = {
-        "round": (f"rt_round_{uuid.uuid4().hex[:10]}", 4, 1),
-        "limits": (f"rt_limits_{uuid.uuid4().hex[:10]}", 1, 2),  # two stores: two independent partitions
-    }
-    for name, partitions, stores in names.values():
-        tubemq_cluster.create_topic(name, partitions=partitions, stores=stores)
-    with Producer(tubemq_cluster.master_address) as producer:
-        producer.publish([n for n, _, _ in names.values()], timeout_s=PUBLISH_TIMEOUT_S)
-    return {key: name for key, (name, _, _) in names.items()}
+def topics(topic_factory) -> dict[str, str]:
+    """Fresh topics: 4 partitions in one store, and one partition in each of 4 stores (independent offsets)."""
+    return {"round": topic_factory(partitions=4, stores=1), "limits": topic_factory(partitions=1, stores=4)}
 
 
 def test_ten_thousand_mixed_messages_round_trip_exactly_once(tubemq_cluster, topics):
@@ -157,7 +149,7 @@ def test_oversized_and_empty_messages_are_refused_and_not_sent(tubemq_cluster, t
     with Producer(master) as producer:
         producer.publish([topic], timeout_s=PUBLISH_TIMEOUT_S)
         limit = producer.max_message_size(topic)
-        assert limit == 1024 * 1024  # the cluster default (maxMsgSizeInMB=1) reaches us via topicInfos
+        assert limit >= 1024 * 1024  # the cluster default (maxMsgSizeInMB, 1 to 20) reaches us via topicInfos
         part = producer.partitions(topic)[0]
         reader = BrokerClient(new_client_id("rt_probe"))
         try:

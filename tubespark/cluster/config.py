@@ -30,8 +30,9 @@ class ClusterPorts:
     refuses a broker that registers with a different one. With ``tlsEnable=false`` the 2.4.0 broker
     ignores ``[tlsSetting] tlsPort`` and always reports the built-in 8124, so that is what the master
     record must say; nothing binds it, so clusters do not collide on it.
-    ``master_prom``: the 2.4.0 master starts its Prometheus HTTP server even with ``promEnable=false``
-    (then always on 9081), so we enable it on a free port rather than have two clusters fight over 9081.
+    ``master_prom``/``broker_prom``: 2.4.0 master and broker both start their Prometheus HTTP server
+    even with ``promEnable=false`` (then always on 9081; the second process only logs "Address already in
+    use"), so we enable it on free ports rather than have every cluster fight over 9081.
     """
 
     zk: int
@@ -40,11 +41,12 @@ class ClusterPorts:
     master_prom: int
     broker: int
     broker_web: int
+    broker_prom: int
     broker_tls: int = BROKER_TLS_PORT
 
     @classmethod
     def pick(cls) -> ClusterPorts:
-        return cls(*free_ports(6))
+        return cls(*free_ports(7))
 
 
 @dataclass(frozen=True)

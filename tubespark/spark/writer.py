@@ -99,6 +99,20 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeOptions, stamp:
     topic_option = options.get("topic")
     fixed_topic = topic_option[0] if topic_option else None
     dedup_attribute = options.get("dedupAttribute")
+    try:
+        rows, sent_bytes = _send_all(batches, producer, fixed_topic, dedup_attribute, stamp)
+    except BaseException:
+        try:  # settle what this task already sent, so the next task on this worker starts clean
+            producer.flush()
+        except Exception as exc:  # noqa: BLE001 - the original failure is what the task reports
+            log.info("sends of the failed task also failed: %s", exc)
+        raise
+    context = TaskContext.get()
+    return SentCommitMessage(context.partitionId() if context else 0, rows, sent_bytes)
+
+
+def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic: str | None,
+              dedup_attribute: str | None, stamp: str | None) -> tuple[int, int]:
     layouts: dict[str, tuple[PartitionRef, ...]] = {}
     rows = sent_bytes = 0
     for batch in batches:
@@ -128,9 +142,7 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeOptions, stamp:
             rows += 1
             sent_bytes += len(data)
         producer.flush()  # bound what is held in memory to one Arrow batch of rows
-    producer.flush()
-    context = TaskContext.get()
-    return SentCommitMessage(context.partitionId() if context else 0, rows, sent_bytes)
+    return rows, sent_bytes
 
 
 def _log_commit(messages: list, what: str) -> None:

@@ -41,6 +41,10 @@ import java.util.UUID;
  * range   --master H:P --group G --topic T --partition-key B:T:P --start X --end Y [--timeout-ms MS]
  * </pre>
  *
+ * Input lines of produce: {"data": base64, "attrs": {k: v} | null, "msgType": s | null, "msgTime":
+ * "yyyyMMddHHmm" | null}. consume and range also take --heartbeat-ms (master heartbeat period, 3000
+ * here instead of the client's 13000 so that a new consumer gets its partitions sooner).
+ *
  * Results are JSON lines on stdout (one per message); everything else (the client's own logging
  * included) goes to stderr. Exit code 0 on success, 1 on a failed operation or timeout, 2 on bad
  * usage; a watchdog halts the JVM if shutting the client down hangs past the deadline.

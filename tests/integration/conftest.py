@@ -1,0 +1,118 @@
+"""Fixtures for the integration tests: one real TubeMQ cluster per test session.
+
+Everything collected under ``tests/integration`` is marked ``integration`` (``-m "not integration"``
+skips it). ``TUBESPARK_SKIP_INTEGRATION=1`` skips instead of starting the cluster;
+``TUBESPARK_KEEP_CLUSTER=1`` keeps the cluster's work dir (logs) after the session.
+
+Topics are the slow part of a TubeMQ test: the master holds every *new* topic back from producers for
+a fixed 30 s. So the session cluster deploys a pool of fresh topics before its broker starts (they are
+ready when the cluster is), and ``topic_factory`` hands those out. A shape with no pooled topic left is
+refilled in one batch (one ~32 s wait for several topics). Asking for extra deploy parameters
+(``deletePolicy=...``) always creates a dedicated topic.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tubespark.cluster import LocalCluster
+
+_HERE = Path(__file__).resolve().parent
+
+# (partitions, stores) -> how many fresh topics to deploy with the session cluster.
+# Override with TUBESPARK_TOPIC_POOL="1:4x8,4:1x4" (PARTITIONS:STORESxCOUNT, comma separated).
+DEFAULT_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 4): 8, (4, 1): 4, (1, 1): 4, (2, 1): 2}
+REFILL_BATCH = 4
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "integration: needs the real local TubeMQ cluster (JVMs)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+def _topic_pool_spec() -> dict[tuple[int, int], int]:
+    raw = os.environ.get("TUBESPARK_TOPIC_POOL")
+    if raw is None:
+        return dict(DEFAULT_TOPIC_POOL)
+    pool: dict[tuple[int, int], int] = {}
+    for item in filter(None, (x.strip() for x in raw.split(","))):
+        shape, _, count = item.partition("x")
+        partitions, stores = (int(v) for v in shape.split(":"))
+        pool[(partitions, stores)] = int(count or 1)
+    return pool
+
+
+class TopicPool:
+    """Fresh, already-publishable topics by shape, with batched refill; thread-safe."""
+
+    def __init__(self, cluster: LocalCluster, names: dict[tuple[int, int], list[str]]) -> None:
+        self.cluster = cluster
+        self._free = names
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def plan(spec: dict[tuple[int, int], int]) -> dict[tuple[int, int], list[str]]:
+        run = uuid.uuid4().hex[:6]
+        return {(p, s): [f"pool_{run}_p{p}s{s}_{i}" for i in range(count)] for (p, s), count in spec.items()}
+
+    def take(self, partitions: int, stores: int) -> str:
+        with self._lock:
+            free = self._free.setdefault((partitions, stores), [])
+            if not free:
+                batch = [_unique_name(f"pool_p{partitions}s{stores}") for _ in range(REFILL_BATCH)]
+                self.cluster.create_topics(batch, partitions, stores)
+                free.extend(batch)
+            return free.pop(0)
+
+
+def _unique_name(prefix: str) -> str:
+    # Topic names: a letter first, then letters, digits, underscores (no hyphens, unlike group names).
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def _topic_pool_plan() -> dict[tuple[int, int], list[str]]:
+    return TopicPool.plan(_topic_pool_spec())
+
+
+@pytest.fixture(scope="session")
+def tubemq_cluster(_topic_pool_plan: dict[tuple[int, int], list[str]]) -> Iterator[LocalCluster]:
+    """A started :class:`LocalCluster` shared by the whole session (about 40 s to start)."""
+    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
+        pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
+    initial = [(name, p, s) for (p, s), names in _topic_pool_plan.items() for name in names]
+    cluster = LocalCluster(topics=initial)
+    try:
+        cluster.start()  # stops whatever it started if it fails
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def topic_factory(
+    tubemq_cluster: LocalCluster, _topic_pool_plan: dict[tuple[int, int], list[str]]
+) -> Callable[..., str]:
+    """``make_topic(partitions=1, stores=4, **deploy_params) -> name`` of a fresh, publishable topic."""
+    pool = TopicPool(tubemq_cluster, {shape: list(names) for shape, names in _topic_pool_plan.items()})
+
+    def make_topic(partitions: int = 1, stores: int = 4, **kw: Any) -> str:
+        if kw:
+            name = _unique_name("t")
+            tubemq_cluster.create_topic(name, partitions=partitions, stores=stores, **kw)
+            return name
+        return pool.take(partitions, stores)
+
+    return make_topic
