@@ -20,6 +20,8 @@ from tubespark.wire.pb import broker_service_pb2 as bpb
 
 M = TypeVar("M", bound=Message)
 
+FILTERED_READS_FROM_MEMORY = 303
+
 
 @dataclass(frozen=True)
 class Position:
@@ -63,6 +65,11 @@ class BrokerClient:
         request = bpb.RegisterRequestC2B(
             opType=RegisterOp.REGISTER, clientId=self.client_id, groupName=group, topicName=part.topic,
             partitionId=part.partition_id, readStatus=read_status, filterCondStr=list(filters))
+        if filters:
+            # The read-path switch: hundreds digit for plain reads, units digit for filtered ones, 3 = memory
+            # cache too. The server default 301 serves filtered reads from flushed files only (tens of
+            # seconds behind); 303 lets them see fresh data like unfiltered reads.
+            request.qryPriorityId = FILTERED_READS_FROM_MEMORY
         if offset is not None and offset >= 0:
             request.currOffset = offset
         if session_key:

@@ -62,6 +62,12 @@ class ClusterSettings:
     * ``broker_heartbeat_timeout_ms`` 10000 (default 25000-30000): must stay well above the period.
     * ``consumer_reg_timeout_ms`` 15000 (broker side, default 30000): how long a broker keeps a silent
       consumer's partition registration.
+    * ``max_segment_bytes`` 64 MiB / ``max_index_segment_bytes`` 2 MiB (defaults 1 GiB / 21 MiB): a
+      test cluster holds little data; tiny values make retention observable (old segments expire).
+    * ``default_delete_policy`` (server default ``delete,168h``): the broker's default retention, inherited by
+      topics deployed at start-up, e.g. ``delete,1s`` to watch data expire.
+    * ``log_cleanup_period_ms`` 180000 (the default; the broker allows no less than 60000): how often
+      the broker deletes segments older than a topic's ``deletePolicy``.
     """
 
     balance_period_ms: int = 2000
@@ -70,6 +76,10 @@ class ClusterSettings:
     broker_heartbeat_period_ms: int = 1000
     broker_heartbeat_timeout_ms: int = 10000
     consumer_reg_timeout_ms: int = 15000
+    max_segment_bytes: int = 64 * 1024 * 1024
+    max_index_segment_bytes: int = 2 * 1024 * 1024
+    log_cleanup_period_ms: int = 180000
+    default_delete_policy: str | None = None
     auth_token: str = "tubespark"
     broker_id: int = 1
 

@@ -310,6 +310,8 @@ class LocalCluster:
                 brokerTLSPort=ports.broker_tls,
                 brokerWebPort=ports.broker_web,
                 _timeout=2.0,
+                **({"deletePolicy": self.settings.default_delete_policy}
+                   if self.settings.default_delete_policy else {}),
             )
         except ClusterError:
             return False
