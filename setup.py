@@ -1,5 +1,7 @@
 """Packaging for tubespark: a pure-Python Apache Spark connector for Apache InLong TubeMQ."""
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
@@ -10,7 +12,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tubespark", "tubespark.*"]),
-    package_data={"tubespark.cluster": ["templates/*", "java/*"]},
+    package_data={"tubespark.cluster": ["templates/*"]},
+    # The local cluster's config templates live in conf/tubemq (one copy); installs put them here too.
+    data_files=[("share/tubespark/conf/tubemq", [str(p) for p in sorted(Path("conf/tubemq").glob("*"))])],
     install_requires=[
         "protobuf>=7.35.1,<8",
     ],

@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import string
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -107,7 +108,8 @@ def conf_dir() -> Path:
     """Directory holding the config templates: ``$TUBESPARK_CONF_DIR`` or the repo's ``conf/tubemq``."""
     override = os.environ.get("TUBESPARK_CONF_DIR")
     candidates = [Path(override)] if override else []
-    candidates.append(_PACKAGE_DIR.parent.parent / "conf" / "tubemq")
+    candidates.append(_PACKAGE_DIR.parent.parent / "conf" / "tubemq")  # a source checkout
+    candidates.append(Path(sys.prefix) / "share" / "tubespark" / "conf" / "tubemq")  # a wheel install
     for cand in candidates:
         if (cand / "master.ini").is_file():
             return cand
