@@ -11,23 +11,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from tests.integration.helpers import bodies, produce
 from tests.interop.javaclient import JavaClient
-from tubespark.client.common import ClientSettings
-from tubespark.client.producer import Producer
-from tubespark.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
-
-
-def produce(master: str, topic: str, bodies: list[bytes], **kwargs) -> list:
-    with Producer(master, ClientSettings(heartbeat_interval_s=2)) as producer:
-        producer.publish([topic])
-        for body in bodies:
-            producer.send_async(topic, OutgoingMessage(body, **kwargs))
-        return producer.flush()
 
 
 def batch(spark, master: str, topic: str, **options: str):
@@ -36,7 +26,7 @@ def batch(spark, master: str, topic: str, **options: str):
 
 def test_batch_read_of_exact_ranges(spark, tubemq_cluster, topic_factory):
     topic = topic_factory(partitions=4, stores=1)  # one store shared by 4 partitions: sparse offsets
-    results = produce(tubemq_cluster.master_address, topic, [f"m{i}".encode() for i in range(200)])
+    results = produce(tubemq_cluster.master_address, topic, bodies([f"m{i}".encode() for i in range(200)]))
     by_part: dict[str, list] = {}
     for i, result in enumerate(results):
         by_part.setdefault(result.partition.key, []).append((result.append_offset, f"m{i}".encode()))
@@ -53,7 +43,7 @@ def test_batch_read_of_exact_ranges(spark, tubemq_cluster, topic_factory):
 
 def test_batch_read_matches_the_java_client(spark, tubemq_cluster, topic_factory):
     topic = topic_factory(partitions=1, stores=4)
-    results = produce(tubemq_cluster.master_address, topic, [f"j{i}".encode() for i in range(120)])
+    results = produce(tubemq_cluster.master_address, topic, bodies([f"j{i}".encode() for i in range(120)]))
     key = results[0].partition.key
     offsets = sorted(r.append_offset for r in results if r.partition.key == key)
     low, high = offsets[3], offsets[-3]

@@ -9,11 +9,10 @@ import uuid
 import pytest
 from pyspark.errors import StreamingQueryException
 
+from tests.integration.helpers import bodies, produce
 from tubespark.client.broker import BrokerClient
-from tubespark.client.producer import Producer
 from tubespark.client.ranges import probe_bounds
 from tubespark.cluster import ClusterSettings, LocalCluster
-from tubespark.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -28,14 +27,6 @@ def retention_cluster():
         yield cluster
 
 
-def produce(master: str, bodies: list[bytes]):
-    with Producer(master) as producer:
-        producer.publish([TOPIC])
-        for body in bodies:
-            producer.send_async(TOPIC, OutgoingMessage(body))
-        return producer.flush()
-
-
 def stream_from_zero(spark, master: str, key: str, fail_on_data_loss: str):
     frame = (spark.readStream.format("tubemq").option("master", master).option("topic", TOPIC)
              .option("group", "g" + uuid.uuid4().hex[:8]).option("startingOffsets", json.dumps({key: 0}))
@@ -46,8 +37,8 @@ def stream_from_zero(spark, master: str, key: str, fail_on_data_loss: str):
 
 def test_start_below_retention_fails_or_skips(spark, retention_cluster):
     master = retention_cluster.master_address
-    key = produce(master, [f"old-{i}".encode() * 5 for i in range(120)])[0].partition.key
-    ref = produce(master, [b"marker"])[0].partition
+    key = produce(master, TOPIC, bodies([f"old-{i}".encode() * 5 for i in range(120)]))[0].partition.key
+    ref = produce(master, TOPIC, bodies([b"marker"]))[0].partition
     broker = BrokerClient("retention-probe")
     deadline = time.monotonic() + 150
     while probe_bounds(broker, ref, "retention-probe").min_offset == 0:  # the broker's cleanup runs each minute
@@ -55,7 +46,7 @@ def test_start_below_retention_fails_or_skips(spark, retention_cluster):
         time.sleep(1)
     broker.close()
     fresh = [f"new-{i}".encode() for i in range(20)]
-    produce(master, fresh)
+    produce(master, TOPIC, bodies(fresh))
 
     name, query = stream_from_zero(spark, master, key, "false")
     assert query.awaitTermination(120)

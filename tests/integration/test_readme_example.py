@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tubespark.client.producer import Producer
-from tubespark.wire.message import OutgoingMessage
+from tests.integration.helpers import bodies, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -27,11 +26,8 @@ def readme_example() -> str:
 def test_readme_streaming_example_runs_as_written(tubemq_cluster, tmp_path):
     if not tubemq_cluster.master_admin("admin_query_topic_deploy_info", topicName="demo_events").get("data"):
         tubemq_cluster.create_topic("demo_events", partitions=1, stores=4)
-    with Producer(tubemq_cluster.master_address) as producer:
-        producer.publish(["demo_events"])
-        for i in range(25):
-            producer.send_async("demo_events", OutgoingMessage(f'{{"n": {i}}}'.encode(), msg_type="demo"))
-        producer.flush()
+    produce(tubemq_cluster.master_address, "demo_events",
+            bodies([f'{{"n": {i}}}'.encode() for i in range(25)], msg_type="demo"))
     shutil.rmtree("/tmp/tubespark-example", ignore_errors=True)
     script = tmp_path / "example.py"
     script.write_text(readme_example())

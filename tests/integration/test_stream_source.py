@@ -16,22 +16,13 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from tubespark.client.common import ClientSettings
-from tubespark.client.producer import Producer, SendResult
+from tests.integration.helpers import produce
 from tubespark.spark.schema import read_schema
 from tubespark.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 JOB = Path(__file__).with_name("stream_job.py")
-
-
-def produce(master: str, topic: str, messages: list[OutgoingMessage]) -> list[SendResult]:
-    with Producer(master, ClientSettings(heartbeat_interval_s=2)) as producer:
-        producer.publish([topic])
-        for message in messages:
-            producer.send_async(topic, message)
-        return producer.flush()
 
 
 def sample(n: int, *, stream_ids: tuple[str, ...] = ("orders", "clicks"), tag: str = "") -> list[OutgoingMessage]:

@@ -1,0 +1,20 @@
+"""Small helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+from tubespark.client.common import ClientSettings
+from tubespark.client.producer import Producer, SendResult
+from tubespark.wire.message import OutgoingMessage
+
+
+def produce(master: str, topic: str, messages: list[OutgoingMessage]) -> list[SendResult]:
+    """Send ``messages`` with one pipelined producer; return the acknowledgements in order."""
+    with Producer(master, ClientSettings(heartbeat_interval_s=2)) as producer:
+        producer.publish([topic])
+        for message in messages:
+            producer.send_async(topic, message)
+        return producer.flush()
+
+
+def bodies(values: list[bytes], **fields) -> list[OutgoingMessage]:
+    return [OutgoingMessage(v, **fields) for v in values]
