@@ -93,6 +93,13 @@ def test_stream_ids_filter_on_the_broker(spark, tubemq_cluster, topic_factory, t
     assert {r.streamId for r in rows} == {"orders", "views"}
 
 
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
 def group_offsets(cluster, group: str, topic: str) -> dict[int, tuple[int, int]]:
     answer = cluster.broker_admin("admin_query_offset", groupName=group, topicName=topic)
     offsets = {}
@@ -110,13 +117,19 @@ def test_committed_batches_become_the_groups_offsets(spark, tubemq_cluster, topi
     query = run_available_now(reader(spark, tubemq_cluster.master_address, topic, group,
                                      maxOffsetsPerTrigger="40"), tmp_path / "out", tmp_path / "ck")
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])
-    offsets = group_offsets(tubemq_cluster, group, topic)
-    assert {f"{tubemq_cluster.broker_id}:{topic}:{pid}": cur for pid, (cur, _max) in offsets.items()} == end
-    assert all(cur == high for cur, high in offsets.values()), "the group should show no lag after draining"
+
+    def stored() -> dict[str, int]:
+        offsets = group_offsets(tubemq_cluster, group, topic)
+        return {f"{tubemq_cluster.broker_id}:{topic}:{pid}": cur for pid, (cur, _max) in offsets.items()}
+
+    # The broker's admin API lists a group once its offsets were flushed to the broker's offset file (~5 s).
+    _wait_for(lambda: stored() == end, 30, f"the broker to show the group's offsets {end}")
+    assert all(cur == high for cur, high in group_offsets(tubemq_cluster, group, topic).values())
 
     other = "g" + uuid.uuid4().hex[:8]
     run_available_now(reader(spark, tubemq_cluster.master_address, topic, other, commitToGroup="false"),
                       tmp_path / "out2", tmp_path / "ck2")
+    time.sleep(8)  # past the broker's offset flush: a stored offset would be listed by now
     assert all(cur == 0 for cur, _max in group_offsets(tubemq_cluster, other, topic).values())
 
 
@@ -186,13 +199,6 @@ def test_killed_query_restarts_without_loss_or_duplicates(spark, tubemq_cluster,
 def _memory_query(spark, master: str, topic: str, group: str, name: str):
     frame = reader(spark, master, topic, group).select("value", "partitionKey")
     return (frame.writeStream.format("memory").queryName(name).trigger(processingTime="500 milliseconds").start())
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
 
 
 def test_two_queries_in_one_group_split_partitions_and_hand_over(spark, tubemq_cluster, topic_factory):

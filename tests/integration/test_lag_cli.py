@@ -1,0 +1,36 @@
+"""``tubespark lag`` against the session cluster: exact bounds, and the group's committed offset and
+backlog through the broker's admin port."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.integration.helpers import bodies, produce
+from tubespark.client.broker import BrokerClient
+from tubespark.client.metadata import topic_partitions
+
+
+def test_lag_cli_prints_bounds_committed_and_backlog(tubemq_cluster, topic_factory) -> None:
+    master, topic, group = tubemq_cluster.master_address, topic_factory(1, 1), "lag_cli_group"
+    produce(master, topic, bodies([b"x%d" % i for i in range(10)]))
+    (part,) = topic_partitions(master, [topic])[topic]
+    broker = BrokerClient("lag-cli-test")
+    try:  # the group consumed 4 of 10: register at 4*28, commit, release
+        broker.register(part, group, offset=4 * 28)
+        broker.unregister(part, group, consumed=True)
+    finally:
+        broker.close()
+    done = subprocess.run([sys.executable, "-m", "tubespark.cli", "lag", "--master", master, "--group", group,
+                           "--topic", topic, "--broker-web", tubemq_cluster.broker_web_url],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["partition", "min", "max", "committed", "backlog"]
+    assert lines[1].split() == [part.key, "0", str(10 * 28), str(4 * 28), "6"], done.stdout
+    assert "total backlog: 6 messages" in done.stdout
+
+    bare = subprocess.run([sys.executable, "-m", "tubespark.cli", "lag", "--master", master, "--group", group,
+                           "--topic", topic], capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.splitlines()[1].split() == [part.key, "0", str(10 * 28), "?", "?"]
