@@ -2,6 +2,7 @@
 
     tubespark demo [--seconds N]     # local cluster + sample events + a live readStream("tubemq") query
     tubespark backfill export|publish ...   # see tubespark.backfill
+    tubespark lag --master M --group G --topic T [--broker-web URL]   # per-partition backlog
 
 The demo is the newcomer's first contact, so it checks for Java up front, says what it downloads,
 shows results and the group's lag while it runs, and cleans everything up on Ctrl-C.
@@ -23,6 +24,18 @@ from tubespark.errors import TubeSparkError
 
 DEMO_TOPIC = "demo_events"
 DEMO_GROUP = "tubespark_demo"
+
+
+def quiet_log4j_config() -> str | None:
+    """``conf/spark/log4j2.properties`` of a source checkout (or an install's share dir), if present."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "conf" / "spark" / "log4j2.properties",
+                      Path(sys.prefix) / "share" / "tubespark" / "conf" / "spark" / "log4j2.properties"):
+        if candidate.is_file():
+            return str(candidate)
+    return None
 
 
 def _event(rng: random.Random) -> tuple[str, bytes]:
@@ -74,9 +87,12 @@ def demo(seconds: float | None) -> int:
         cluster.create_topic(DEMO_TOPIC, partitions=1, stores=4)
         producer = threading.Thread(target=_produce_forever, args=(cluster.master_address, stop, 200.0), daemon=True)
         producer.start()
-        spark = (SparkSession.builder.master("local[2]").appName("tubespark-demo")
-                 .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
-                 .getOrCreate())
+        builder = (SparkSession.builder.master("local[2]").appName("tubespark-demo")
+                   .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2"))
+        log4j = quiet_log4j_config()
+        if log4j:  # keeps Spark's start-up chatter (WARN and below) out of the demo's output
+            builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         tubespark.register(spark)
         events = (spark.readStream.format("tubemq").option("master", cluster.master_address)
@@ -108,6 +124,15 @@ def demo(seconds: float | None) -> int:
     return 0 if total > 0 else 1
 
 
+def lag(args: argparse.Namespace) -> int:
+    from tubespark.spark.monitoring import format_lag_table, group_lag
+
+    rows = group_lag(args.master, args.group, [t.strip() for t in args.topic.split(",") if t.strip()],
+                     broker_web=args.broker_web)
+    print(format_lag_table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tubespark", description="Spark <-> Apache InLong TubeMQ")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seconds", type=float, default=None, help="stop after this long (default: until Ctrl-C)")
     sub.add_parser("backfill", help="export a topic range to files, or publish files to a topic",
                    add_help=False)
+    lag_cmd = sub.add_parser("lag", help="per-partition min/max offsets and a consumer group's backlog")
+    lag_cmd.add_argument("--master", required=True, help="TubeMQ master host:port[,host:port]")
+    lag_cmd.add_argument("--group", required=True, help="the consumer group")
+    lag_cmd.add_argument("--topic", required=True, help="topic(s), comma separated")
+    lag_cmd.add_argument("--broker-web", default=None,
+                         help="the broker's HTTP admin URL (http://host:webPort), to show committed offsets")
     args, rest = parser.parse_known_args(argv)
     if args.command == "backfill":
         from tubespark.backfill import main as backfill
@@ -124,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return demo(args.seconds)
+        return lag(args) if args.command == "lag" else demo(args.seconds)
     except TubeSparkError as exc:
         print(f"tubespark: {exc}", file=sys.stderr)
         return 2
