@@ -13,8 +13,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["tubespark", "tubespark.*"]),
     package_data={"tubespark.cluster": ["templates/*"]},
-    # The local cluster's config templates live in conf/tubemq (one copy); installs put them here too.
-    data_files=[("share/tubespark/conf/tubemq", [str(p) for p in sorted(Path("conf/tubemq").glob("*"))])],
+    # conf/ holds one copy of the local cluster's templates and the Spark/tubespark examples; installs copy it.
+    data_files=[(f"share/tubespark/conf/{d}", [str(p) for p in sorted(Path("conf", d).glob("*"))])
+                for d in ("tubemq", "spark", "tubespark")],
     install_requires=[
         "protobuf>=7.35.1,<8",
     ],
