@@ -77,6 +77,9 @@ class TopicPool:
             return free.pop(0)
 
 
+README_TOPIC = "demo_events"
+
+
 def _unique_name(prefix: str) -> str:
     # Topic names: a letter first, then letters, digits, underscores (no hyphens, unlike group names).
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
@@ -93,6 +96,7 @@ def tubemq_cluster(_topic_pool_plan: dict[tuple[int, int], list[str]]) -> Iterat
     if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
         pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
     initial = [(name, p, s) for (p, s), names in _topic_pool_plan.items() for name in names]
+    initial.append((README_TOPIC, 1, 4))  # the README example's topic, deployed with the pool (no 30 s wait)
     cluster = LocalCluster(topics=initial)
     try:
         cluster.start()  # stops whatever it started if it fails

@@ -24,8 +24,6 @@ def readme_example() -> str:
 
 
 def test_readme_streaming_example_runs_as_written(tubemq_cluster, tmp_path):
-    if not tubemq_cluster.master_admin("admin_query_topic_deploy_info", topicName="demo_events").get("data"):
-        tubemq_cluster.create_topic("demo_events", partitions=1, stores=4)
     produce(tubemq_cluster.master_address, "demo_events",
             bodies([f'{{"n": {i}}}'.encode() for i in range(25)], msg_type="demo"))
     shutil.rmtree("/tmp/tubespark-example", ignore_errors=True)
