@@ -82,9 +82,9 @@ def demo(seconds: float | None) -> int:
     print("Starting a local TubeMQ cluster (ZooKeeper, master, broker). The first run downloads the server "
           "from Maven Central; later runs use the cache.", flush=True)
     stop = threading.Event()
-    with LocalCluster() as cluster:
-        print(f"TubeMQ master at {cluster.master_address}; creating topic {DEMO_TOPIC} ...", flush=True)
-        cluster.create_topic(DEMO_TOPIC, partitions=1, stores=4)
+    # Deployed with the cluster: the master holds a new topic (and a new broker) ~30 s before use.
+    with LocalCluster(topics=[(DEMO_TOPIC, 1, 4)]) as cluster:
+        print(f"TubeMQ master at {cluster.master_address}, topic {DEMO_TOPIC} ready", flush=True)
         producer = threading.Thread(target=_produce_forever, args=(cluster.master_address, stop, 200.0), daemon=True)
         producer.start()
         builder = (SparkSession.builder.master("local[2]").appName("tubespark-demo")
