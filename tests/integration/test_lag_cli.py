@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from tests.integration.helpers import bodies, produce
 from tubespark.client.broker import BrokerClient
@@ -21,13 +22,19 @@ def test_lag_cli_prints_bounds_committed_and_backlog(tubemq_cluster, topic_facto
         broker.unregister(part, group, consumed=True)
     finally:
         broker.close()
-    done = subprocess.run([sys.executable, "-m", "tubespark.cli", "lag", "--master", master, "--group", group,
-                           "--topic", topic, "--broker-web", tubemq_cluster.broker_web_url],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    expected = [part.key, "0", str(10 * 28), str(4 * 28), "6"]
+    deadline = time.monotonic() + 30
+    while True:  # the broker's admin API lists a group once its offsets were flushed to file (~5 s)
+        done = subprocess.run([sys.executable, "-m", "tubespark.cli", "lag", "--master", master, "--group", group,
+                               "--topic", topic, "--broker-web", tubemq_cluster.broker_web_url],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        if lines[1].split() == expected or time.monotonic() > deadline:
+            break
+        time.sleep(2)
     assert lines[0].split() == ["partition", "min", "max", "committed", "backlog"]
-    assert lines[1].split() == [part.key, "0", str(10 * 28), str(4 * 28), "6"], done.stdout
+    assert lines[1].split() == expected, done.stdout
     assert "total backlog: 6 messages" in done.stdout
 
     bare = subprocess.run([sys.executable, "-m", "tubespark.cli", "lag", "--master", master, "--group", group,
