@@ -331,21 +331,15 @@ def test_master_fails_over_from_a_standby(two_peers: tuple[FakePeer, FakePeer]) 
     assert len(second.requests) == 2
 
 
-def test_master_fails_over_on_an_io_exception_reply(two_peers: tuple[FakePeer, FakePeer]) -> None:
+@pytest.mark.parametrize("misbehaviour", [
+    pytest.param(lambda link, serial, request: link.reply_exception(serial, "java.io.IOException", "reset"),
+                 id="io-exception-reply"),
+    pytest.param(lambda link, serial, request: link.send_raw(b"HTTP/1.1 400 Bad Request\r\n\r\n"), id="garbage"),
+])
+def test_master_fails_over_when_the_first_master_misbehaves(two_peers: tuple[FakePeer, FakePeer],
+                                                            misbehaviour) -> None:
     first, second = two_peers
-    first.script = lambda link, serial, request: link.reply_exception(serial, "java.io.IOException", "reset")
-    second.script = echo
-    ch = channel(first.address, second.address)
-    try:
-        assert master_call(ch) == "x"
-    finally:
-        ch.close()
-
-
-def test_master_fails_over_on_garbage(two_peers: tuple[FakePeer, FakePeer]) -> None:
-    first, second = two_peers
-    first.script = lambda link, serial, request: link.send_raw(b"HTTP/1.1 400 Bad Request\r\n\r\n")
-    second.script = echo
+    first.script, second.script = misbehaviour, echo
     ch = channel(first.address, second.address)
     try:
         assert master_call(ch) == "x"
