@@ -120,3 +120,13 @@ def topic_factory(
         return pool.take(partitions, stores)
 
     return make_topic
+
+
+@pytest.fixture(scope="session")
+def java():
+    """The official TubeMQ Java client, driven by our interop tool (built once, cached)."""
+    from tests.interop.javaclient import shared_client
+
+    client = shared_client()
+    client.build()
+    return client

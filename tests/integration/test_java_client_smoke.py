@@ -14,8 +14,6 @@ from collections import defaultdict
 
 import pytest
 
-from tests.interop.javaclient import JavaClient, shared_client
-
 pytestmark = [pytest.mark.integration]
 
 N = 24
@@ -47,13 +45,6 @@ def _expected_attribute(m: dict) -> str:
         items.append(f"$msgTime$={m['msgTime']}")
     items += [f"{k}={v}" for k, v in (m["attrs"] or {}).items()]
     return ",".join(items)
-
-
-@pytest.fixture(scope="module")
-def java() -> JavaClient:
-    client = shared_client()
-    client.build()
-    return client
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,6 @@ from tubespark.wire.message import OutgoingMessage, encode_attributes
 if not (Path(__file__).resolve().parents[1] / "interop" / "javaclient.py").exists():
     pytest.skip("tests/interop/javaclient.py (the Java interop driver) is missing", allow_module_level=True)
 
-from tests.interop.javaclient import JavaClient, shared_client  # noqa: E402
 
 pytestmark = [pytest.mark.integration]
 
@@ -73,13 +72,6 @@ def _java_message(i: int) -> dict:
     attrs, msg_type, msg_time = _shape(i)
     body = _body("java", i) or b"java-was-empty"  # the Java producer refuses an empty body
     return {"data": body, "attrs": attrs or None, "msgType": msg_type, "msgTime": msg_time}
-
-
-@pytest.fixture(scope="module")
-def java() -> JavaClient:
-    client = shared_client()
-    client.build()
-    return client
 
 
 @pytest.fixture(scope="module")
