@@ -12,7 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["tubespark", "tubespark.*"]),
-    package_data={"tubespark.cluster": ["templates/*"]},
+    package_data={"tubespark_testbed": ["templates/*"]},
     # conf/ holds one copy of the local cluster's templates and the Spark/tubespark examples; installs copy it.
     data_files=[(f"share/tubespark/conf/{d}", [str(p) for p in sorted(Path("conf", d).glob("*"))])
                 for d in ("tubemq", "spark", "tubespark")],

@@ -2,6 +2,6 @@
 
 import sys
 
-from tubespark.backfill import main
+from tubespark.tubemq.backfill import main
 
 sys.exit(main())

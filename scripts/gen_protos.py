@@ -4,7 +4,7 @@ Why a script: the generated ``*_pb2.py`` files are committed (so installing tube
 which means they can drift from ``protos/``. CI runs ``--check`` to catch that; the pin keeps the output
 byte-stable across machines.
 
-    python scripts/gen_protos.py          # regenerate tubespark/wire/pb/
+    python scripts/gen_protos.py          # regenerate tubespark/tubemq/wire/pb/
     python scripts/gen_protos.py --check  # exit 1 if the committed modules differ from protos/
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 PINNED_GRPCIO_TOOLS = "1.85.1"
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "protos"
-OUT_DIR = ROOT / "tubespark" / "wire" / "pb"
+OUT_DIR = ROOT / "tubespark" / "tubemq" / "wire" / "pb"
 HEADER = '"""Generated from protos/ by scripts/gen_protos.py. Do not edit."""\n'
 
 

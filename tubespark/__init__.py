@@ -12,6 +12,6 @@ __all__ = ["TubeSparkError", "__version__", "register"]
 
 def register(spark: Any) -> None:
     """Make ``format("tubemq")`` available in ``spark`` (a SparkSession)."""
-    from tubespark.spark.source import TubeMQDataSource
+    from tubespark.tubemq.spark.source import TubeMQDataSource
 
     spark.dataSource.register(TubeMQDataSource)

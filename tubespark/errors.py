@@ -53,13 +53,13 @@ class MessageTooLargeError(MessageFormatError):
 # --- connection ------------------------------------------------------------------------------------
 
 
-class TubeConnectionError(TubeSparkError):
+class BrokerConnectionError(TubeSparkError):
     """The TCP connection could not be opened, broke, or was closed while a call was pending."""
 
     retriable = True
 
 
-class RpcTimeoutError(TubeConnectionError):
+class RpcTimeoutError(BrokerConnectionError):
     """No response arrived within the call's timeout."""
 
 
@@ -83,96 +83,69 @@ class StandbyMasterError(RpcError):
     retriable = True
 
 
-class NoMasterAvailableError(TubeConnectionError):
+class NoMasterAvailableError(BrokerConnectionError):
     """Every configured master address failed or was a standby."""
 
 
-# --- TubeMQ business errors (success=false, errCode) -----------------------------------------------
+# --- broker business errors ------------------------------------------------------------------------
 
 
-class TubeMQError(TubeSparkError):
-    """A TubeMQ business error: the server answered ``success=false`` with an ``errCode``.
+class BrokerError(TubeSparkError):
+    """A master or broker answered a call with a business error code.
 
-    Use :func:`error_for_code` to build one; it picks the subclass that matches the code.
+    Each broker's package maps its own codes onto the subclasses below (TubeMQ:
+    :func:`tubespark.tubemq.wire.errcodes.error_for_code`), so callers branch on the class and
+    ``retriable``, never on a number.
     """
 
     code: int = 0
 
-    def __init__(self, code: int, message: str, *, context: str = "") -> None:
+    def __init__(self, code: int, message: str, *, context: str = "", broker: str = "") -> None:
         self.code = code
         self.server_message = message
         self.context = context
         where = f" ({context})" if context else ""
-        super().__init__(f"TubeMQ error {code}{where}: {message}")
+        super().__init__(f"{broker + ' ' if broker else ''}error {code}{where}: {message}")
 
 
-class NoDataError(TubeMQError):
-    """404: nothing new to read right now."""
-
-    retriable = True
-
-
-class ServerBusyError(TubeMQError):
-    """Codes that ask the client to back off and retry (301, 419, 452, 500, 503, ...)."""
+class NoDataError(BrokerError):
+    """Nothing new to read right now."""
 
     retriable = True
 
 
-class PartitionOccupiedError(TubeMQError):
-    """410/412: another consumer of the same group holds the partition on the broker."""
+class ServerBusyError(BrokerError):
+    """The server asks the client to back off and try again (overload, moved, internal error)."""
 
     retriable = True
 
 
-class NotRegisteredError(TubeMQError):
-    """411 (or 401 on commit): the server does not know this client or partition registration."""
+class PartitionOccupiedError(BrokerError):
+    """Another consumer of the same group holds the partition."""
 
     retriable = True
 
 
-class UnknownTopicError(TubeMQError):
-    """The topic does not exist, is not deployed, or the partition is not part of it (403, 431, 422/423)."""
+class NotRegisteredError(BrokerError):
+    """The server does not know this client or partition registration (any more): register again."""
+
+    retriable = True
 
 
-class AuthError(TubeMQError):
-    """Authentication or authorisation refused (415, 450, 455)."""
+class UnknownTopicError(BrokerError):
+    """The topic does not exist, is not deployed, or the partition is not part of it."""
 
 
-class GroupConflictError(TubeMQError):
-    """The group's members disagree on topics, filters or session (424-430)."""
+class AuthError(BrokerError):
+    """Authentication or authorisation refused."""
 
 
-class BadRequestError(TubeMQError):
-    """400: the server rejected the request's parameters."""
+class GroupConflictError(BrokerError):
+    """The group's members disagree on topics, filters or session."""
 
 
-_CODE_CLASSES: dict[int, type[TubeMQError]] = {
-    301: ServerBusyError,
-    400: BadRequestError,
-    401: NotRegisteredError,
-    403: UnknownTopicError,
-    404: NoDataError,
-    410: PartitionOccupiedError,
-    411: NotRegisteredError,
-    412: PartitionOccupiedError,
-    415: AuthError,
-    419: ServerBusyError,
-    421: ServerBusyError,
-    422: UnknownTopicError,
-    423: UnknownTopicError,
-    431: UnknownTopicError,
-    450: AuthError,
-    452: ServerBusyError,
-    455: AuthError,
-    500: ServerBusyError,
-    503: ServerBusyError,
-}
-_CODE_CLASSES.update({code: GroupConflictError for code in range(424, 431)})
-
-
-def error_for_code(code: int, message: str, *, context: str = "") -> TubeMQError:
-    """Build the :class:`TubeMQError` subclass that matches a TubeMQ ``errCode``."""
-    return _CODE_CLASSES.get(code, TubeMQError)(code, message, context=context)
+class BadRequestError(BrokerError):
+    """The server rejected the request's parameters."""
 
 
 # --- user-facing layers ----------------------------------------------------------------------------
@@ -186,5 +159,5 @@ class DataLossError(TubeSparkError):
     """Data the query planned to read is gone (retention, vanished partition) and failOnDataLoss is on."""
 
 
-class ClusterError(TubeSparkError):
-    """The local TubeMQ cluster could not be set up, started or reached."""
+class AdminApiError(TubeSparkError):
+    """A master's or broker's HTTP admin API failed or refused a call (the answer says why)."""

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tubespark.cluster import LocalCluster
+from tubespark_testbed import LocalCluster
 
 _HERE = Path(__file__).resolve().parent
 

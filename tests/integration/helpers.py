@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tubespark.client.common import ClientSettings
-from tubespark.client.producer import Producer, SendResult
-from tubespark.wire.message import OutgoingMessage
+from tubespark.tubemq.client.common import ClientSettings
+from tubespark.tubemq.client.producer import Producer, SendResult
+from tubespark.tubemq.wire.message import OutgoingMessage
 
 
 def produce(master: str, topic: str, messages: list[OutgoingMessage]) -> list[SendResult]:

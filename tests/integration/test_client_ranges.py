@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from tubespark.client.broker import BrokerClient
-from tubespark.client.common import new_client_id
-from tubespark.client.producer import Producer, SendResult
-from tubespark.client.ranges import Bounds, RangeReader, probe_bounds
-from tubespark.wire.constants import INDEX_RECORD_SIZE
-from tubespark.wire.formats import PartitionRef
-from tubespark.wire.message import OutgoingMessage, ReceivedMessage
+from tubespark.tubemq.client.broker import BrokerClient
+from tubespark.tubemq.client.common import new_client_id
+from tubespark.tubemq.client.producer import Producer, SendResult
+from tubespark.tubemq.client.ranges import Bounds, RangeReader, probe_bounds
+from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
+from tubespark.tubemq.wire.formats import PartitionRef
+from tubespark.tubemq.wire.message import OutgoingMessage, ReceivedMessage
 
 pytestmark = [pytest.mark.integration]
 

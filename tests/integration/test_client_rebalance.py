@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import pytest
 
-from tubespark.client.common import ClientSettings
-from tubespark.client.consumer import Consumer
-from tubespark.client.producer import Producer
-from tubespark.wire.message import OutgoingMessage
+from tubespark.tubemq.client.common import ClientSettings
+from tubespark.tubemq.client.consumer import Consumer
+from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration]
 

@@ -20,11 +20,6 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tubespark.client.broker import BrokerClient
-from tubespark.client.common import ClientSettings, new_client_id
-from tubespark.client.consumer import Consumer
-from tubespark.client.producer import Producer
-from tubespark.client.ranges import probe_bounds
 from tubespark.errors import (
     MessageFormatError,
     MessageTooLargeError,
@@ -32,8 +27,13 @@ from tubespark.errors import (
     TubeSparkError,
     UnknownTopicError,
 )
-from tubespark.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE
-from tubespark.wire.message import OutgoingMessage
+from tubespark.tubemq.client.broker import BrokerClient
+from tubespark.tubemq.client.common import ClientSettings, new_client_id
+from tubespark.tubemq.client.consumer import Consumer
+from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.client.ranges import probe_bounds
+from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE
+from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration]
 

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 from pyspark.errors import StreamingQueryException
+from tubespark_testbed import ClusterSettings, LocalCluster
 
 from tests.integration.helpers import bodies, produce
-from tubespark.client.broker import BrokerClient
-from tubespark.client.ranges import probe_bounds
-from tubespark.cluster import ClusterSettings, LocalCluster
+from tubespark.tubemq.client.broker import BrokerClient
+from tubespark.tubemq.client.ranges import probe_bounds
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

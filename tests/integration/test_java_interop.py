@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tubespark.client.broker import BrokerClient
-from tubespark.client.common import ClientSettings, new_client_id
-from tubespark.client.consumer import Consumer
-from tubespark.client.producer import Producer
-from tubespark.client.ranges import RangeReader, probe_bounds
-from tubespark.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, INDEX_RECORD_SIZE
-from tubespark.wire.message import OutgoingMessage, encode_attributes
+from tubespark.tubemq.client.broker import BrokerClient
+from tubespark.tubemq.client.common import ClientSettings, new_client_id
+from tubespark.tubemq.client.consumer import Consumer
+from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
+from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, INDEX_RECORD_SIZE
+from tubespark.tubemq.wire.message import OutgoingMessage, encode_attributes
 
 if not (Path(__file__).resolve().parents[1] / "interop" / "javaclient.py").exists():
     pytest.skip("tests/interop/javaclient.py (the Java interop driver) is missing", allow_module_level=True)

@@ -8,8 +8,8 @@ import sys
 import time
 
 from tests.integration.helpers import bodies, produce
-from tubespark.client.broker import BrokerClient
-from tubespark.client.metadata import topic_partitions
+from tubespark.tubemq.client.broker import BrokerClient
+from tubespark.tubemq.client.metadata import topic_partitions
 
 
 def test_lag_cli_prints_bounds_committed_and_backlog(tubemq_cluster, topic_factory) -> None:

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tubespark.cluster import LocalCluster
-from tubespark.cluster.local import parse_topic_spec
-from tubespark.errors import ClusterError
+from tubespark_testbed import LocalCluster
+from tubespark_testbed.errors import ClusterError
+from tubespark_testbed.local import parse_topic_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,7 +108,7 @@ def test_more_clusters_run_side_by_side_and_leave_nothing_behind(tubemq_cluster,
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("TUBESPARK_KEEP_CLUSTER", None)
     cli = subprocess.Popen(
-        [sys.executable, "-m", "tubespark.cluster", "start", "--json"],
+        [sys.executable, "-m", "tubespark_testbed", "start", "--json"],
         stdout=subprocess.PIPE,
         stderr=(tmp_path / "cli.err").open("wb"),
         env=env,

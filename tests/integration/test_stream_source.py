@@ -17,8 +17,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from tests.integration.helpers import produce
-from tubespark.spark.schema import read_schema
-from tubespark.wire.message import OutgoingMessage
+from tubespark.tubemq.spark.schema import read_schema
+from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

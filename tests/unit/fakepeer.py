@@ -21,8 +21,8 @@ from collections.abc import Callable
 from google.protobuf.message import Message
 
 from tubespark.errors import CodecError, TruncatedFrameError
-from tubespark.wire.envelope import DecodedRequest, decode_request, encode_exception, encode_response
-from tubespark.wire.frame import encode_frame, read_frame
+from tubespark.tubemq.wire.envelope import DecodedRequest, decode_request, encode_exception, encode_response
+from tubespark.tubemq.wire.frame import encode_frame, read_frame
 
 POLL_S = 0.05
 

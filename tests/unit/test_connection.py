@@ -11,20 +11,20 @@ import pytest
 
 from tubespark.errors import (
     BadTokenError,
+    BrokerConnectionError,
     FrameTooLargeError,
     NoMasterAvailableError,
     ProtobufDecodeError,
     RpcError,
     RpcTimeoutError,
     StandbyMasterError,
-    TubeConnectionError,
 )
-from tubespark.net.connection import Connection, ConnectionPool, parse_address
-from tubespark.net.master import MasterChannel, parse_master_list
-from tubespark.wire.constants import Method, ServiceType
-from tubespark.wire.envelope import DecodedRequest, parse_message
-from tubespark.wire.frame import encode_frame
-from tubespark.wire.pb import master_service_pb2 as mpb
+from tubespark.tubemq.net.connection import Connection, ConnectionPool, parse_address
+from tubespark.tubemq.net.master import MasterChannel, parse_master_list
+from tubespark.tubemq.wire.constants import Method, ServiceType
+from tubespark.tubemq.wire.envelope import DecodedRequest, parse_message
+from tubespark.tubemq.wire.frame import encode_frame
+from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
 
 from .fakepeer import FakePeer, Link, closed_port_address, free_ports
 
@@ -146,7 +146,7 @@ def test_wrong_token_fails_the_pending_call_and_closes(peer: FakePeer, conn: Con
     with pytest.raises(BadTokenError):
         call(conn, "x")
     assert conn.closed
-    with pytest.raises(TubeConnectionError):  # later calls: a retriable connection error
+    with pytest.raises(BrokerConnectionError):  # later calls: a retriable connection error
         call(conn, "y")
 
 
@@ -170,7 +170,7 @@ def test_all_pending_calls_fail_on_a_bad_frame(peer: FakePeer, conn: Connection)
 def test_peer_closing_fails_the_pending_call_quickly(peer: FakePeer, conn: Connection) -> None:
     peer.script = lambda link, serial, request: link.close()
     start = time.monotonic()
-    with pytest.raises(TubeConnectionError):
+    with pytest.raises(BrokerConnectionError):
         call(conn, "x", timeout_s=5.0)
     assert time.monotonic() - start < 1.0
     assert conn.closed
@@ -182,13 +182,13 @@ def test_peer_closing_mid_frame_fails_the_pending_call(peer: FakePeer, conn: Con
         link.close()
 
     peer.script = half_frame
-    with pytest.raises(TubeConnectionError):
+    with pytest.raises(BrokerConnectionError):
         call(conn, "x", timeout_s=5.0)
 
 
 def test_connect_to_a_closed_port_fails_fast() -> None:
     start = time.monotonic()
-    with pytest.raises(TubeConnectionError, match="cannot connect"):
+    with pytest.raises(BrokerConnectionError, match="cannot connect"):
         Connection.open(closed_port_address(), connect_timeout_s=1.0)
     assert time.monotonic() - start < 1.0
 
@@ -230,9 +230,9 @@ def test_close_fails_pending_calls_at_once(peer: FakePeer, conn: Connection) -> 
     future = conn.call_async(CLOSE, ServiceType.MASTER, close_request("x"), mpb.CloseResponseM2P, 5.0)
     peer.wait_for_requests(1)
     conn.close()
-    with pytest.raises(TubeConnectionError):
+    with pytest.raises(BrokerConnectionError):
         future.result(1.0)
-    with pytest.raises(TubeConnectionError):
+    with pytest.raises(BrokerConnectionError):
         call(conn, "after close")
 
 
@@ -255,7 +255,7 @@ def test_pool_reuses_a_live_connection_and_reopens_after_failure(peer: FakePeer)
         first = pool.get(peer.address)
         assert pool.get(peer.address) is first
         peer.script = lambda link, serial, request: link.close()
-        with pytest.raises(TubeConnectionError):
+        with pytest.raises(BrokerConnectionError):
             call(first, "dies")
         peer.script = echo
         second = pool.get(peer.address)

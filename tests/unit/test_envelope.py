@@ -7,8 +7,8 @@ import random
 import pytest
 
 from tubespark.errors import CodecError, ProtobufDecodeError, RpcError, StandbyMasterError, TubeSparkError
-from tubespark.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCOL_VERSION, Method, ServiceType
-from tubespark.wire.envelope import (
+from tubespark.tubemq.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCOL_VERSION, Method, ServiceType
+from tubespark.tubemq.wire.envelope import (
     decode_request,
     decode_response,
     delimited,
@@ -17,9 +17,9 @@ from tubespark.wire.envelope import (
     encode_response,
     parse_message,
 )
-from tubespark.wire.pb import broker_service_pb2 as bpb
-from tubespark.wire.pb import master_service_pb2 as mpb
-from tubespark.wire.pb import rpc_pb2
+from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
+from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+from tubespark.tubemq.wire.pb import rpc_pb2
 
 STANDBY = "org.apache.inlong.tubemq.corerpc.exception.StandbyException"
 

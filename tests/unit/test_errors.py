@@ -8,16 +8,16 @@ from tubespark import errors
 from tubespark.errors import (
     AuthError,
     BadRequestError,
+    BrokerError,
     GroupConflictError,
     NoDataError,
     NotRegisteredError,
     PartitionOccupiedError,
     ServerBusyError,
-    TubeMQError,
     TubeSparkError,
     UnknownTopicError,
-    error_for_code,
 )
+from tubespark.tubemq.wire.errcodes import error_for_code
 
 
 @pytest.mark.parametrize(("code", "cls", "retriable"), [
@@ -34,7 +34,7 @@ from tubespark.errors import (
     (400, BadRequestError, False),
     (503, ServerBusyError, True),
 ])
-def test_error_for_code(code: int, cls: type[TubeMQError], retriable: bool) -> None:
+def test_error_for_code(code: int, cls: type[BrokerError], retriable: bool) -> None:
     err = error_for_code(code, "server says no", context="get 1:t:0")
     assert type(err) is cls
     assert err.code == code
@@ -45,7 +45,7 @@ def test_error_for_code(code: int, cls: type[TubeMQError], retriable: bool) -> N
 @pytest.mark.parametrize("code", [0, 201, 523, 999, -1])
 def test_unknown_code_is_a_plain_tubemq_error(code: int) -> None:
     err = error_for_code(code, "?")
-    assert type(err) is TubeMQError
+    assert type(err) is BrokerError
     assert not err.retriable
 
 
@@ -73,8 +73,8 @@ def test_every_public_error_derives_from_tubespark_error() -> None:
     (errors.ProtobufDecodeError, errors.CodecError),
     (errors.ChecksumMismatchError, errors.CodecError),
     (errors.MessageTooLargeError, errors.MessageFormatError),
-    (errors.RpcTimeoutError, errors.TubeConnectionError),
-    (errors.NoMasterAvailableError, errors.TubeConnectionError),
+    (errors.RpcTimeoutError, errors.BrokerConnectionError),
+    (errors.NoMasterAvailableError, errors.BrokerConnectionError),
     (errors.StandbyMasterError, errors.RpcError),
 ])
 def test_hierarchy(child: type, parent: type) -> None:
@@ -82,7 +82,7 @@ def test_hierarchy(child: type, parent: type) -> None:
 
 
 def test_retriable_flags_of_transport_errors() -> None:
-    assert errors.TubeConnectionError("x").retriable
+    assert errors.BrokerConnectionError("x").retriable
     assert errors.RpcTimeoutError("x").retriable
     assert errors.StandbyMasterError("n", "m").retriable
     assert not errors.RpcError("n", "m").retriable

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tubespark.errors import MessageFormatError
-from tubespark.wire.formats import (
+from tubespark.tubemq.wire.formats import (
     BrokerInfo,
     PartitionRef,
     TopicLayout,

@@ -9,8 +9,8 @@ import struct
 import pytest
 
 from tubespark.errors import BadTokenError, CodecError, FrameTooLargeError, TruncatedFrameError
-from tubespark.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME
-from tubespark.wire.frame import BytesReader, encode_frame, read_frame
+from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME
+from tubespark.tubemq.wire.frame import BytesReader, encode_frame, read_frame
 
 
 def split_blocks(frame: bytes) -> tuple[int, int, int, list[bytes]]:

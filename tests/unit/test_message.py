@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from tubespark.errors import ChecksumMismatchError, MessageFormatError
-from tubespark.wire.message import (
+from tubespark.tubemq.wire.message import (
     OutgoingMessage,
     checksum,
     decode_attributes,

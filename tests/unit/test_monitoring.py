@@ -1,10 +1,10 @@
-"""The pure parts of tubespark.spark.monitoring: offsets -> backlog, progress -> samples, tables."""
+"""The pure parts of tubespark.tubemq.spark.monitoring: offsets -> backlog, progress -> samples, tables."""
 
 from __future__ import annotations
 
 import json
 
-from tubespark.spark.monitoring import (
+from tubespark.tubemq.spark.monitoring import (
     LagHistory,
     LagListener,
     PartitionLag,

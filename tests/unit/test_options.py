@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tubespark.errors import OptionError, TubeSparkError
-from tubespark.spark.options import option_table, parse_options
-from tubespark.spark.stream_reader import share_by_backlog
+from tubespark.tubemq.spark.options import option_table, parse_options
+from tubespark.tubemq.spark.stream_reader import share_by_backlog
 
 BASE = {"master": "127.0.0.1:8715", "topic": "events", "group": "etl_group"}
 

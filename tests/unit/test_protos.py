@@ -12,7 +12,7 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import EncodeError
 
-from tubespark.wire.pb import broker_service_pb2, master_service_pb2, rpc_pb2
+from tubespark.tubemq.wire.pb import broker_service_pb2, master_service_pb2, rpc_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 GEN_SCRIPT = ROOT / "scripts" / "gen_protos.py"

@@ -1,0 +1,118 @@
+"""The demo on an embedded real TubeMQ cluster: ``python -m tubespark_testbed demo [--seconds N]``.
+
+The demo is the newcomer's first contact (``./dev demo``), so it says what it downloads, shows results
+and the group's lag while it runs, and cleans everything up on Ctrl-C. It lives with the test bed, not
+in the connector, because it starts a local cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+
+from tubespark_testbed.local import LocalCluster
+
+DEMO_TOPIC = "demo_events"
+DEMO_GROUP = "tubespark_demo"
+
+
+def quiet_log4j_config() -> str | None:
+    """``conf/spark/log4j2.properties`` of a source checkout (or an install's share dir), if present."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent.parent / "conf" / "spark" / "log4j2.properties",
+                      Path(sys.prefix) / "share" / "tubespark" / "conf" / "spark" / "log4j2.properties"):
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+def _event(rng: random.Random) -> tuple[str, bytes]:
+    kind = rng.choice(("orders", "clicks", "clicks", "clicks"))
+    body = {"user": f"user{rng.randint(1, 50)}", "page": rng.choice(("home", "cart", "search", "item")),
+            "amount": round(rng.uniform(5, 500), 2) if kind == "orders" else 0.0,
+            "ts": datetime.now(UTC).isoformat()}
+    return kind, json.dumps(body).encode()
+
+
+def _produce_forever(master: str, stop: threading.Event, rate_per_s: float) -> None:
+    from tubespark.tubemq.client.producer import Producer
+    from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
+
+    rng = random.Random(7)
+    with Producer(master) as producer:
+        producer.publish([DEMO_TOPIC])
+        while not stop.wait(1 / rate_per_s):
+            kind, body = _event(rng)
+            producer.send_async(DEMO_TOPIC, OutgoingMessage(body, msg_type=kind, msg_time=format_msg_time(
+                datetime.now(UTC)), attributes={"source": "demo"}))
+            if rng.random() < 0.1:
+                producer.flush()
+
+
+def _group_lag(cluster: LocalCluster) -> str:
+    answer = cluster.broker_admin("admin_query_offset", groupName=DEMO_GROUP, topicName=DEMO_TOPIC)
+    parts = []
+    for item in answer.get("dataSet", []):
+        for sub in item.get("subInfo", []):
+            for part in sub.get("offsets", []):
+                parts.append(f"p{part['partitionId']}={part['offsetLag'] // 28}")
+    return "group lag (messages): " + (", ".join(parts) if parts else "not committed yet")
+
+
+def demo(seconds: float | None) -> int:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import tubespark
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    print("Starting a local TubeMQ cluster (ZooKeeper, master, broker). The first run downloads the server "
+          "from Maven Central; later runs use the cache.", flush=True)
+    stop = threading.Event()
+    # Deployed with the cluster: the master holds a new topic (and a new broker) ~30 s before use.
+    with LocalCluster(topics=[(DEMO_TOPIC, 1, 4)]) as cluster:
+        print(f"TubeMQ master at {cluster.master_address}, topic {DEMO_TOPIC} ready", flush=True)
+        producer = threading.Thread(target=_produce_forever, args=(cluster.master_address, stop, 200.0), daemon=True)
+        producer.start()
+        builder = (SparkSession.builder.master("local[2]").appName("tubespark-demo")
+                   .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2"))
+        log4j = quiet_log4j_config()
+        if log4j:  # keeps Spark's start-up chatter (WARN and below) out of the demo's output
+            builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        tubespark.register(spark)
+        events = (spark.readStream.format("tubemq").option("master", cluster.master_address)
+                  .option("topic", DEMO_TOPIC).option("group", DEMO_GROUP).option("startingOffsets", "earliest")
+                  .load())
+        schema = "user string, page string, amount double, ts string"
+        parsed = events.select("streamId", "partitionId", F.from_json(F.col("value").cast("string"), schema).alias("e"))
+        summary = parsed.groupBy("streamId").agg(F.count("*").alias("events"),
+                                                F.round(F.sum("e.amount"), 2).alias("revenue"),
+                                                F.approx_count_distinct("e.user").alias("users"))
+        query = (summary.writeStream.outputMode("complete").format("console").option("truncate", "false")
+                 .trigger(processingTime="3 seconds").start())
+        deadline = time.monotonic() + seconds if seconds else None
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(5)
+                progress = query.lastProgress or {}
+                print(f"[{datetime.now():%H:%M:%S}] last batch {progress.get('numInputRows', 0)} rows; "
+                      f"{_group_lag(cluster)}  (Ctrl-C to stop)", flush=True)
+        except KeyboardInterrupt:
+            print("\nStopping ...", flush=True)
+        finally:
+            stop.set()
+            total = sum(p["numInputRows"] for p in query.recentProgress)
+            query.stop()
+            spark.stop()
+            producer.join(timeout=15)
+    print(f"Demo finished: the stream read {total} events. Everything was shut down.")
+    return 0 if total > 0 else 1

@@ -1,0 +1,513 @@
+"""A real single-node TubeMQ cluster (ZooKeeper + master + broker) on 127.0.0.1, for tests and demos.
+
+Start-up follows the order the server forces on us: the broker exits after five failed registrations
+200 ms apart unless the master already has an *online* configuration record for its exact ip/ports, so
+the record is created and onlined through the master's web API before the broker JVM starts.
+
+Timing (see :class:`~tubespark_testbed.config.ClusterSettings` for the knobs): brokers heartbeat every
+1 s instead of 8 s, because the master only moves a broker's configuration through its
+``load_data -> wait_sub -> wait_pub -> idle`` steps on heartbeats. Consumer rebalance runs every 2 s.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tubespark.errors import AdminApiError
+from tubespark.tubemq.client.admin import BrokerAdmin, MasterAdmin
+from tubespark_testbed import artifacts
+from tubespark_testbed.config import ClusterFiles, ClusterPorts, ClusterSettings, render_cluster_files
+from tubespark_testbed.errors import ClusterError
+from tubespark_testbed.procs import JavaProcess, wait_until
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+KEEP_ENV = "TUBESPARK_KEEP_CLUSTER"
+JAVA_ENV = "TUBESPARK_JAVA"
+
+# Flags valid on JDK 17 and later. The shipped env.sh uses CMS / Java 8 GC-logging flags that
+# JDK 17 rejects ("Unrecognized VM option"), so none of them are reused.
+_COMMON_JVM_FLAGS = (
+    "-XX:+UseSerialGC",  # one small heap per JVM; no GC threads to spare on a CI box
+    "-XX:TieredStopAtLevel=1",  # C1 only: start-up speed matters more than peak throughput here
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Xss512k",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dfile.encoding=UTF-8",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+)
+_ZK_JVM_FLAGS = (
+    "-Xms32m",
+    "-Xmx256m",
+    "-Dzookeeper.admin.enableServer=false",
+    "-Dzookeeper.jmx.log4j.disable=true",
+)
+_MASTER_JVM_FLAGS = ("-Xms64m", "-Xmx512m", "-XX:MaxDirectMemorySize=256m")
+_BROKER_JVM_FLAGS = ("-Xms128m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g")
+
+MASTER_MAIN = "org.apache.inlong.tubemq.server.tools.MasterStartup"
+BROKER_MAIN = "org.apache.inlong.tubemq.server.tools.BrokerStartup"
+ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+# The broker's graceful stop closes every store, and each close fails on JDK 9+ (MsgMemStore calls
+# sun.nio.ch.DirectBuffer.cleaner() with a Java 8 signature -> NoSuchMethodError) after ~0.1 s, so a
+# broker with many stores takes seconds to exit. Its data dir is throw-away: do not wait for long.
+_STOP_GRACE_S = {"broker": 2.0, "master": 5.0, "zookeeper": 5.0}
+
+ZK_START_TIMEOUT_S = 30.0
+MASTER_START_TIMEOUT_S = 60.0
+BROKER_START_TIMEOUT_S = 60.0
+TOPIC_READY_TIMEOUT_S = 60.0
+
+# Strong references on purpose: a cluster dropped without stop() must still be stopped at exit.
+_live: set[LocalCluster] = set()
+_live_lock = threading.Lock()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop clusters the program forgot to stop, so no JVM outlives the interpreter."""
+    with _live_lock:
+        clusters = list(_live)
+    for c in clusters:
+        try:
+            c.stop()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+
+def find_java() -> str:
+    """``$TUBESPARK_JAVA``, else ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
+    explicit = os.environ.get(JAVA_ENV)
+    if explicit:
+        return explicit
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise ClusterError(f"no 'java' on PATH; install a JDK 17+ or set {JAVA_ENV}")
+    return found
+
+
+class LocalCluster:
+    """ZooKeeper + one TubeMQ master + one broker as child JVMs, on free ports of 127.0.0.1.
+
+    Use as a context manager, or call :meth:`start` / :meth:`stop`. The work dir (configs, logs, data)
+    is a fresh temp dir removed on stop unless ``keep`` (or ``TUBESPARK_KEEP_CLUSTER=1``).
+
+    ``topics``: names, ``"name:partitions:stores"`` strings or ``(name, partitions, stores)`` tuples
+    deployed before the broker starts. :meth:`start` then returns once they are publishable and
+    subscribable (~35-40 s warm), whereas each later :meth:`create_topics` round costs another
+    ~32-38 s. Without ``topics`` it returns as soon as the broker is registered and online (~8 s).
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: ClusterSettings | None = None,
+        work_dir: str | os.PathLike[str] | None = None,
+        keep: bool | None = None,
+        java: str | None = None,
+        topics: Iterable[str | tuple[str, int, int]] = (),
+    ) -> None:
+        self.settings = settings or ClusterSettings()
+        self.initial_topics = [parse_topic_spec(t) for t in topics]
+        self._requested_work_dir = Path(work_dir) if work_dir is not None else None
+        self.keep = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
+        self.java = java
+        self.ports: ClusterPorts | None = None
+        self.files: ClusterFiles | None = None
+        self.work_dir: Path | None = None
+        self._owns_work_dir = False
+        self._procs: list[JavaProcess] = []
+        self._master_admin: MasterAdmin | None = None
+        self._broker_admin: BrokerAdmin | None = None
+        self._started = False
+
+    # --- addresses ---------------------------------------------------------------------------------
+
+    def _need_ports(self) -> ClusterPorts:
+        if self.ports is None:
+            raise ClusterError("cluster not started")
+        return self.ports
+
+    @property
+    def master_address(self) -> str:
+        """``host:port`` of the master RPC port: what clients connect to."""
+        return f"{HOST}:{self._need_ports().master}"
+
+    @property
+    def master_web_url(self) -> str:
+        return f"http://{HOST}:{self._need_ports().master_web}"
+
+    @property
+    def broker_address(self) -> str:
+        return f"{HOST}:{self._need_ports().broker}"
+
+    @property
+    def broker_web_url(self) -> str:
+        return f"http://{HOST}:{self._need_ports().broker_web}"
+
+    @property
+    def broker_id(self) -> int:
+        return self.settings.broker_id
+
+    @property
+    def zk_address(self) -> str:
+        return f"{HOST}:{self._need_ports().zk}"
+
+    @property
+    def pids(self) -> list[int]:
+        """Pids of the JVMs still running (ZooKeeper, master, broker order)."""
+        return [p.pid for p in self._procs if p.alive() and p.pid is not None]
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> LocalCluster:
+        """Bring the cluster up and return once the broker is registered, online and idle."""
+        if self._started:
+            raise ClusterError("cluster already started")
+        self._started = True
+        with _live_lock:
+            _live.add(self)
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        lib = artifacts.ensure_artifacts()
+        java = self.java or find_java()
+        if self._requested_work_dir is not None:
+            self.work_dir = self._requested_work_dir.resolve()
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self.work_dir = Path(tempfile.mkdtemp(prefix="tubespark-cluster-"))
+            self._owns_work_dir = True
+        self.ports = ClusterPorts.pick()
+        self.files = render_cluster_files(self.work_dir, self.ports, self.settings)
+        self._master_admin = MasterAdmin(self.master_web_url, self.settings.auth_token)
+        self._broker_admin = BrokerAdmin(self.broker_web_url)
+        classpath = artifacts.classpath([self.files.zoo_cfg.parent])
+        del lib
+
+        t0 = time.monotonic()
+        zk = self._spawn(java, classpath, "zookeeper", _ZK_JVM_FLAGS, ZK_MAIN, [str(self.files.zoo_cfg)])
+        wait_until(
+            "ZooKeeper to serve requests",
+            lambda: _zk_ok(self.ports.zk),  # type: ignore[union-attr]
+            timeout_s=ZK_START_TIMEOUT_S,
+            watch=[zk],
+            on_timeout=zk.diagnostics,
+        )
+
+        log.info("ZooKeeper up on %s after %.1fs", self.zk_address, time.monotonic() - t0)
+        master = self._spawn(
+            java, classpath, "master", _MASTER_JVM_FLAGS, MASTER_MAIN, ["-f", str(self.files.master_ini)]
+        )
+        # A modify call is the real readiness test: the web port answers queries before the
+        # master has won its ZooKeeper election and may still refuse writes.
+        wait_until(
+            "the master web API to accept the broker record",
+            self._try_add_broker,
+            timeout_s=MASTER_START_TIMEOUT_S,
+            interval_s=0.5,
+            watch=[zk, master],
+            on_timeout=master.diagnostics,
+        )
+        self.master_admin("admin_online_broker_configure", brokerId=self.broker_id)
+        shapes: dict[tuple[int, int], list[str]] = {}
+        for name, partitions, stores in self.initial_topics:
+            shapes.setdefault((partitions, stores), []).append(name)
+        for (partitions, stores), names in shapes.items():
+            self._add_topics(names, partitions, stores)
+        log.info("master up on %s after %.1fs", self.master_address, time.monotonic() - t0)
+
+        broker = self._spawn(
+            java, classpath, "broker", _BROKER_JVM_FLAGS, BROKER_MAIN, ["-f", str(self.files.broker_ini)]
+        )
+        # Without initial topics, registered + online is all a client can observe; waiting out the
+        # registration's 30 s wait_sub would only delay start-up (a topic created meanwhile queues
+        # behind it either way).
+        initial_names = [t[0] for t in self.initial_topics]
+        wait_until(
+            "the broker to register" + (" and publish its topics" if initial_names else ""),
+            lambda: (
+                self._broker_serving() and self.topics_ready(initial_names)
+                if initial_names
+                else self.broker_run_status().get("runStatus") == "running"
+            ),
+            timeout_s=BROKER_START_TIMEOUT_S,
+            interval_s=0.25,
+            watch=[zk, master, broker],
+            on_timeout=lambda: f"{self._run_status_text()}\n{broker.diagnostics()}",
+        )
+        log.info("broker up on %s after %.1fs", self.broker_address, time.monotonic() - t0)
+
+    def _spawn(
+        self, java: str, classpath: str, name: str, flags: tuple[str, ...], main: str, args: list[str]
+    ) -> JavaProcess:
+        assert self.files is not None and self.work_dir is not None
+        argv = [
+            java,
+            *_COMMON_JVM_FLAGS,
+            *flags,
+            f"-Dtubemq.home={self.work_dir}",
+            f"-Dtubemq.log.path={self.files.log_dir}",
+            f"-Dtubemq.log.prefix={name}",
+            f"-Dlog4j.configurationFile={self.files.log4j2_xml}",
+            "-cp",
+            classpath,
+            main,
+            *args,
+        ]
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("CLASSPATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
+        }
+        proc = JavaProcess(name, argv, log_dir=self.files.log_dir, cwd=self.work_dir, env=env)
+        self._procs.append(proc)
+        proc.start()
+        return proc
+
+    def _try_add_broker(self) -> bool:
+        ports = self._need_ports()
+        try:
+            self.master_admin(
+                "admin_add_broker_configure",
+                brokerId=self.broker_id,
+                brokerIp=HOST,
+                brokerPort=ports.broker,
+                brokerTLSPort=ports.broker_tls,
+                brokerWebPort=ports.broker_web,
+                _timeout=2.0,
+                **({"deletePolicy": self.settings.default_delete_policy}
+                   if self.settings.default_delete_policy else {}),
+            )
+        except ClusterError:
+            return False
+        return True
+
+    def broker_run_status(self) -> dict[str, Any]:
+        """This broker's entry of ``admin_query_broker_run_status`` (empty dict if absent)."""
+        data = self.master_admin("admin_query_broker_run_status", brokerId=self.broker_id).get("data") or []
+        return data[0] if data else {}
+
+    def _run_status_text(self) -> str:
+        try:
+            return f"broker run status: {self.broker_run_status()}"
+        except ClusterError as exc:
+            return f"broker run status unavailable: {exc}"
+
+    def _broker_serving(self) -> bool:
+        """Registered, online, and past ``wait_sub``: its topics are in both the publish and subscribe view.
+
+        ``stepOp`` 5 is ``wait_pub``, entered right after the publish view was filled; waiting for
+        ``idle`` as well would add ~6 s for nothing a client can observe.
+        """
+        st = self.broker_run_status()
+        if st.get("runStatus") != "running":
+            return False
+        if st.get("subStatus") == "idle":
+            return str(st.get("isConfLoaded")) == "true"
+        return st.get("stepOp") == 5
+
+    def stop(self) -> None:
+        """Stop every JVM (broker, master, ZooKeeper), then remove the work dir unless kept. Idempotent."""
+        errors: list[str] = []
+        for proc in reversed(self._procs):
+            try:
+                proc.stop(grace_s=_STOP_GRACE_S.get(proc.name, 5.0))
+            except ClusterError as exc:
+                errors.append(str(exc))
+        self._procs.clear()
+        with _live_lock:
+            _live.discard(self)
+        if self.work_dir is not None and self._owns_work_dir and not self.keep:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        if errors:
+            raise ClusterError("; ".join(errors))
+
+    # --- admin -------------------------------------------------------------------------------------
+
+    def master_admin(self, method: str, **params: Any) -> dict[str, Any]:
+        """Call the master web API; adds token/operator to modify calls; raises ClusterError on failure."""
+        if self._master_admin is None:
+            raise ClusterError("cluster not started")
+        try:
+            return self._master_admin(method, **params)
+        except AdminApiError as exc:
+            raise ClusterError(str(exc)) from exc
+
+    def broker_admin(self, method: str, **params: Any) -> dict[str, Any]:
+        """Call the broker web API (offsets, store info, snapshots); raises ClusterError on failure."""
+        if self._broker_admin is None:
+            raise ClusterError("cluster not started")
+        try:
+            return self._broker_admin(method, **params)
+        except AdminApiError as exc:
+            raise ClusterError(str(exc)) from exc
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        stores: int = 4,
+        *,
+        timeout_s: float = TOPIC_READY_TIMEOUT_S,
+        **params: Any,
+    ) -> None:
+        """Deploy ``name`` on the broker and block until producers and consumers can use it.
+
+        The topic gets ``stores * partitions`` partitions (``stores`` > 1 with ``partitions=1`` is the
+        dense-offset layout). Extra ``params`` go to ``admin_add_topic_deploy_info`` (e.g.
+        ``deletePolicy="delete,1h"``). Takes about 30 s: see :meth:`create_topics`.
+        """
+        self.create_topics([name], partitions, stores, timeout_s=timeout_s, **params)
+
+    def create_topics(
+        self,
+        names: list[str],
+        partitions: int = 1,
+        stores: int = 4,
+        *,
+        timeout_s: float = TOPIC_READY_TIMEOUT_S,
+        **params: Any,
+    ) -> None:
+        """Deploy several same-shaped topics in one call and wait once for all of them.
+
+        Why batch: the master publishes a *new* topic to producers only after holding the broker in its
+        ``wait_sub`` step for a hard-coded 30 s (``StepStatus.STEP_STATUS_WAIT_SUBSCRIBE``), so every
+        round of creation costs ~31-33 s however many topics it carries. Topics passed to the
+        constructor (``topics=``) are deployed before the broker starts and ride along with the
+        broker's own start-up wait instead.
+        """
+        if not names:
+            return
+        self._add_topics(names, partitions, stores, **params)
+        self.wait_topics_ready(names, timeout_s=timeout_s)
+
+    def _add_topics(self, names: list[str], partitions: int, stores: int, **params: Any) -> None:
+        for name in names:
+            check_topic_name(name)
+        answer = self.master_admin(
+            "admin_add_topic_deploy_info",
+            topicName=",".join(names),
+            brokerId=self.broker_id,
+            numPartitions=partitions,
+            numTopicStores=stores,
+            **params,
+        )
+        # result=true covers the request; each topic/broker pair has its own success flag.
+        failed = [item for item in answer.get("data") or [] if not item.get("success", True)]
+        if failed:
+            raise ClusterError(f"admin_add_topic_deploy_info failed for {failed}")
+
+    def topics_ready(self, names: list[str]) -> bool:
+        """True when every topic is in the master's publish view of this broker, accepting both ways.
+
+        The ``runInfo`` block of ``admin_query_topic_deploy_info`` is read from that publish view,
+        which the master fills at the end of ``wait_sub``; the subscribe view was filled at its start,
+        so this one check covers producers and consumers.
+        """
+        data = self.master_admin("admin_query_topic_deploy_info", topicName=",".join(names)).get("data") or []
+        ready = set()
+        for topic in data:
+            deploys = [d for d in topic.get("deployInfo") or [] if d.get("brokerId") == self.broker_id]
+            run = [d.get("runInfo") or {} for d in deploys]
+            if run and all(r.get("acceptPublish") is True and r.get("acceptSubscribe") is True for r in run):
+                ready.add(topic.get("topicName"))
+        return ready.issuperset(names)
+
+    def wait_topics_ready(self, names: list[str], *, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> None:
+        """Block until :meth:`topics_ready` (typically 31-33 s after creation)."""
+        wait_until(
+            f"topics {names} to become publishable and subscribable",
+            lambda: self.topics_ready(names),
+            timeout_s=timeout_s,
+            interval_s=0.25,
+            watch=list(self._procs),
+            on_timeout=self._run_status_text,
+        )
+
+    def set_max_message_size_mb(self, size_mb: int) -> None:
+        """Cluster-wide default max message size (1-20 MB), which topics without their own limit use."""
+        if not 1 <= size_mb <= 20:
+            raise ClusterError(f"max message size must be 1-20 MB, got {size_mb}")
+        self.master_admin("admin_update_cluster_default_setting", maxMsgSizeInMB=size_mb)
+
+
+def parse_topic_spec(spec: str | tuple[str, int, int]) -> tuple[str, int, int]:
+    """``"name[:partitions[:stores]]"`` or a tuple -> ``(name, partitions, stores)``; defaults 1 and 4."""
+    if isinstance(spec, tuple):
+        name, partitions, stores = spec
+    else:
+        parts = spec.split(":")
+        if not 1 <= len(parts) <= 3 or not parts[0]:
+            raise ClusterError(f"bad topic spec {spec!r}; expected NAME[:PARTITIONS[:STORES]]")
+        try:
+            nums = [int(x) for x in parts[1:]]
+        except ValueError as exc:
+            raise ClusterError(f"bad topic spec {spec!r}; partitions and stores must be integers") from exc
+        name, partitions, stores = parts[0], *(nums + [1, 4][len(nums) :])
+    if partitions < 1 or stores < 1:
+        raise ClusterError(f"bad topic spec {spec!r}; partitions and stores must be >= 1")
+    check_topic_name(str(name))
+    return str(name), int(partitions), int(stores)
+
+
+# The master's rule (RegexDef.TMP_STRING, 64 chars max): no hyphens, and at least two characters.
+_TOPIC_NAME = re.compile(r"[a-zA-Z]\w{1,63}")
+
+
+def check_topic_name(name: str) -> None:
+    """Fail before any JVM starts on a name the master would reject anyway."""
+    if not _TOPIC_NAME.fullmatch(name):
+        raise ClusterError(
+            f"illegal topic name {name!r}: 2-64 chars, a letter first, then letters, digits, underscores"
+        )
+
+
+def _zk_ok(port: int) -> bool:
+    """True once ZooKeeper serves requests. ``ruok`` is not enough: it answers ``imok`` as soon as the
+    port is open, even when loading the database failed and every session gets closed."""
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0) as s:
+            s.sendall(b"srvr")
+            s.settimeout(1.0)
+            answer = b""
+            while chunk := s.recv(4096):
+                answer += chunk
+    except OSError:
+        return False
+    return b"Mode:" in answer

@@ -1,0 +1,153 @@
+"""Child JVM processes that die with us.
+
+Each JVM runs in its own session/process group so a signal reaches the whole tree, and, on Linux,
+with ``PR_SET_DEATHSIG`` so the kernel kills it if the Python process dies without running any cleanup
+(SIGKILL, OOM killer). ``atexit`` covers the ordinary exits; the deathsig covers the rest.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tubespark_testbed.errors import ClusterError
+
+_PR_SET_DEATHSIG = 1
+
+
+def _deathsig_preexec() -> Callable[[], None] | None:
+    """A ``preexec_fn`` arming PR_SET_DEATHSIG, or None where it cannot be used.
+
+    The kernel sends the signal when the *thread* that forked exits, not the process. Forking from a
+    short-lived worker thread would therefore kill the JVM when that thread ends, so we only arm it
+    when starting from the main thread and rely on atexit otherwise.
+    """
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    prctl = libc.prctl
+
+    def arm() -> None:
+        prctl(_PR_SET_DEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return arm
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """Last ``lines`` lines of a log file, or a note that it is missing; for error messages."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class JavaProcess:
+    """One JVM of the cluster: started with stdout/stderr in ``<log_dir>/<name>.out``."""
+
+    def __init__(self, name: str, argv: list[str], *, log_dir: Path, cwd: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.out_path = log_dir / f"{name}.out"
+        self.log_path = log_dir / f"{name}.log"
+        self.cwd = cwd
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.out_path.open("ab") as out:
+            try:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.cwd,
+                    env=self.env,
+                    start_new_session=True,
+                    preexec_fn=_deathsig_preexec(),
+                )
+            except OSError as exc:
+                raise ClusterError(f"cannot start {self.name}: {exc} ({self.argv[0]})") from exc
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def diagnostics(self, lines: int = 40) -> str:
+        """Tails of the process's stdout and log4j file, whichever say something."""
+        parts = [f"--- {self.out_path.name} ---\n{tail(self.out_path, lines)}"]
+        if self.log_path.exists():
+            parts.append(f"--- {self.log_path.name} ---\n{tail(self.log_path, lines)}")
+        return "\n".join(parts)
+
+    def check_alive(self) -> None:
+        """Raise :class:`ClusterError` with the log tail if the JVM has exited."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ClusterError(f"{self.name} exited with code {self.proc.returncode}\n{self.diagnostics()}")
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+        proc = self.proc
+        if proc is None:
+            return
+        # Signal the group only while the leader is unreaped: afterwards its pid (= pgid) may be reused.
+        # A JVM forks no children, so nothing of ours is left in the group once the leader is gone.
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(proc.pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=10.0)
+            except subprocess.TimeoutExpired as exc:
+                raise ClusterError(f"{self.name} (pid {proc.pid}) did not die after SIGKILL") from exc
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_until(
+    what: str,
+    probe: Callable[[], bool],
+    *,
+    timeout_s: float,
+    interval_s: float = 0.25,
+    watch: list[JavaProcess] | None = None,
+    on_timeout: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``probe`` until it returns true; fail fast if a watched JVM dies; raise on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for p in watch or []:
+            p.check_alive()
+        if probe():
+            return
+        if time.monotonic() >= deadline:
+            detail = on_timeout() if on_timeout else ""
+            raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{detail}".rstrip())
+        time.sleep(interval_s)

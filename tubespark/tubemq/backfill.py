@@ -1,0 +1,172 @@
+"""Backfills between TubeMQ and files, for ``spark-submit`` or ``python -m tubespark.tubemq.backfill``.
+
+    export   read a topic's offset range and write it as parquet (or json/csv)
+    publish  read parquet (or json/csv) and publish every row to a topic
+
+Both print progress (tasks done, rows, MB, rate) while Spark works, and exit 0 only when everything
+arrived: for ``export`` the files hold exactly the messages of the planned ranges; for ``publish``
+the brokers acknowledged every input row. Exit 1 means "ran, but something is missing", 2 a usage or
+connection error.
+
+    spark-submit --master local[4] scripts/backfill.py export --master 10.0.0.1:8715 --topic events \\
+        --starting earliest --ending latest --output /data/events_backfill
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from tubespark.errors import TubeSparkError
+from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
+
+
+class Progress:
+    """Prints Spark's task progress every few seconds from a background thread."""
+
+    def __init__(self, spark, label: str, interval_s: float = 2.0, out=sys.stderr) -> None:  # noqa: ANN001
+        self.spark, self.label, self.interval_s, self.out = spark, label, interval_s, out
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        tracker = self.spark.sparkContext.statusTracker()
+        while not self._stop.wait(self.interval_s):
+            done = total = 0
+            for stage_id in tracker.getActiveStageIds():
+                info = tracker.getStageInfo(stage_id)
+                if info:
+                    done += info.numCompletedTasks
+                    total += info.numTasks
+            if total:
+                print(f"  {self.label}: {done}/{total} tasks, {time.monotonic() - self.started:.0f}s", file=self.out,
+                      flush=True)
+
+    def summary(self, rows: int, size: int) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        return (f"{self.label}: {rows} rows, {size / 1e6:.1f} MB in {elapsed:.1f}s "
+                f"({rows / elapsed:,.0f} rows/s, {size / 1e6 / elapsed:.1f} MB/s)")
+
+
+def _options(args: argparse.Namespace) -> dict[str, str]:
+    options = {"master": args.master, "topic": args.topic}
+    for flag, key in (("stream_ids", "streamIds"), ("max_records_per_partition", "maxRecordsPerPartition"),
+                      ("fail_on_data_loss", "failOnDataLoss"), ("dedup_attribute", "dedupAttribute")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            options[key] = str(value)
+    return options
+
+
+def export(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from pyspark.sql import functions as F
+
+    from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+    from tubespark.tubemq.spark.options import parse_options
+
+    options = _options(args)
+    options.update(startingOffsets=args.starting, endingOffsets=args.ending)
+    # Fix the ranges once, so the export and its check read exactly the same messages.
+    tasks = TubeBatchReader(parse_options(options, mode="read")).plan()
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for task in tasks:
+        key = task.ref.key
+        starts[key] = min(starts.get(key, task.start), task.start)
+        ends[key] = max(ends.get(key, task.end), task.end)
+    if not tasks:
+        print(f"export: nothing to read in {args.topic} for the given range", file=sys.stderr)
+        return 0
+    options.update(startingOffsets=json.dumps(starts), endingOffsets=json.dumps(ends))
+    frame = spark.read.format("tubemq").options(**options).load()
+    with Progress(spark, "export") as progress:
+        frame.write.mode(args.mode).format(args.format).save(args.output)
+        written = spark.read.format(args.format).load(args.output)
+        rows, size = written.select(F.count("*"), F.coalesce(F.sum(F.length("value")), F.lit(0))).first()
+        print(progress.summary(rows, size), file=sys.stderr)
+    dense = len({(t.ref.broker_id, t.ref.store_id) for t in tasks}) == len(starts) and "streamIds" not in options
+    expected = (sum(ends[k] - starts[k] for k in starts) // INDEX_RECORD_SIZE if dense
+                else frame.count())
+    if rows != expected:
+        print(f"export: INCOMPLETE, {rows} rows written, {expected} messages in the range", file=sys.stderr)
+        return 1
+    print(f"export: complete, {rows} messages of {args.topic} in {args.output}", file=sys.stderr)
+    return 0
+
+
+def publish(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format(args.format).load(args.input)
+    if args.value_column != "value":
+        frame = frame.withColumnRenamed(args.value_column, "value")
+    keep = [c for c in frame.columns if c in ("value", "streamId", "msgTime", "attributes", "partitionKey")]
+    frame = frame.select(*keep)
+    rows, size = frame.select(F.count("*"), F.coalesce(F.sum(F.length("value")), F.lit(0))).first()
+    with Progress(spark, "publish") as progress:
+        frame.write.format("tubemq").options(**_options(args)).mode("append").save()
+        print(progress.summary(rows, size), file=sys.stderr)
+    print(f"publish: complete, the brokers acknowledged all {rows} rows to {args.topic}", file=sys.stderr)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="tubespark backfill", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="action", required=True)
+    for name, helptext in (("export", "topic range -> files"), ("publish", "files -> topic")):
+        cmd = sub.add_parser(name, help=helptext)
+        cmd.add_argument("--master", required=True, help="TubeMQ master host:port[,host:port]")
+        cmd.add_argument("--topic", required=True)
+        cmd.add_argument("--format", default="parquet", choices=("parquet", "json", "csv", "orc"))
+        if name == "export":
+            cmd.add_argument("--output", required=True)
+            cmd.add_argument("--starting", default="earliest", help="earliest | JSON offsets")
+            cmd.add_argument("--ending", default="latest", help="latest | JSON offsets")
+            cmd.add_argument("--stream-ids", help="only these streamIds (comma separated)")
+            cmd.add_argument("--max-records-per-partition", type=int)
+            cmd.add_argument("--fail-on-data-loss", choices=("true", "false"))
+            cmd.add_argument("--mode", default="errorifexists", choices=("errorifexists", "overwrite"))
+        else:
+            cmd.add_argument("--input", required=True)
+            cmd.add_argument("--value-column", default="value")
+            cmd.add_argument("--dedup-attribute", help="stamp rows with a stable id in this attribute")
+    return top
+
+
+def main(argv: list[str] | None = None, *, session_factory: Callable | None = None) -> int:
+    args = parser().parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    import tubespark
+
+    spark = (session_factory or (lambda: SparkSession.builder.appName(f"tubespark-backfill-{args.action}")
+                                 .getOrCreate()))()
+    tubespark.register(spark)
+    try:
+        return export(spark, args) if args.action == "export" else publish(spark, args)
+    except TubeSparkError as exc:
+        print(f"{args.action}: FAILED: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a failed Spark job: say so briefly, exit non-zero
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        print(f"{args.action}: FAILED, not everything arrived: {first}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""Membership of a server-balanced TubeMQ consumer group.
+
+The master decides which member consumes which partition and tells each member through rebalance
+events carried in heartbeat replies. A :class:`GroupSession` registers with the master, heartbeats
+in a background thread, carries out events (DISCONNECT: release partitions on their brokers;
+CONNECT: register them there) and acknowledges each event in the next heartbeat, reporting what it
+now holds. It also heartbeats the brokers so they keep our registrations, and re-registers wherever
+a server forgot us (411). Holding a partition on its broker is what makes the group's ownership
+real: other members of the group are refused (410) until we release it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from tubespark.errors import (
+    AuthError,
+    GroupConflictError,
+    NotRegisteredError,
+    PartitionOccupiedError,
+    TubeSparkError,
+    UnknownTopicError,
+)
+from tubespark.tubemq.client.broker import BrokerClient, Position
+from tubespark.tubemq.client.common import ClientSettings, check, local_ip, new_client_id
+from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
+from tubespark.tubemq.wire.formats import PartitionRef, parse_subscribe_info, subscribe_info
+from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+
+log = logging.getLogger(__name__)
+
+AssignmentListener = Callable[[list[PartitionRef], list[PartitionRef]], None]
+"""Called as ``listener(added, removed)`` from the heartbeat thread after each applied event."""
+
+_CONNECT_EVENTS = (EventType.CONNECT, EventType.ONLY_CONNECT)
+_DISCONNECT_EVENTS = (EventType.DISCONNECT, EventType.ONLY_DISCONNECT)
+
+
+@dataclass(frozen=True)
+class HeldPartition:
+    """A partition this member holds, with the broker's answer when we registered it."""
+
+    ref: PartitionRef
+    stored_offset: int
+    max_offset: int
+
+
+class GroupSession:
+    """One member of a consumer group. Thread-safe; heartbeats run in a daemon thread.
+
+    Args:
+        masters: master addresses.
+        group: the consumer group name (``^[a-zA-Z][\\w-]+$``).
+        topics: topics to consume.
+        filters: optional ``{topic: [streamId, ...]}`` for server-side msgType filtering.
+        read_status: where a group with no stored offset starts on a partition (earliest by default).
+        listener: told about partitions gained and lost.
+        release_consumed: when a partition is released, confirm the batch fetched last under this
+            group (a pull consumer that handed it to its caller) instead of discarding it.
+    """
+
+    def __init__(self, masters: str | list[str], group: str, topics: Iterable[str], *,
+                 settings: ClientSettings | None = None, filters: dict[str, list[str]] | None = None,
+                 read_status: ReadStatus = ReadStatus.FROM_STORED_OR_MIN, client_id: str | None = None,
+                 listener: AssignmentListener | None = None, release_consumed: bool = False) -> None:
+        self.settings = settings or ClientSettings()
+        self.group = group
+        self.topics = sorted(set(topics))
+        self.filters = {t: sorted(set(f)) for t, f in (filters or {}).items() if f}
+        self.read_status = read_status
+        self.client_id = client_id or new_client_id(group)
+        self.listener = listener
+        self.release_consumed = release_consumed
+        self.brokers = BrokerClient(self.client_id, self.settings)
+        self._master = self.settings.master_channel(masters)
+        self._host = local_ip()
+        self._held: dict[str, HeldPartition] = {}
+        self._ack: mpb.EventProto | None = None
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.heartbeat_errors = 0
+
+    # --- public ----------------------------------------------------------------------------------
+
+    def start(self, *, register_retries: int = 5) -> GroupSession:
+        """Register with the master (retrying like the Java client) and start heart-beating."""
+        for attempt in range(register_retries):
+            try:
+                self._register()
+                break
+            except (AuthError, GroupConflictError, UnknownTopicError):
+                raise
+            except TubeSparkError as exc:
+                if attempt == register_retries - 1:
+                    raise
+                log.info("group %s register failed (%s), retrying", self.group, exc)
+                time.sleep(1.0)
+        self._thread = threading.Thread(target=self._loop, daemon=True, name=f"tubespark-group-{self.group}")
+        self._thread.start()
+        return self
+
+    def held(self) -> dict[str, HeldPartition]:
+        """The partitions held right now, by partition key."""
+        with self._lock:
+            return dict(self._held)
+
+    def wait_for_partitions(self, count: int = 1, timeout_s: float = 60.0) -> dict[str, HeldPartition]:
+        """Block until at least ``count`` partitions are held (or the timeout passes); return them."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while len(self._held) < count and not self._stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return dict(self._held)
+
+    def wait_for_change(self, timeout_s: float) -> None:
+        with self._changed:
+            self._changed.wait(timeout_s)
+
+    def commit(self, ref: PartitionRef, offset: int) -> Position:
+        """Store ``offset`` as the group's position on ``ref`` (re-registering with currOffset).
+
+        This is how TubeMQ lets a client set an arbitrary position; the broker clamps it to [min, max].
+        The partition stays held.
+        """
+        with self._lock:
+            if ref.key not in self._held:
+                raise NotRegisteredError(411, f"partition {ref.key} is not held by this member",
+                                         context=f"commit for group {self.group}")
+            position = self.brokers.register(ref, self.group, offset=offset, filters=self.filters.get(ref.topic, ()))
+            self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
+            return position
+
+    def refresh(self, ref: PartitionRef) -> HeldPartition | None:
+        """Ask the broker again for ``ref``'s stored and max offsets; ``None`` if it is no longer held.
+
+        Re-registering without an offset changes nothing on the broker but the registration's timer.
+        """
+        with self._lock:
+            if ref.key not in self._held:
+                return None
+            position = self.brokers.register(ref, self.group, filters=self.filters.get(ref.topic, ()))
+            held = HeldPartition(ref, position.offset, position.max_offset)
+            self._held[ref.key] = held
+            return held
+
+    def close(self) -> None:
+        """Release every partition and leave the group, so the master re-assigns them at once."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.settings.call_timeout_s * 2)
+        with self._lock:
+            held, self._held = list(self._held.values()), {}
+            self._changed.notify_all()
+        for item in held:
+            try:
+                self.brokers.unregister(item.ref, self.group, consumed=self.release_consumed)
+            except TubeSparkError as exc:
+                log.debug("unregister %s on close failed: %s", item.ref.key, exc)
+        try:
+            request = mpb.CloseRequestC2M(clientId=self.client_id, groupName=self.group)
+            self._add_auth(request)
+            self._master.call(Method.CONSUMER_CLOSE, request, mpb.CloseResponseM2C)
+        except TubeSparkError as exc:
+            log.debug("consumer close on master failed: %s", exc)
+        self._master.close()
+        self.brokers.close()
+
+    def __enter__(self) -> GroupSession:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- master protocol -----------------------------------------------------------------------
+
+    def _subscribe_infos(self) -> list[str]:
+        return [subscribe_info(self.client_id, self.group, h.ref) for h in self._held.values()]
+
+    def _add_auth(self, request: object) -> None:
+        if self.settings.credentials is not None:
+            request.authInfo.CopyFrom(self.settings.credentials.master_cert())
+
+    def _register(self) -> None:
+        with self._lock:
+            request = mpb.RegisterRequestC2M(
+                clientId=self.client_id, groupName=self.group, hostName=self._host, topicList=self.topics,
+                subscribeInfo=self._subscribe_infos(),
+                topicCondition=[f"{t}#{','.join(f)}" for t, f in self.filters.items()],
+                sessionTime=int(time.time() * 1000), jdkVersion="python")
+        self._add_auth(request)
+        response = check(self._master.call(Method.CONSUMER_REGISTER, request, mpb.RegisterResponseM2C),
+                         f"register consumer {self.client_id} in group {self.group}")
+        if response.HasField("authorizedInfo"):
+            self.brokers.visit_token = response.authorizedInfo.visitAuthorizedToken
+
+    def _heartbeat(self) -> mpb.EventProto | None:
+        with self._lock:
+            ack, self._ack = self._ack, None
+            request = mpb.HeartRequestC2M(clientId=self.client_id, groupName=self.group,
+                                          reportSubscribeInfo=ack is not None)
+            if ack is not None:
+                request.event.CopyFrom(ack)
+                request.subscribeInfo.extend(self._subscribe_infos())
+        self._add_auth(request)
+        try:
+            response = check(self._master.call(Method.CONSUMER_HEARTBEAT, request, mpb.HeartResponseM2C),
+                             f"heartbeat of {self.client_id} in group {self.group}")
+        except NotRegisteredError:
+            log.info("master forgot consumer %s; registering again", self.client_id)
+            self._register()
+            return None
+        except TubeSparkError:
+            with self._lock:  # the ack was not delivered: send it again next time
+                self._ack = self._ack or ack
+            raise
+        if response.HasField("authorizedInfo"):
+            self.brokers.visit_token = response.authorizedInfo.visitAuthorizedToken
+        if response.HasField("event") and response.event.rebalanceId > 0:
+            return response.event
+        return None
+
+    def _apply(self, event: mpb.EventProto) -> None:
+        parts = []
+        for text in event.subscribeInfo:
+            try:
+                parts.append(parse_subscribe_info(text)[2])
+            except TubeSparkError as exc:
+                log.warning("ignoring malformed subscribe info %r in event %d: %s", text, event.rebalanceId, exc)
+        added: list[PartitionRef] = []
+        removed: list[PartitionRef] = []
+        if event.opType in _DISCONNECT_EVENTS:
+            for ref in parts:
+                with self._lock:
+                    held = self._held.pop(ref.key, None)
+                if held is not None:
+                    removed.append(ref)
+                    try:
+                        self.brokers.unregister(ref, self.group, consumed=self.release_consumed)
+                    except TubeSparkError as exc:
+                        log.info("unregister %s failed: %s", ref.key, exc)
+        elif event.opType in _CONNECT_EVENTS:
+            for ref in parts:
+                if self._hold(ref):
+                    added.append(ref)
+        log.info("group %s member %s event %d op %d: +%d -%d partitions", self.group, self.client_id,
+                 event.rebalanceId, event.opType, len(added), len(removed))
+        with self._lock:
+            self._ack = mpb.EventProto(rebalanceId=event.rebalanceId, opType=event.opType,
+                                       status=EventStatus.DONE, subscribeInfo=list(event.subscribeInfo))
+            self._changed.notify_all()
+        if self.listener is not None and (added or removed):
+            self.listener(added, removed)
+
+    def _hold(self, ref: PartitionRef, attempts: int = 3) -> bool:
+        for attempt in range(attempts):
+            try:
+                position = self.brokers.register(ref, self.group, read_status=self.read_status,
+                                                 filters=self.filters.get(ref.topic, ()))
+            except PartitionOccupiedError as exc:
+                log.info("partition %s still held elsewhere (%s); attempt %d", ref.key, exc, attempt + 1)
+                time.sleep(0.5)
+                continue
+            except TubeSparkError as exc:
+                log.warning("cannot register %s for group %s: %s", ref.key, self.group, exc)
+                return False
+            with self._lock:
+                self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
+            return True
+        return False
+
+    def _heartbeat_brokers(self) -> None:
+        by_broker: dict[str, list[PartitionRef]] = {}
+        for held in self.held().values():
+            by_broker.setdefault(held.ref.broker.address, []).append(held.ref)
+        for refs in by_broker.values():
+            try:
+                failed = self.brokers.heartbeat(refs, self.group)
+            except TubeSparkError as exc:
+                log.info("broker heartbeat to %s failed: %s", refs[0].broker.address, exc)
+                continue
+            for ref in refs:
+                code = failed.get(ref.key)
+                if code == 411:  # the broker dropped our registration (timeout, restart): take it back
+                    self._hold(ref, attempts=1)
+                elif code is not None:
+                    log.warning("broker reports %s lost (%d); dropping it", ref.key, code)
+                    with self._lock:
+                        self._held.pop(ref.key, None)
+                        self._changed.notify_all()
+                    if self.listener is not None:
+                        self.listener([], [ref])
+
+    def _loop(self) -> None:
+        next_broker_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                event = self._heartbeat()
+                self.heartbeat_errors = 0
+                if event is not None:
+                    self._apply(event)
+                    continue  # acknowledge at once, so the master can hand out the next event
+            except TubeSparkError as exc:
+                self.heartbeat_errors += 1
+                log.warning("group %s heartbeat failed (%d in a row): %s", self.group, self.heartbeat_errors, exc)
+            now = time.monotonic()
+            if now >= next_broker_beat:
+                self._heartbeat_brokers()
+                next_broker_beat = now + self.settings.heartbeat_interval_s
+            self._wake.wait(self.settings.heartbeat_interval_s)
+            self._wake.clear()

@@ -1,0 +1,326 @@
+"""A TubeMQ producer: master registration and heartbeats, partition layout, pipelined SendMessage.
+
+The master only tells a producer where partitions are through *heartbeat* replies (``topicInfos``),
+so :meth:`Producer.publish` heartbeats right away and waits until every topic has partitions. Sends
+are pipelined: up to ``max_in_flight`` requests per broker connection are outstanding at once, each
+matched to its reply by serial number. :meth:`Producer.flush` waits for every reply and re-sends
+what failed with a retriable error, so nothing is dropped silently: after the retries the error is
+raised.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from tubespark.errors import (
+    BrokerConnectionError,
+    MessageFormatError,
+    MessageTooLargeError,
+    TubeSparkError,
+    UnknownTopicError,
+)
+from tubespark.tubemq.client.common import ClientSettings, check, ipv4_as_int32, local_ip, new_client_id
+from tubespark.tubemq.net.connection import wait
+from tubespark.tubemq.wire.constants import Method, ServiceType
+from tubespark.tubemq.wire.formats import BrokerInfo, PartitionRef, TopicLayout
+from tubespark.tubemq.wire.message import OutgoingMessage, checksum
+from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
+from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MSG_SIZE = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SendResult:
+    partition: PartitionRef
+    message_id: int
+    append_offset: int
+    append_time_ms: int
+
+
+@dataclass
+class _InFlight:
+    topic: str
+    message: OutgoingMessage
+    partition: PartitionRef
+    future: Future
+    attempts: int = 1
+
+
+class Producer:
+    """Publish messages to TubeMQ topics. Use as a context manager, or call start() and close().
+
+    Args:
+        masters: ``host:port`` list (comma string or list) of the TubeMQ masters.
+        settings: timeouts and credentials.
+        max_in_flight: requests outstanding per broker connection before ``send_async`` blocks.
+        max_retries: re-sends of a message after a retriable error (busy broker, lost connection).
+    """
+
+    def __init__(self, masters: str | list[str], settings: ClientSettings | None = None, *,
+                 max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None) -> None:
+        self.settings = settings or ClientSettings()
+        self.client_id = client_id or new_client_id("producer")
+        self.max_in_flight = max_in_flight
+        self.max_retries = max_retries
+        self._master = self.settings.master_channel(masters)
+        self._host = local_ip()
+        self._sent_addr = ipv4_as_int32(self._host)
+        self._topics: set[str] = set()
+        self._layouts: dict[str, TopicLayout] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._broker_checksum = -1
+        self._visit_token = 0
+        self._cluster_max_msg_size = DEFAULT_MAX_MSG_SIZE
+        self._round_robin: dict[str, itertools.count] = {}
+        self._pool = self.settings.connection_pool()
+        self._slots: dict[str, threading.BoundedSemaphore] = {}
+        self._in_flight: list[_InFlight] = []
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+
+    # --- master session -------------------------------------------------------------------------
+
+    def start(self) -> Producer:
+        self._register()
+        self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
+                                                  name=f"tubespark-producer-hb-{self.client_id}")
+        self._heartbeat_thread.start()
+        return self
+
+    def publish(self, topics: Iterable[str], *, timeout_s: float = 60.0) -> None:
+        """Declare topics to publish and wait until the master reports partitions for each of them.
+
+        Raises UnknownTopicError naming the topics that still have no publishable partition.
+        """
+        requested = set(topics)
+        with self._lock:
+            self._topics.update(requested)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._heartbeat()
+            # only the topics asked for now: one unknown topic must not fail every later publish()
+            missing = sorted(t for t in requested if not self._layouts.get(t, None) or
+                             not self._layouts[t].partitions)
+            if not missing:
+                return
+            if time.monotonic() >= deadline:
+                with self._lock:  # stop asking the master about topics that never had partitions
+                    self._topics.difference_update(t for t in missing if t not in self._layouts)
+                raise UnknownTopicError(403, f"no publishable partitions for topic(s) {', '.join(missing)} "
+                                             f"after {timeout_s:.0f}s (does the topic exist and accept publish?)")
+            time.sleep(0.5)
+
+    def partitions(self, topic: str) -> tuple[PartitionRef, ...]:
+        layout = self._layouts.get(topic)
+        if layout is None:
+            raise UnknownTopicError(403, f"topic {topic!r} was not published by this producer; call publish()")
+        return layout.partitions
+
+    def max_message_size(self, topic: str) -> int:
+        layout = self._layouts.get(topic)
+        return (layout.max_msg_size if layout and layout.max_msg_size else self._cluster_max_msg_size)
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            topics = sorted(self._topics)
+            request = mpb.HeartRequestP2M(clientId=self.client_id, brokerCheckSum=self._broker_checksum,
+                                          hostName=self._host, topicList=topics,
+                                          appdConfig=mpb.ApprovedClientConfig(configId=-2))
+        self._add_auth(request)
+        try:
+            response = check(self._master.call(Method.PRODUCER_HEARTBEAT, request, mpb.HeartResponseM2P),
+                             "producer heartbeat")
+        except TubeSparkError as exc:
+            if getattr(exc, "code", 0) == 411:  # the master forgot us (restart, timeout): register again
+                self._register()
+                return
+            raise
+        self._update_brokers(response.brokerCheckSum, response.brokerInfos)
+        self._update_auth(response)
+        with self._lock:
+            for text in response.topicInfos:
+                layout = TopicLayout.parse(text, self._brokers)
+                self._layouts[layout.topic] = layout
+
+    def _register(self) -> None:
+        request = mpb.RegisterRequestP2M(clientId=self.client_id, topicList=sorted(self._topics),
+                                         brokerCheckSum=-1, hostName=self._host, jdkVersion="python",
+                                         appdConfig=mpb.ApprovedClientConfig(configId=-2))
+        self._add_auth(request)
+        response = check(self._master.call(Method.PRODUCER_REGISTER, request, mpb.RegisterResponseM2P),
+                         "producer register")
+        self._update_brokers(response.brokerCheckSum, response.brokerInfos)
+        self._update_auth(response)
+        if response.HasField("appdConfig") and response.appdConfig.maxMsgSize > 0:
+            self._cluster_max_msg_size = response.appdConfig.maxMsgSize
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.settings.heartbeat_interval_s):
+            try:
+                self._heartbeat()
+            except TubeSparkError as exc:
+                log.warning("producer heartbeat failed: %s", exc)
+
+    def _update_brokers(self, broker_checksum: int, infos: Iterable[str]) -> None:
+        infos = list(infos)
+        if not infos:
+            return
+        with self._lock:
+            self._brokers = {b.broker_id: b for b in map(BrokerInfo.parse, infos)}
+            self._broker_checksum = broker_checksum
+
+    def _update_auth(self, response: mpb.RegisterResponseM2P | mpb.HeartResponseM2P) -> None:
+        if response.HasField("authorizedInfo"):
+            self._visit_token = response.authorizedInfo.visitAuthorizedToken
+
+    def _add_auth(self, request: mpb.RegisterRequestP2M | mpb.HeartRequestP2M) -> None:
+        if self.settings.credentials is not None:
+            request.authInfo.CopyFrom(self.settings.credentials.master_cert())
+
+    # --- sending --------------------------------------------------------------------------------
+
+    def choose_partition(self, topic: str) -> PartitionRef:
+        """Round-robin over the topic's partitions, from a random start (as the Java client does)."""
+        partitions = self.partitions(topic)
+        with self._lock:
+            counter = self._round_robin.setdefault(topic, itertools.count(random.randrange(len(partitions))))
+            return partitions[next(counter) % len(partitions)]
+
+    def send_async(self, topic: str, message: OutgoingMessage,
+                   partition: PartitionRef | None = None) -> Future[SendResult]:
+        """Queue one message; blocks only while ``max_in_flight`` requests to that broker are pending."""
+        part = partition or self.choose_partition(topic)
+        self._check_size(topic, message)
+        record = _InFlight(topic, message, part, self._transmit(topic, message, part))
+        with self._lock:
+            self._in_flight.append(record)
+        return record.future
+
+    def send(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None) -> SendResult:
+        """Send one message and wait for the broker's acknowledgement (with retries)."""
+        part = partition or self.choose_partition(topic)
+        self._check_size(topic, message)
+        record = _InFlight(topic, message, part, self._transmit(topic, message, part))
+        return self._settle(record)
+
+    def flush(self) -> list[SendResult]:
+        """Wait for every pending send; retry retriable failures; raise the first unrecoverable error.
+
+        Returns the results in the order the messages were queued.
+        """
+        with self._lock:
+            records, self._in_flight = self._in_flight, []
+        results: list[SendResult] = []
+        first_error: TubeSparkError | None = None
+        for record in records:
+            try:
+                results.append(self._settle(record))
+            except TubeSparkError as exc:
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def _settle(self, record: _InFlight) -> SendResult:
+        while True:
+            try:
+                return wait(record.future, self.settings.call_timeout_s * 2, f"send to {record.partition.key}")
+            except TubeSparkError as exc:
+                if not exc.retriable or record.attempts > self.max_retries:
+                    raise
+                log.info("retrying send to %s after: %s", record.partition.key, exc)
+                time.sleep(min(2.0, 0.2 * 2 ** (record.attempts - 1)))
+                if isinstance(exc, BrokerConnectionError):
+                    self._pool.drop(record.partition.broker.address)
+                record.attempts += 1
+                record.future = self._transmit(record.topic, record.message, record.partition)
+
+    def _check_size(self, topic: str, message: OutgoingMessage) -> None:
+        limit = self.max_message_size(topic)
+        payload, _flag = message.encode()
+        if not payload:  # the broker answers 400 "data length is zero!"; Java refuses it before sending too
+            raise MessageFormatError(f"empty message for topic {topic!r}: TubeMQ stores no message without a body "
+                                     f"or attributes")
+        if len(payload) > limit:
+            raise MessageTooLargeError(f"message of {len(payload)} bytes exceeds topic {topic!r}'s maximum of "
+                                       f"{limit} bytes")
+
+    def _transmit(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> Future[SendResult]:
+        payload, flag = message.encode()
+        request = bpb.SendMessageRequestP2B(clientId=self.client_id, topicName=topic,
+                                            partitionId=part.partition_id, data=payload, flag=flag,
+                                            checkSum=checksum(payload), sentAddr=self._sent_addr)
+        if message.msg_type:
+            request.msgType = message.msg_type
+        if message.msg_time:
+            request.msgTime = message.msg_time
+        auth = self.settings.broker_auth(self._visit_token)
+        if auth is not None:
+            request.authInfo.CopyFrom(auth)
+        address = part.broker.address
+        result: Future[SendResult] = Future()
+        slot = self._slot(address)
+        if not slot.acquire(timeout=self.settings.call_timeout_s):
+            result.set_exception(BrokerConnectionError(f"broker {address} did not acknowledge in-flight sends "
+                                                     f"within {self.settings.call_timeout_s}s"))
+            return result
+        try:
+            inner = self._pool.get(address).call_async(Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
+                                                         request, bpb.SendMessageResponseB2P,
+                                                         self.settings.call_timeout_s)
+        except TubeSparkError as exc:
+            slot.release()
+            result.set_exception(exc)
+            return result
+
+        def done(fut: Future) -> None:
+            slot.release()
+            try:
+                response = check(fut.result(), f"send to {part.key}")
+                result.set_result(SendResult(part, response.messageId, response.appendOffset,
+                                             response.appendTime))
+            except TubeSparkError as exc:
+                result.set_exception(exc)
+            except Exception as exc:  # noqa: BLE001 - cancelled or unexpected: surface, never lose
+                result.set_exception(BrokerConnectionError(f"send to {part.key} failed: {exc!r}"))
+
+        inner.add_done_callback(done)
+        return result
+
+    def _slot(self, address: str) -> threading.BoundedSemaphore:
+        with self._lock:
+            return self._slots.setdefault(address, threading.BoundedSemaphore(self.max_in_flight))
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush pending sends, say goodbye to the master, close every connection."""
+        try:
+            if self._in_flight:
+                self.flush()
+        finally:
+            self._stop.set()
+            try:
+                request = mpb.CloseRequestP2M(clientId=self.client_id)
+                self._master.call(Method.PRODUCER_CLOSE, request, mpb.CloseResponseM2P)
+            except TubeSparkError as exc:
+                log.debug("producer close on master failed: %s", exc)
+            self._master.close()
+            self._pool.close()
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,84 @@
+"""Batch reads (``spark.read.format("tubemq")``): exact offset ranges of every partition of the topics.
+
+No consumer group is needed from the user: the reader plans with a generated group named
+``tubespark-batch-<id>`` (visible as such in TubeMQ's admin tools), reads each range under its own
+read group and releases every registration when the task ends. Large ranges can be split
+(``maxRecordsPerPartition``) so a backfill keeps every core busy.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from tubespark.errors import OptionError
+from tubespark.tubemq.client.broker import BrokerClient
+from tubespark.tubemq.client.metadata import topic_partitions
+from tubespark.tubemq.client.ranges import Bounds, probe_bounds
+from tubespark.tubemq.spark.options import EARLIEST, LATEST, TubeOptions
+from tubespark.tubemq.spark.partition import QueueRange, read_range
+from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
+from tubespark.tubemq.wire.formats import PartitionRef
+
+log = logging.getLogger(__name__)
+
+
+def _resolve(spec: str | dict[str, int], key: str, bounds: Bounds, *, default: int) -> int:
+    wanted = spec.get(key, default) if isinstance(spec, dict) else spec
+    if wanted in ("earliest", EARLIEST):
+        return bounds.min_offset
+    if wanted in ("latest", LATEST):
+        return bounds.max_offset
+    return int(wanted)
+
+
+def split_range(start: int, end: int, max_records: int | None) -> list[tuple[int, int]]:
+    """Cut ``[start, end)`` into pieces of at most ``max_records`` index records (aligned to records)."""
+    if not max_records or end - start <= max_records * INDEX_RECORD_SIZE:
+        return [(start, end)] if end > start else []
+    step = max_records * INDEX_RECORD_SIZE
+    return [(low, min(low + step, end)) for low in range(start, end, step)]
+
+
+class TubeBatchReader(DataSourceReader):
+    def __init__(self, options: TubeOptions) -> None:
+        if options["startingOffsets"] == "group":
+            raise OptionError("option startingOffsets=group is for streaming reads; batch reads take earliest, "
+                              "latest or JSON offsets")
+        self.options = options
+        self.base_group = f"tubespark-batch-{uuid.uuid4().hex[:12]}"
+
+    def plan(self) -> list[QueueRange]:
+        opts = self.options
+        layouts = topic_partitions(opts["master"], opts["topic"], opts.client_settings())
+        broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
+        tasks: list[QueueRange] = []
+        try:
+            for ref in sorted(p for parts in layouts.values() for p in parts):
+                bounds = probe_bounds(broker, ref, f"{self.base_group}-probe")
+                start = _resolve(opts["startingOffsets"], ref.key, bounds, default=EARLIEST)
+                end = _resolve(opts["endingOffsets"], ref.key, bounds, default=LATEST)
+                if end < start:
+                    raise OptionError(f"for {ref.key} the starting offset {start} is after the ending offset {end}")
+                if end > bounds.max_offset:
+                    raise OptionError(f"endingOffsets for {ref.key} is {end}, beyond the partition's max offset "
+                                      f"{bounds.max_offset}")
+                tasks.extend(self._task(ref, low, high, len(tasks))
+                             for low, high in split_range(start, end, opts.get("maxRecordsPerPartition")))
+        finally:
+            broker.close()
+        log.info("batch read of %s planned %d tasks under %s", ",".join(opts["topic"]), len(tasks), self.base_group)
+        return tasks
+
+    def _task(self, ref: PartitionRef, start: int, end: int, index: int) -> QueueRange:
+        # Splits of one partition run at the same time, so each needs its own read group.
+        return QueueRange(ref.broker_id, ref.host, ref.port, ref.topic, ref.partition_id, start, end,
+                          f"{self.base_group}-r{index}", f"{self.base_group}.{index}")
+
+    def partitions(self) -> list[InputPartition]:
+        return list(self.plan())
+
+    def read(self, partition: InputPartition):  # type: ignore[override]
+        return read_range(partition, self.options)

@@ -1,0 +1,186 @@
+"""The TubeMQ sink: ``df.write.format("tubemq")`` and ``df.writeStream.format("tubemq")``.
+
+Columns: ``value`` (binary or string, required), ``topic`` (unless the ``topic`` option is set; the
+option wins), ``streamId`` (sent as msgType, so server-side filters match), ``msgTime`` (timestamp or
+``yyyyMMddHHmm`` string), ``attributes`` (map<string,string>) and ``partitionKey`` (rows with the
+same key go to the same partition; otherwise round-robin).
+
+Each executor process keeps one producer per cluster and pipelines many SendMessage requests per
+broker; a task returns only after the broker acknowledged every row, and fails (after retries) on
+any send error, so nothing is dropped silently. Delivery is at-least-once: a retried task sends its
+rows again. With ``dedupAttribute`` every message carries a stable id (write, task, row), and a
+tubespark reader with ``dedupe=true`` drops the replays.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, MapType, StringType, StructType, TimestampType
+
+from tubespark.errors import OptionError
+from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.spark.options import TubeOptions
+from tubespark.tubemq.wire.formats import PartitionRef
+from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
+
+log = logging.getLogger(__name__)
+
+_ALLOWED = {
+    "value": (BinaryType, StringType),
+    "topic": (StringType,),
+    "streamId": (StringType,),
+    "msgTime": (TimestampType, StringType),
+    "attributes": (MapType,),
+    "partitionKey": (StringType,),
+}
+
+
+def check_sink_schema(schema: StructType, options: TubeOptions) -> None:
+    """Fail the write on the driver, before any task runs, if the columns cannot be sent."""
+    names = {f.name: f.dataType for f in schema.fields}
+    if "value" not in names:
+        raise OptionError(f"the TubeMQ sink needs a 'value' column (binary or string); got {sorted(names)}")
+    if not options.get("topic") and "topic" not in names:
+        raise OptionError("the TubeMQ sink needs a topic: set option 'topic' or add a 'topic' column")
+    for name, data_type in names.items():
+        allowed = _ALLOWED.get(name)
+        if allowed is None:
+            raise OptionError(f"column {name!r} is not sent to TubeMQ; the sink takes {sorted(_ALLOWED)}")
+        if not isinstance(data_type, allowed):
+            raise OptionError(f"column {name!r} has type {data_type.simpleString()}, expected "
+                              f"{' or '.join(t.typeName() for t in allowed)}")
+        if isinstance(data_type, MapType) and not (isinstance(data_type.keyType, StringType)
+                                                  and isinstance(data_type.valueType, StringType)):
+            raise OptionError("column 'attributes' must be map<string,string>")
+
+
+@dataclass(frozen=True)
+class SentCommitMessage(WriterCommitMessage):
+    """What one write task sent (all of it acknowledged by the brokers)."""
+
+    task: int
+    rows: int
+    bytes: int
+
+
+_producers: dict[tuple, Producer] = {}
+
+
+def _producer(options: TubeOptions) -> Producer:
+    """One producer per cluster per executor process: Python workers are reused across tasks."""
+    settings = options.client_settings()
+    key = (tuple(options["master"]), settings.connect_timeout_s, settings.call_timeout_s, settings.credentials,
+           options["tubemq.tlsEnable"])
+    producer = _producers.get(key)
+    if producer is None:
+        producer = Producer(options["master"], settings, max_in_flight=options["maxInFlight"],
+                            max_retries=options["sendRetries"]).start()
+        _producers[key] = producer
+    return producer
+
+
+def _column(batch: pa.RecordBatch, name: str) -> list | None:
+    index = batch.schema.get_field_index(name)
+    return batch.column(index).to_pylist() if index >= 0 else None
+
+
+def send_batches(batches: Iterator[pa.RecordBatch], options: TubeOptions, stamp: str | None) -> SentCommitMessage:
+    """Send every row; return after all are acknowledged. ``stamp`` prefixes the dedup ids."""
+    producer = _producer(options)
+    topic_option = options.get("topic")
+    fixed_topic = topic_option[0] if topic_option else None
+    dedup_attribute = options.get("dedupAttribute")
+    try:
+        rows, sent_bytes = _send_all(batches, producer, fixed_topic, dedup_attribute, stamp)
+    except BaseException:
+        try:  # settle what this task already sent, so the next task on this worker starts clean
+            producer.flush()
+        except Exception as exc:  # noqa: BLE001 - the original failure is what the task reports
+            log.info("sends of the failed task also failed: %s", exc)
+        raise
+    context = TaskContext.get()
+    return SentCommitMessage(context.partitionId() if context else 0, rows, sent_bytes)
+
+
+def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic: str | None,
+              dedup_attribute: str | None, stamp: str | None) -> tuple[int, int]:
+    layouts: dict[str, tuple[PartitionRef, ...]] = {}
+    rows = sent_bytes = 0
+    for batch in batches:
+        values, topics = _column(batch, "value"), _column(batch, "topic")
+        stream_ids, times = _column(batch, "streamId"), _column(batch, "msgTime")
+        attributes, keys = _column(batch, "attributes"), _column(batch, "partitionKey")
+        for i, value in enumerate(values):
+            topic = fixed_topic or topics[i]
+            if not topic:
+                raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
+            if topic not in layouts:
+                producer.publish([topic])
+                layouts[topic] = producer.partitions(topic)
+            data = value.encode() if isinstance(value, str) else (value or b"")
+            attrs = dict(attributes[i] or ()) if attributes else {}
+            route = keys[i] if keys and keys[i] is not None else None
+            if dedup_attribute and stamp is not None:
+                attrs[dedup_attribute] = f"{stamp}-{rows}"
+                route = route or attrs[dedup_attribute]  # a replayed row lands where the original did
+            when = times[i] if times else None
+            message = OutgoingMessage(data, msg_type=stream_ids[i] if stream_ids else None,
+                                      msg_time=format_msg_time(when) if isinstance(when, datetime) else when,
+                                      attributes=attrs)
+            partitions = layouts[topic]
+            part = partitions[zlib.crc32(route.encode()) % len(partitions)] if route is not None else None
+            producer.send_async(topic, message, part)
+            rows += 1
+            sent_bytes += len(data)
+        producer.flush()  # bound what is held in memory to one Arrow batch of rows
+    return rows, sent_bytes
+
+
+def _log_commit(messages: list, what: str) -> None:
+    done = [m for m in messages if isinstance(m, SentCommitMessage)]
+    log.info("%s: %d tasks sent %d rows (%d bytes)", what, len(done), sum(m.rows for m in done),
+             sum(m.bytes for m in done))
+
+
+class TubeBatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: TubeOptions) -> None:
+        self.options = options
+        self.write_id = uuid.uuid4().hex[:16]  # made on the driver: the same for every attempt of a task
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
+        context = TaskContext.get()
+        stamp = f"{self.write_id}-{context.partitionId() if context else 0}"
+        return send_batches(iterator, self.options, stamp)
+
+    def commit(self, messages: list) -> None:
+        _log_commit(messages, "TubeMQ batch write committed")
+
+    def abort(self, messages: list) -> None:
+        _log_commit(messages, "TubeMQ batch write aborted (rows already sent stay in TubeMQ)")
+
+
+class TubeStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: TubeOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
+        context = TaskContext.get()
+        query = context.getLocalProperty("sql.streaming.queryId") if context else None
+        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        stamp = f"{query or 'q'}-{batch or 0}-{context.partitionId() if context else 0}"
+        return send_batches(iterator, self.options, stamp)
+
+    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's parameter name
+        _log_commit(messages, f"TubeMQ stream batch {batchId} committed")
+
+    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
+        _log_commit(messages, f"TubeMQ stream batch {batchId} aborted (rows already sent stay in TubeMQ)")

@@ -1,0 +1,135 @@
+"""The text formats TubeMQ packs inside protobuf string fields (separators ``# : @ , =``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tubespark.errors import MessageFormatError
+from tubespark.tubemq.wire.constants import PARTITION_STORE_BASE
+
+DEFAULT_BROKER_PORT = 8123
+
+
+@dataclass(frozen=True, order=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> BrokerInfo:
+        """``brokerId:ip:port``; a blank port means the default 8123."""
+        parts = text.split(":")
+        if len(parts) != 3:
+            raise MessageFormatError(f"bad broker info {text!r}, expected brokerId:ip:port")
+        try:
+            port = int(parts[2]) if parts[2].strip() else DEFAULT_BROKER_PORT
+            return cls(int(parts[0]), parts[1], port)
+        except ValueError as exc:
+            raise MessageFormatError(f"bad broker info {text!r}") from exc
+
+
+@dataclass(frozen=True, order=True)
+class PartitionRef:
+    """One queue: a partition of a topic on a broker. ``key`` is TubeMQ's ``brokerId:topic:partitionId``."""
+
+    broker_id: int
+    topic: str
+    partition_id: int
+    host: str = ""
+    port: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.broker_id}:{self.topic}:{self.partition_id}"
+
+    @property
+    def broker(self) -> BrokerInfo:
+        return BrokerInfo(self.broker_id, self.host, self.port)
+
+    @property
+    def store_id(self) -> int:
+        return self.partition_id // PARTITION_STORE_BASE
+
+    def wire_string(self) -> str:
+        """``brokerId:host:port#topic:partitionId`` (broker heartbeats, subscribe info)."""
+        return f"{self.broker_id}:{self.host}:{self.port}#{self.topic}:{self.partition_id}"
+
+    @classmethod
+    def parse_wire(cls, text: str) -> PartitionRef:
+        broker_part, sep, topic_part = text.partition("#")
+        topic, sep2, pid = topic_part.rpartition(":")
+        if not sep or not sep2 or not topic:
+            raise MessageFormatError(f"bad partition string {text!r}, expected brokerId:host:port#topic:id")
+        broker = BrokerInfo.parse(broker_part)
+        try:
+            return cls(broker.broker_id, topic, int(pid), broker.host, broker.port)
+        except ValueError as exc:
+            raise MessageFormatError(f"bad partition id in {text!r}") from exc
+
+    @classmethod
+    def parse_key(cls, key: str) -> tuple[int, str, int]:
+        """Split a partition key ``brokerId:topic:partitionId`` (no address)."""
+        broker, sep, rest = key.partition(":")
+        topic, sep2, pid = rest.rpartition(":")
+        try:
+            if not sep or not sep2 or not topic:
+                raise ValueError
+            return int(broker), topic, int(pid)
+        except ValueError as exc:
+            raise MessageFormatError(f"bad partition key {key!r}, expected brokerId:topic:partitionId") from exc
+
+
+def subscribe_info(consumer_id: str, group: str, part: PartitionRef) -> str:
+    """``consumerId@group#brokerId:host:port#topic:partitionId``."""
+    return f"{consumer_id}@{group}#{part.wire_string()}"
+
+
+def parse_subscribe_info(text: str) -> tuple[str, str, PartitionRef]:
+    """Inverse of :func:`subscribe_info`: ``(consumerId, group, partition)``."""
+    head, sep, rest = text.partition("#")
+    consumer_id, sep2, group = head.rpartition("@")
+    if not sep or not sep2:
+        raise MessageFormatError(f"bad subscribe info {text!r}")
+    return consumer_id, group, PartitionRef.parse_wire(rest)
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """A producer heartbeat's ``topicInfos`` entry: which partitions a topic has on which brokers."""
+
+    topic: str
+    partitions: tuple[PartitionRef, ...]
+    max_msg_size: int | None
+
+    @classmethod
+    def parse(cls, text: str, brokers: dict[int, BrokerInfo]) -> TopicLayout:
+        """``topic#brokerId:partNum:storeNum,...#maxMsgSize``; ids are ``store*10000 + index``."""
+        segments = text.split("#")
+        if len(segments) < 2 or not segments[0]:
+            raise MessageFormatError(f"bad topic info {text!r}")
+        topic = segments[0]
+        parts: list[PartitionRef] = []
+        for item in filter(None, segments[1].split(",")):
+            try:
+                broker_id, part_num, store_num = (int(x) for x in item.split(":"))
+            except ValueError as exc:
+                raise MessageFormatError(f"bad topic info item {item!r} in {text!r}") from exc
+            if not 0 <= part_num <= PARTITION_STORE_BASE or store_num < 0:
+                # ids are store * 10000 + index: more than 10000 partitions per store would collide
+                raise MessageFormatError(f"bad partition/store count in {item!r} of {text!r}")
+            broker = brokers.get(broker_id, BrokerInfo(broker_id, "", 0))
+            parts.extend(
+                PartitionRef(broker_id, topic, store * PARTITION_STORE_BASE + index, broker.host, broker.port)
+                for store in range(store_num) for index in range(part_num))
+        max_size = None
+        if len(segments) > 2 and segments[2].strip():
+            try:
+                max_size = int(segments[2])
+            except ValueError as exc:
+                raise MessageFormatError(f"bad max message size in {text!r}") from exc
+        return cls(topic, tuple(sorted(parts)), max_size)
