@@ -19,11 +19,11 @@ class TubeSparkError(Exception):
 
 
 class CodecError(TubeSparkError):
-    """Bytes that do not form a valid TubeMQ frame or message. The stream they came from is unusable."""
+    """Bytes that do not form a valid frame or message of a broker's protocol. The stream is unusable then."""
 
 
 class BadTokenError(CodecError):
-    """A frame did not start with TubeMQ's begin token: the peer is not TubeMQ or the stream is out of sync."""
+    """A frame did not start with the protocol's begin token: wrong kind of peer, or the stream is out of sync."""
 
 
 class FrameTooLargeError(CodecError):
@@ -31,7 +31,7 @@ class FrameTooLargeError(CodecError):
 
 
 class TruncatedFrameError(CodecError):
-    """The stream ended in the middle of a frame."""
+    """The stream ended in the middle of a frame (or the peer closed it while a call waited)."""
 
 
 class ProtobufDecodeError(CodecError):

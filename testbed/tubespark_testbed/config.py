@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import string
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tubespark_testbed.errors import ClusterError
+from tubespark_testbed.ports import free_ports
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _TEMPLATES_DIR = _PACKAGE_DIR / "templates"
@@ -83,25 +83,6 @@ class ClusterSettings:
     default_delete_policy: str | None = None
     auth_token: str = "tubespark"
     broker_id: int = 1
-
-
-def free_ports(count: int) -> list[int]:
-    """Ask the kernel for ``count`` distinct free ports on 127.0.0.1.
-
-    All sockets stay bound until every port is known, so the kernel cannot hand the same port out twice.
-    Another process may still grab one before the JVM binds it; start-up then fails with a clear
-    "address in use" in the log, which is rare enough not to retry around.
-    """
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def conf_dir() -> Path:

@@ -58,11 +58,9 @@ def _produce_forever(master: str, stop: threading.Event, rate_per_s: float) -> N
 
 def _group_lag(cluster: LocalCluster) -> str:
     answer = cluster.broker_admin("admin_query_offset", groupName=DEMO_GROUP, topicName=DEMO_TOPIC)
-    parts = []
-    for item in answer.get("dataSet", []):
-        for sub in item.get("subInfo", []):
-            for part in sub.get("offsets", []):
-                parts.append(f"p{part['partitionId']}={part['offsetLag'] // 28}")
+    offsets = [part for item in answer.get("dataSet", []) for sub in item.get("subInfo", [])
+               for part in sub.get("offsets", [])]
+    parts = [f"p{part['partitionId']}={part['offsetLag'] // 28}" for part in offsets]
     return "group lag (messages): " + (", ".join(parts) if parts else "not committed yet")
 
 

@@ -12,6 +12,7 @@ Timing (see :class:`~tubespark_testbed.config.ClusterSettings` for the knobs): b
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import re
@@ -87,10 +88,8 @@ def _stop_all() -> None:
     with _live_lock:
         clusters = list(_live)
     for c in clusters:
-        try:
+        with contextlib.suppress(Exception):  # best effort at interpreter exit
             c.stop()
-        except Exception:  # noqa: BLE001 - best effort at interpreter exit
-            pass
 
 
 def find_java() -> str:

@@ -7,16 +7,18 @@ with ``PR_SET_DEATHSIG`` so the kernel kills it if the Python process dies witho
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tubespark.core.retry import RetryPolicy, poll
 from tubespark_testbed.errors import ClusterError
 
 _PR_SET_DEATHSIG = 1
@@ -79,7 +81,7 @@ class JavaProcess:
                     cwd=self.cwd,
                     env=self.env,
                     start_new_session=True,
-                    preexec_fn=_deathsig_preexec(),
+                    preexec_fn=_deathsig_preexec(),  # noqa: PLW1509 - armed only from the main thread
                 )
             except OSError as exc:
                 raise ClusterError(f"cannot start {self.name}: {exc} ({self.argv[0]})") from exc
@@ -125,10 +127,8 @@ class JavaProcess:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def wait_until(
@@ -140,14 +140,18 @@ def wait_until(
     watch: list[JavaProcess] | None = None,
     on_timeout: Callable[[], str] | None = None,
 ) -> None:
-    """Poll ``probe`` until it returns true; fail fast if a watched JVM dies; raise on timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """Poll ``probe`` every ``interval_s`` until it returns true; fail fast if a watched JVM dies.
+
+    Raises :class:`ClusterError` on timeout, with ``on_timeout()``'s diagnostics: a cluster that does
+    not come up must say why. The steady interval (no growing backoff) keeps start-up fast.
+    """
+
+    def alive_and_ready() -> bool:
         for p in watch or []:
             p.check_alive()
-        if probe():
-            return
-        if time.monotonic() >= deadline:
-            detail = on_timeout() if on_timeout else ""
-            raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{detail}".rstrip())
-        time.sleep(interval_s)
+        return probe()
+
+    policy = RetryPolicy(timeout_s=timeout_s, backoff_s=interval_s, max_backoff_s=interval_s, log_level=logging.DEBUG)
+    if not poll(alive_and_ready, policy, what=f"waiting for {what}"):
+        detail = on_timeout() if on_timeout else ""
+        raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}\n{detail}".rstrip())

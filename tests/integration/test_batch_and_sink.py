@@ -114,20 +114,20 @@ def test_backfill_command_round_trip_with_spark_submit(spark, tubemq_cluster, to
         .write.parquet(str(source))
     submit = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
               str(ROOT / "scripts" / "backfill.py")]
-    published = subprocess.run(submit + ["publish", "--master", master, "--topic", topic, "--input", str(source)],
+    published = subprocess.run([*submit, "publish", "--master", master, "--topic", topic, "--input", str(source)],
                                capture_output=True, text=True, timeout=300)
     assert published.returncode == 0, published.stderr[-3000:]
     assert "acknowledged all 400 rows" in published.stdout + published.stderr
     out = tmp_path / "export"
-    exported = subprocess.run(submit + ["export", "--master", master, "--topic", topic, "--output", str(out),
-                                        "--max-records-per-partition", "50"],
+    exported = subprocess.run([*submit, "export", "--master", master, "--topic", topic, "--output", str(out),
+                               "--max-records-per-partition", "50"],
                               capture_output=True, text=True, timeout=300)
     assert exported.returncode == 0, exported.stderr[-3000:]
     assert "export: complete, 400 messages" in exported.stdout + exported.stderr
     assert "rows/s" in exported.stdout + exported.stderr
     values = sorted(r.value for r in spark.read.parquet(str(out)).collect())
     assert values == sorted(f"event-{i}".encode() for i in range(400))
-    missing = subprocess.run(submit + ["export", "--master", master, "--topic", "no_such_topic_x",
-                                       "--output", str(tmp_path / "none")],
+    missing = subprocess.run([*submit, "export", "--master", master, "--topic", "no_such_topic_x",
+                              "--output", str(tmp_path / "none")],
                              capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0 and "FAILED" in missing.stdout + missing.stderr

@@ -15,6 +15,7 @@ data was appended, so the broker's last batch runs past the end and has to be cu
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import uuid
@@ -130,7 +131,7 @@ def test_layout_gives_the_expected_offsets(written):
     offsets = written.offsets()
     assert len(offsets) == 2 * PER_PHASE // 4
     assert offsets == sorted(offsets)
-    steps = {b - a for a, b in zip(offsets, offsets[1:], strict=False)}
+    steps = {b - a for a, b in itertools.pairwise(offsets)}
     if written.layout == "dense":
         assert offsets[0] == 0 and steps == {INDEX_RECORD_SIZE}
     else:  # four partitions interleaved record by record in one index
@@ -177,7 +178,7 @@ def _check_offsets(written: Written, got: list[ReceivedMessage], true_offsets: l
         assert reported == true_offsets
     else:  # a lower bound that still increases strictly within the partition
         assert all(r <= t for r, t in zip(reported, true_offsets, strict=True)), (reported, true_offsets)
-        assert all(a < b for a, b in zip(reported, reported[1:], strict=False)), reported
+        assert all(a < b for a, b in itertools.pairwise(reported)), reported
 
 
 @pytest.mark.parametrize("name", RANGES)
@@ -217,6 +218,6 @@ def test_consecutive_ranges_tile_the_partition(written):
     offs = written.offsets()
     cuts = [0, offs[4] + 1, offs[11], written.planned_end, offs[40] - 5, _bounds(written.part).max_offset]
     got = []
-    for start, end in zip(cuts, cuts[1:], strict=False):
+    for start, end in itertools.pairwise(cuts):
         got += _read(written.part, start, end)
     assert [m.data for m in got] == [m.data for _, m in written.of_part()]

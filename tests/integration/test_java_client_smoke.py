@@ -7,6 +7,7 @@ with this tool, so this proves the tool itself first.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import uuid
@@ -105,7 +106,7 @@ def test_java_consume_reads_back_what_java_produced(tubemq_cluster, java, produc
     for pkey, spans in per_partition.items():
         spans.sort()
         assert spans[0][0] == 0, (pkey, spans)  # a fresh group with --from-first starts at the first offset
-        for (o1, n1), (o2, _) in zip(spans, spans[1:], strict=False):
+        for (o1, n1), (o2, _) in itertools.pairwise(spans):
             assert o2 == o1 + INDEX_UNIT * n1, (pkey, spans)
 
     # appendOffset of a send is the message's index offset (as seen by the consumer).

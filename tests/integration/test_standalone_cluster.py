@@ -21,6 +21,7 @@ has the connect/history server scripts), so the daemons are started with ``bin/s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -145,10 +146,8 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
         yield url, env, cwd
     finally:
         for proc in reversed(procs):  # workers first; each process group includes its executors
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         for proc in procs:
             try:
                 proc.wait(timeout=10)

@@ -13,44 +13,31 @@ test cannot hang the run.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Callable
 
 from google.protobuf.message import Message
+from tubespark_testbed.ports import free_ports
 
-from tubespark.errors import CodecError, TruncatedFrameError
+from tubespark.core.framed_io import SocketReader
+from tubespark.errors import BrokerConnectionError, CodecError, TruncatedFrameError
 from tubespark.tubemq.wire.envelope import DecodedRequest, decode_request, encode_exception, encode_response
 from tubespark.tubemq.wire.frame import encode_frame, read_frame
 
 POLL_S = 0.05
 
 
-class _PeerReader:
-    """``read_exactly`` over a socket with a short timeout, giving up when the peer is stopped."""
-
-    def __init__(self, sock: socket.socket, stopped: threading.Event) -> None:
-        self._sock = sock
-        self._stopped = stopped
-        self._buf = bytearray()
+class _PeerReader(SocketReader):
+    """Core's socket reader, ending the stream on any socket failure (the peer loops stop on CodecError)."""
 
     def read_exactly(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            if self._stopped.is_set():
-                raise TruncatedFrameError("fake peer stopped")
-            try:
-                chunk = self._sock.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                raise TruncatedFrameError(f"fake peer socket failed: {exc}") from exc
-            if not chunk:
-                raise TruncatedFrameError("client closed")
-            self._buf += chunk
-        data = bytes(self._buf[:n])
-        del self._buf[:n]
-        return data
+        try:
+            return super().read_exactly(n)
+        except BrokerConnectionError as exc:
+            raise TruncatedFrameError(f"fake peer socket failed: {exc}") from exc
 
 
 class Link:
@@ -61,11 +48,8 @@ class Link:
         self._lock = threading.Lock()
 
     def send_raw(self, data: bytes) -> None:
-        with self._lock:
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                pass  # the client went away; the test asserts on the client side
+        with self._lock, contextlib.suppress(OSError):  # the client went away: the test asserts on its side
+            self.sock.sendall(data)
 
     def reply(self, serial: int, method: int, response: Message) -> None:
         self.send_raw(encode_frame(serial, encode_response(method, response.SerializeToString())))
@@ -82,11 +66,14 @@ class Link:
         timer.daemon = True
         timer.start()
 
-    def close(self) -> None:
-        try:
+    def shutdown(self) -> None:
+        """End the connection without closing the socket: safe from any thread (see :meth:`FakePeer.close`)."""
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+
+    def close(self) -> None:
+        """Shut down and close; only from the thread serving this link (scripts run there)."""
+        self.shutdown()
         self.sock.close()
 
 
@@ -110,9 +97,16 @@ class FakePeer:
         self._server.settimeout(POLL_S)
         self.port = self._server.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
-        threading.Thread(target=self._accept_loop, name=f"fakepeer-{self.port}", daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept_loop, name=f"fakepeer-{self.port}", daemon=True)
+        self._acceptor.start()
 
     def _accept_loop(self) -> None:
+        try:
+            self._accept_connections()
+        finally:
+            self._server.close()
+
+    def _accept_connections(self) -> None:
         while not self._stopped.is_set():
             try:
                 sock, _ = self._server.accept()
@@ -152,12 +146,19 @@ class FakePeer:
         raise AssertionError(f"fake peer saw {len(self.requests)} requests, expected {n}")
 
     def close(self) -> None:
+        """Stop accepting and end every connection.
+
+        Sockets are only shut down here; the thread using each one closes it. Closing a socket under
+        another thread's recv/accept could let that call land on a new socket given the same fd number.
+        """
         self._stopped.set()
-        self._server.close()
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         with self._lock:
             links = list(self._links)
         for link in links:
-            link.close()
+            link.shutdown()
+        self._acceptor.join(1.0)
 
     def __enter__(self) -> FakePeer:
         return self
@@ -166,16 +167,7 @@ class FakePeer:
         self.close()
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports on 127.0.0.1 where nothing listens (connecting is refused at once)."""
-    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
+__all__ = ["POLL_S", "FakePeer", "Link", "Script", "closed_port_address", "free_ports"]
 
 
 def closed_port_address() -> str:

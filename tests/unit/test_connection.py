@@ -238,7 +238,7 @@ def test_close_fails_pending_calls_at_once(peer: FakePeer, conn: Connection) -> 
 
 @pytest.mark.parametrize("address", ["", "host", "host:", ":8123", "host:0", "host:65536", "host:x"])
 def test_bad_addresses_are_rejected(address: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="bad address"):
         parse_address(address)
 
 
@@ -360,7 +360,7 @@ def test_master_fails_over_on_timeout(two_peers: tuple[FakePeer, FakePeer]) -> N
 
 
 def test_no_master_available_lists_every_address(two_peers: tuple[FakePeer, FakePeer]) -> None:
-    first, second = two_peers
+    first, _second = two_peers
     first.script = standby
     dead = closed_port_address()
     ch = channel(first.address, dead)
@@ -397,5 +397,5 @@ def test_parse_master_list_sorts_and_deduplicates() -> None:
 
 @pytest.mark.parametrize("masters", ["", " , ", "m1", "m1:8715,m2", "m1:port", "m1:99999"])
 def test_parse_master_list_rejects_bad_addresses(masters: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="address"):
         parse_master_list(masters)

@@ -92,7 +92,7 @@ def test_request_envelope_straddling_a_large_inner_message() -> None:
 
 @pytest.mark.parametrize("timeout_ms", [0, -1])
 def test_non_positive_timeout_is_rejected(timeout_ms: int) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="timeout_ms must be positive"):
         encode_request(Method.GET_MESSAGE, ServiceType.BROKER_READ, bpb.GetMessageRequestC2B(), timeout_ms)
 
 
@@ -236,7 +236,7 @@ def test_inner_string_that_is_not_utf8_is_a_decode_error() -> None:
         parse_message(mpb.HeartRequestC2M, inner)
     nested = mpb.HeartResponseM2C(success=True, errCode=200, errMsg="").SerializeToString()
     nested += b"\x22\x03\x22\x01\xff"  # event.subscribeInfo[0] = b"\xff"
-    with pytest.raises(ProtobufDecodeError, match="event.subscribeInfo"):
+    with pytest.raises(ProtobufDecodeError, match=r"event\.subscribeInfo"):
         parse_message(mpb.HeartResponseM2C, nested)
 
 
@@ -253,8 +253,11 @@ def test_mutated_envelopes_only_raise_typed_errors() -> None:
             _method, data = decode_response(bytes(buf))
             parse_message(bpb.GetMessageResponseB2C, data)
         except TubeSparkError as exc:
-            assert isinstance(exc, CodecError | RpcError), exc
-            if isinstance(exc, RpcError):
-                assert isinstance(exc.exception_name, str) and isinstance(exc.server_message, str)
-            seen.add(type(exc))
+            error = exc
+        else:
+            continue
+        assert isinstance(error, CodecError | RpcError), error
+        if isinstance(error, RpcError):
+            assert isinstance(error.exception_name, str) and isinstance(error.server_message, str)
+        seen.add(type(error))
     assert ProtobufDecodeError in seen

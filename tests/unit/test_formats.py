@@ -1,4 +1,4 @@
-"""Text formats inside protobuf string fields (protocol facts §2)."""
+"""Text formats inside protobuf string fields (docs/tubemq/protocol.md#text-formats-in-string-fields)."""
 
 from __future__ import annotations
 

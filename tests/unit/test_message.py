@@ -1,4 +1,4 @@
-"""Message payloads: attribute prefix, flag, CRC, msgType/msgTime (protocol facts §6)."""
+"""Message payloads: attribute prefix, flag, CRC, msgType/msgTime (docs/tubemq/protocol.md#message-payload)."""
 
 from __future__ import annotations
 
@@ -151,7 +151,8 @@ def test_decode_round_trip_without_attributes(size: int) -> None:
 
 
 def test_payload_built_the_java_way_decodes() -> None:
-    # §6.1: int32 BE attribute length | UTF-8 attribute text | body, flag 1, CRC over all of it
+    # docs/tubemq/protocol.md#flag-and-attribute-prefix and #checksum:
+    # int32 BE attribute length | UTF-8 attribute text | body, flag 1, CRC over all of it
     attr = "$msgType$=order,$msgTime$=202312312359,region=Köln".encode()
     payload = len(attr).to_bytes(4, "big") + attr + b'{"id": 1}'
     crc = zlib.crc32(payload) & 0x7FFFFFFF

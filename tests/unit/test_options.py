@@ -1,44 +1,106 @@
-"""Options of the tubemq data source: validation before any network call, and the README table."""
+"""Options of the tubemq data source: validation before any network call, typed attributes, the README table."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import re
 import warnings
 from pathlib import Path
 
 import pytest
 
+from tubespark.core.options import OptionSpec, attribute_name, parse_bool, parse_raw, render_table
 from tubespark.errors import OptionError, TubeSparkError
-from tubespark.tubemq.spark.options import option_table, parse_options
-from tubespark.tubemq.spark.stream_reader import share_by_backlog
+from tubespark.tubemq.client.common import ClientSettings
+from tubespark.tubemq.spark.options import OPTIONS, TubeMQOptions, is_partition_key, option_table
 
 BASE = {"master": "127.0.0.1:8715", "topic": "events", "group": "etl_group"}
 
 
-def parse(**extra: str):
-    return parse_options({**BASE, **extra}, mode="read")
+def parse(**extra: str) -> TubeMQOptions:
+    return TubeMQOptions.from_raw({**BASE, **extra}, mode="read")
 
 
 def test_defaults_and_parsing():
     opts = parse(maxOffsetsPerTrigger="500", streamIds="b, a,a", failOnDataLoss="False",
                  master="h1:1, h2:2", topic="t2,events")
-    assert opts["master"] == ["h1:1", "h2:2"]
-    assert opts["topic"] == ["events", "t2"]
-    assert opts["maxOffsetsPerTrigger"] == 500
-    assert opts["streamIds"] == ["a", "b"]
-    assert opts["failOnDataLoss"] is False
-    assert opts["startingOffsets"] == "latest"
-    assert opts["commitToGroup"] is True
+    assert opts.masters == ("h1:1", "h2:2")
+    assert opts.topics == ("events", "t2")
+    assert opts.group == "etl_group"
+    assert opts.max_offsets_per_trigger == 500
+    assert opts.max_records_per_partition is None
+    assert opts.stream_ids == ("a", "b")
+    assert opts.fail_on_data_loss is False
+    assert opts.starting_offsets == "latest"
+    assert opts.commit_to_group is True
+    assert opts.dedup_attribute is None
+    assert opts.tls_enable is False
     settings = opts.client_settings()
     assert (settings.connect_timeout_s, settings.call_timeout_s, settings.heartbeat_interval_s) == (3.0, 10.0, 3.0)
 
 
+def test_no_stream_ids_is_an_empty_tuple():
+    assert parse().stream_ids == ()
+
+
+def test_timeout_defaults_are_the_client_settings_defaults():
+    defaults = {f.name: f.default for f in dataclasses.fields(ClientSettings)}
+    opts = parse()
+    assert opts.connect_timeout_ms == round(defaults["connect_timeout_s"] * 1000)
+    assert opts.request_timeout_ms == round(defaults["call_timeout_s"] * 1000)
+    assert opts.heartbeat_interval_ms == round(defaults["heartbeat_interval_s"] * 1000)
+    settings = opts.client_settings()
+    assert settings.connect_timeout_s == defaults["connect_timeout_s"]
+    assert settings.call_timeout_s == defaults["call_timeout_s"]
+    assert settings.heartbeat_interval_s == defaults["heartbeat_interval_s"]
+
+
+def test_every_option_has_exactly_one_attribute():
+    missing, extra = TubeMQOptions.missing_attributes()
+    assert not missing and not extra
+    attrs = [spec.attr for spec in OPTIONS]
+    assert len(attrs) == len(set(attrs))
+    assert {"masters", "topics", "max_offsets_per_trigger", "tls_enable", "tls_ca_file", "auth_user"} <= set(attrs)
+
+
+def test_attribute_names_are_snake_case():
+    assert attribute_name("maxOffsetsPerTrigger") == "max_offsets_per_trigger"
+    assert attribute_name("auth.user") == "auth_user"
+    assert attribute_name("tubemq.tlsCaFile") == "tubemq_tls_ca_file"
+    assert attribute_name("group") == "group"
+
+
+def test_options_are_frozen_and_picklable():
+    opts = parse(startingOffsets='{"1:events:0": 280}', streamIds="a")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.group = "other"  # type: ignore[misc]
+    copy = pickle.loads(pickle.dumps(opts))
+    assert copy == opts and isinstance(copy, TubeMQOptions)
+
+
+@pytest.mark.parametrize("key", ["maxoffsetspertrigger", "MAXOFFSETSPERTRIGGER", "MaxOffsetsPerTrigger"])
+def test_option_names_are_case_insensitive(key):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a known option in another case is not "unknown"
+        opts = TubeMQOptions.from_raw({**BASE, key: "7", "TOPIC": "other", "Master": "h:1"}, mode="read")
+    assert opts.max_offsets_per_trigger == 7
+    assert opts.topics == ("other",) and opts.masters == ("h:1",)
+
+
 def test_spark_lower_cases_keys_and_errors_still_name_the_option():
     with pytest.raises(OptionError, match=r"option maxOffsetsPerTrigger='0'"):
-        parse_options({**BASE, "maxoffsetspertrigger": "0"}, mode="read")
+        TubeMQOptions.from_raw({**BASE, "maxoffsetspertrigger": "0"}, mode="read")
 
 
-@pytest.mark.parametrize("key,value,message", [
+def test_a_spark_case_insensitive_map_is_accepted():
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    opts = TubeMQOptions.from_raw(CaseInsensitiveDict({**BASE, "includeAttributes": "true"}), mode="read")
+    assert opts.include_attributes is True and opts.group == "etl_group"
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
     ("master", "localhost", "expected host:port"),
     ("master", "h:99999", "bad: h:99999"),
     ("topic", "9bad", "bad: 9bad"),
@@ -50,9 +112,13 @@ def test_spark_lower_cases_keys_and_errors_still_name_the_option():
     ("startingOffsets", "yesterday", "expected earliest | latest | group"),
     ("startingOffsets", "{not json", "invalid JSON"),
     ("startingOffsets", '{"1:events": 0}', "bad partition key"),
+    ("startingOffsets", '{"x:events:0": 0}', "bad partition key"),
+    ("startingOffsets", '{"1:9bad:0": 0}', "bad partition key"),
+    ("startingOffsets", '{"-1:events:0": 0}', "bad partition key"),
     ("startingOffsets", '{"1:events:0": -7}', "must be -2"),
     ("startingOffsets", '{"1:events:0": true}', "must be -2"),
     ("endingOffsets", "earliest", "expected latest"),
+    ("dedupAttribute", "$id", "expected an attribute name"),
 ])
 def test_bad_values_name_option_and_value(key, value, message):
     with pytest.raises(OptionError, match=message):
@@ -60,23 +126,51 @@ def test_bad_values_name_option_and_value(key, value, message):
 
 
 def test_offset_json():
-    opts = parse(startingOffsets='{"1:events:0": 280, "1:events:10000": -2}')
-    assert opts["startingOffsets"] == {"1:events:0": 280, "1:events:10000": -2}
+    opts = parse(startingOffsets='{"1:events:0": 280, "1:events:10000": -2}', endingOffsets=" LATEST ")
+    assert opts.starting_offsets == {"1:events:0": 280, "1:events:10000": -2}
+    assert opts.ending_offsets == "latest"
+
+
+def test_partition_keys_are_checked_with_the_wire_parser():
+    assert is_partition_key("1:events:0") and is_partition_key("12:a_b:10001")
+    assert not any(map(is_partition_key, ["1:events", "events:0", "1::0", "1:events:x", "+1:events:0",
+                                          "1:events: 0"]))
 
 
 def test_required_and_protected_options():
     with pytest.raises(OptionError, match="option master is required"):
-        parse_options({"topic": "events"}, mode="read")
+        TubeMQOptions.from_raw({"topic": "events"}, mode="read")
     with pytest.raises(OptionError, match="option group is required"):
-        parse_options({"master": "h:1", "topic": "events"}, mode="read", required=("group",))
+        TubeMQOptions.from_raw({"master": "h:1", "topic": "events"}, mode="read", required=("group",))
     with pytest.raises(OptionError, match="use group instead"):
         parse(**{"tubemq.groupName": "other"})
-    with pytest.raises(OptionError, match="auth.user is not"):
+    with pytest.raises(OptionError, match=r"auth\.user is not"):
         parse(**{"auth.password": "secret"})
+    with pytest.raises(OptionError, match="needs dedupAttribute"):
+        parse(dedupe="true")
+
+
+def test_modes():
+    write = TubeMQOptions.from_raw({"master": "h:1", "maxInFlight": "8"}, mode="write")
+    assert write.max_in_flight == 8 and write.topics is None
+    assert write.group is None  # read-only option: not parsed for writes
+    read = parse(maxInFlight="8")  # write-only option on a read: its default
+    assert read.max_in_flight == 64
+    with pytest.raises(OptionError, match="writes to one topic"):
+        TubeMQOptions.from_raw({"master": "h:1", "topic": "a1,b1"}, mode="write")
+
+
+def test_per_call_defaults():
+    opts = TubeMQOptions.from_raw(BASE, mode="read", defaults={"startingOffsets": "earliest"})
+    assert opts.starting_offsets == "earliest"
+    assert parse().starting_offsets == "latest"
+    explicit = TubeMQOptions.from_raw({**BASE, "startingoffsets": "latest"}, mode="read",
+                                      defaults={"startingOffsets": "earliest"})
+    assert explicit.starting_offsets == "latest"
 
 
 def test_unknown_option_warns():
-    with pytest.warns(UserWarning, match="unknown option 'maxOffsetPerTrigger'"):
+    with pytest.warns(UserWarning, match="tubemq: unknown option 'maxOffsetPerTrigger'"):
         parse(maxOffsetPerTrigger="5")
 
 
@@ -92,16 +186,30 @@ def test_credentials_and_tls():
     assert settings.credentials.user == "alice" and settings.ssl_context is not None
 
 
+def test_core_framework_on_its_own():
+    specs = (OptionSpec("flagOn", "false", parse_bool, "A flag.", applies="both"),
+             OptionSpec("name", None, lambda n, v: v.upper(), "A name.", required=True, applies="write"))
+    assert parse_raw({"FLAGON": "yes", "name": "x"}, specs, mode="write") == {"flag_on": True, "name": "X"}
+    assert parse_raw({"flagon": "no"}, specs, mode="read") == {"flag_on": False, "name": None}
+    with pytest.raises(OptionError, match="option name is required"):
+        parse_raw({}, specs, mode="write")
+    with pytest.raises(OptionError, match="use name instead"):
+        parse_raw({"Old.Name": "x"}, specs, mode="read", protected={"old.name": "name"})
+    assert render_table(specs, "read") == ("| option | default | applies to | meaning |\n|---|---|---|---|\n"
+                                           "| `flagOn` | `false` | both | A flag. |")
+    with pytest.raises(ValueError, match="applies"):
+        OptionSpec("x", None, parse_bool, "X.", applies="sometimes")
+
+
 def test_readme_option_table_is_generated_from_the_definitions():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    block = re.search(r"<!-- options:begin.*?-->\n(.*?)\n<!-- options:end -->", readme, re.S)
+    block = re.search(r"<!-- options:begin \(generated from ([\w/.]+);.*?-->\n(.*?)\n<!-- options:end -->", readme,
+                      re.S)
     assert block, "README.md lost its options block"
-    assert block.group(1) == option_table(), "README option table is stale: paste option_table() output"
+    assert block.group(1) == "tubespark/tubemq/spark/options.py"
+    assert block.group(2) == option_table(), "README option table is stale: paste option_table() output"
 
 
-def test_share_by_backlog():
-    assert share_by_backlog({"a": 10, "b": 0}, 100) == {"a": 10, "b": 0}
-    shares = share_by_backlog({"a": 900, "b": 90, "c": 10}, 100)
-    assert shares == {"a": 90, "b": 9, "c": 1}
-    tiny = share_by_backlog({"a": 1000, "b": 1}, 10)
-    assert tiny["b"] == 1 and tiny["a"] == 10  # rounded up: small partitions are never starved
+def test_readme_says_option_names_are_case_insensitive():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "case-insensitive" in readme and "case-sensitive" not in readme.replace("case-insensitive", "")

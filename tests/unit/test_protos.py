@@ -1,4 +1,4 @@
-"""The committed protobuf modules: current with protos/, and faithful to the protocol facts' field tables."""
+"""The committed protobuf modules: current with protos/, and faithful to docs/tubemq/protocol.md#message-fields."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_generated_modules_match_protos() -> None:
     assert "match" in result.stdout
 
 
-# Field tables of the protocol facts (§1.6): "number label type name", label R required, O optional,
+# Field tables of docs/tubemq/protocol.md#message-fields: "number label type name", label R required, O optional,
 # * repeated. Message-typed fields give the message name. Client-balance (V2) messages are not in protos/.
 FACTS = {
     "RpcConnHeader": """
@@ -243,6 +243,6 @@ def test_response_status_values() -> None:
 
 
 def test_required_fields_are_enforced_when_serialising() -> None:
-    # facts §0.8: a request without a required field must never reach the server
+    # docs/tubemq/protocol.md#required-fields: a request without a required field must never reach the server
     with pytest.raises(EncodeError, match="reportSubscribeInfo"):
         master_service_pb2.HeartRequestC2M(clientId="c", groupName="g").SerializeToString()

@@ -75,12 +75,12 @@ def export(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
     from pyspark.sql import functions as F
 
     from tubespark.tubemq.spark.batch_reader import TubeBatchReader
-    from tubespark.tubemq.spark.options import parse_options
+    from tubespark.tubemq.spark.options import TubeMQOptions
 
     options = _options(args)
     options.update(startingOffsets=args.starting, endingOffsets=args.ending)
     # Fix the ranges once, so the export and its check read exactly the same messages.
-    tasks = TubeBatchReader(parse_options(options, mode="read")).plan()
+    tasks = TubeBatchReader(TubeMQOptions.from_raw(options, mode="read")).plan()
     starts: dict[str, int] = {}
     ends: dict[str, int] = {}
     for task in tasks:

@@ -14,8 +14,9 @@ from google.protobuf.message import Message
 
 from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tubemq.client.common import ClientSettings, check
-from tubespark.tubemq.wire.constants import Method, ReadStatus, RegisterOp, ServiceType
+from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
 from tubespark.tubemq.wire.formats import PartitionRef
+from tubespark.tubemq.wire.message import ReceivedMessage, decode_payload
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
 M = TypeVar("M", bound=Message)
@@ -38,6 +39,16 @@ class Fetch:
     start: int
     max_offset: int
     messages: list[bpb.TransferedMessage]
+
+    def decode(self, verify: bool = True) -> list[ReceivedMessage]:
+        """The batch's messages, each with its index offset: ``start + 28*k`` for the k-th.
+
+        Exact when the batch's records are contiguous in the store; otherwise (several partitions in
+        one store, a filter skipped records) a lower bound that still increases within the partition.
+        """
+        return [decode_payload(m.messageId, m.payLoadData, m.flag, m.checkSum, verify=verify,
+                               offset=self.start + INDEX_RECORD_SIZE * k)
+                for k, m in enumerate(self.messages)]
 
 
 class BrokerClient:
@@ -74,9 +85,7 @@ class BrokerClient:
             request.currOffset = offset
         if session_key:
             request.sessionKey = session_key
-        auth = self.settings.broker_auth(self.visit_token)
-        if auth is not None:
-            request.authInfo.CopyFrom(auth)
+        self.settings.add_broker_auth(request, self.visit_token)
         response = check(self._call(part, Method.BROKER_REGISTER, request, bpb.RegisterResponseB2C),
                          f"register {part.key} for group {group}")
         return Position(response.currOffset, response.maxOffset)
@@ -86,9 +95,7 @@ class BrokerClient:
         request = bpb.RegisterRequestC2B(
             opType=RegisterOp.UNREGISTER, clientId=self.client_id, groupName=group, topicName=part.topic,
             partitionId=part.partition_id, readStatus=0 if consumed else 1)
-        auth = self.settings.broker_auth(self.visit_token)
-        if auth is not None:
-            request.authInfo.CopyFrom(auth)
+        self.settings.add_broker_auth(request, self.visit_token)
         check(self._call(part, Method.BROKER_REGISTER, request, bpb.RegisterResponseB2C),
               f"unregister {part.key} for group {group}")
 
@@ -98,9 +105,7 @@ class BrokerClient:
             return {}
         request = bpb.HeartBeatRequestC2B(clientId=self.client_id, groupName=group, readStatus=0,
                                           partitionInfo=[p.wire_string() for p in parts])
-        auth = self.settings.broker_auth(self.visit_token)
-        if auth is not None:
-            request.authInfo.CopyFrom(auth)
+        self.settings.add_broker_auth(request, self.visit_token)
         response = check(self._call(parts[0], Method.BROKER_HEARTBEAT, request, bpb.HeartBeatResponseB2C),
                          f"heartbeat to broker {parts[0].broker.address}")
         failed: dict[str, int] = {}

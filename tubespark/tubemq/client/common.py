@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 from google.protobuf.message import Message
 
-from tubespark.tubemq.net.connection import ConnectionPool
+from tubespark import __version__
+from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
 from tubespark.tubemq.net.master import MasterChannel
 from tubespark.tubemq.wire.errcodes import ErrCode, error_for_code
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
 
-CLIENT_VERSION = "tubespark-0.1.0"
+CLIENT_VERSION = f"tubespark-{__version__}"
 _counter = itertools.count(1)
 
 
@@ -49,11 +50,16 @@ class Credentials:
 
 @dataclass(frozen=True)
 class ClientSettings:
-    """Timeouts and security shared by producers and consumers. Every network wait is bounded by these."""
+    """Timeouts and security shared by producers and consumers. Every network wait is bounded by these.
 
-    connect_timeout_s: float = 3.0
-    call_timeout_s: float = 10.0
-    heartbeat_interval_s: float = 13.0
+    These field defaults are the only defaults of the three settings: the data source options
+    (``connectTimeoutMs``, ``requestTimeoutMs``, ``heartbeatIntervalMs``) take theirs from here. The
+    heartbeat stays well below the servers' 30 s session timeout, so one lost heartbeat is harmless.
+    """
+
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # 3 s, the same value the bare connections use
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S  # 10 s
+    heartbeat_interval_s: float = 3.0
     credentials: Credentials | None = None
     ssl_context: ssl.SSLContext | None = None
 
@@ -65,11 +71,17 @@ class ClientSettings:
         return MasterChannel(masters, connect_timeout_s=self.connect_timeout_s,
                              call_timeout_s=self.call_timeout_s, ssl_context=self.ssl_context)
 
-    def broker_auth(self, visit_token: int) -> bpb.AuthorizedInfo | None:
+    def add_master_auth(self, request: Message) -> None:
+        """Sign a request to the master (``authInfo``) when the cluster needs credentials."""
+        if self.credentials is not None:
+            request.authInfo.CopyFrom(self.credentials.master_cert())
+
+    def add_broker_auth(self, request: Message, visit_token: int) -> None:
+        """Set a broker request's ``authInfo``: the master's visit token and, with credentials, a signed token."""
         if self.credentials is None and not visit_token:
-            return None
+            return
         token = self.credentials.broker_token() if self.credentials else ""
-        return bpb.AuthorizedInfo(visitAuthorizedToken=visit_token, authAuthorizedToken=token)
+        request.authInfo.CopyFrom(bpb.AuthorizedInfo(visitAuthorizedToken=visit_token, authAuthorizedToken=token))
 
 
 def check(response: Message, context: str) -> Message:

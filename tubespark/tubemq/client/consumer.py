@@ -16,12 +16,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tubespark.core.retry import RetryPolicy, poll
 from tubespark.errors import NoDataError, TubeSparkError
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.group import GroupSession
-from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, ReadStatus
+from tubespark.tubemq.wire.constants import ReadStatus
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import ReceivedMessage, decode_payload
+from tubespark.tubemq.wire.message import ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +69,30 @@ class Consumer:
             return self._busy.setdefault(key, threading.Lock())
 
     def poll(self, timeout_s: float = 5.0) -> ConsumedBatch | None:
-        """Return the next non-empty batch from any held partition, or None after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            held = sorted(self.session.held().values(), key=lambda h: h.ref.key)
-            turn = next(self._turn)  # once per round: advancing it per step would skip partitions
-            for i in range(len(held)):
-                ref = held[(turn + i) % len(held)].ref
-                batch = self._fetch(ref)
-                if batch is not None and batch.messages:
-                    return batch
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if held:
-                time.sleep(min(0.2, remaining))
-            else:
-                self.session.wait_for_change(min(1.0, remaining))
+        """Return the next non-empty batch from any held partition, or None after ``timeout_s``.
+
+        Between rounds it sleeps briefly, or, while it holds nothing, waits for the group to assign
+        something (which wakes it at once). An empty poll is routine, hence the DEBUG log level.
+        """
+        return poll(self._round, RetryPolicy(timeout_s=timeout_s, backoff_s=0.2, max_backoff_s=0.2,
+                                             log_level=logging.DEBUG),
+                    what=f"messages for group {self.session.group}", sleep=self._idle)
+
+    def _round(self) -> ConsumedBatch | None:
+        """One fetch from each held partition in turn, until one returns messages."""
+        held = sorted(self.session.held().values(), key=lambda h: h.ref.key)
+        turn = next(self._turn)  # once per round: advancing it per step would skip partitions
+        for i in range(len(held)):
+            batch = self._fetch(held[(turn + i) % len(held)].ref)
+            if batch is not None and batch.messages:
+                return batch
+        return None
+
+    def _idle(self, seconds: float) -> None:
+        if self.session.held():
+            time.sleep(seconds)
+        else:
+            self.session.wait_for_change(seconds)
 
     def _fetch(self, ref: PartitionRef) -> ConsumedBatch | None:
         with self._lock_for(ref.key):
@@ -97,10 +105,7 @@ class Consumer:
             except TubeSparkError as exc:
                 log.info("fetch %s failed: %s", ref.key, exc)
                 return None
-        messages = [decode_payload(m.messageId, m.payLoadData, m.flag, m.checkSum, verify=self.verify_checksums,
-                                   offset=fetch.start + INDEX_RECORD_SIZE * k)
-                    for k, m in enumerate(fetch.messages)]
-        return ConsumedBatch(ref, fetch.start, fetch.max_offset, messages)
+        return ConsumedBatch(ref, fetch.start, fetch.max_offset, fetch.decode(self.verify_checksums))
 
     def close(self) -> None:
         """Confirm the last batches (released as consumed) and leave the group."""

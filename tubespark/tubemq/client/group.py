@@ -17,17 +17,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tubespark.errors import (
-    AuthError,
-    GroupConflictError,
-    NotRegisteredError,
-    PartitionOccupiedError,
-    TubeSparkError,
-    UnknownTopicError,
-)
+from tubespark.core.retry import RetryPolicy, call_with_retry
+from tubespark.errors import NotRegisteredError, PartitionOccupiedError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient, Position
 from tubespark.tubemq.client.common import ClientSettings, check, local_ip, new_client_id
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
+from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef, parse_subscribe_info, subscribe_info
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
 
@@ -90,18 +85,14 @@ class GroupSession:
     # --- public ----------------------------------------------------------------------------------
 
     def start(self, *, register_retries: int = 5) -> GroupSession:
-        """Register with the master (retrying like the Java client) and start heart-beating."""
-        for attempt in range(register_retries):
-            try:
-                self._register()
-                break
-            except (AuthError, GroupConflictError, UnknownTopicError):
-                raise
-            except TubeSparkError as exc:
-                if attempt == register_retries - 1:
-                    raise
-                log.info("group %s register failed (%s), retrying", self.group, exc)
-                time.sleep(1.0)
+        """Register with the master and start heart-beating.
+
+        Registration is tried up to ``register_retries`` times, like the Java client does, because a
+        master that just started (or failed over) refuses clients for a moment. Only retriable errors
+        are retried: a refused login, a group conflict or an unknown topic will not go away.
+        """
+        call_with_retry(self._register, RetryPolicy(attempts=register_retries, backoff_s=0.5, max_backoff_s=2.0),
+                        what=f"register consumer {self.client_id} in group {self.group}")
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"tubespark-group-{self.group}")
         self._thread.start()
         return self
@@ -134,7 +125,7 @@ class GroupSession:
         """
         with self._lock:
             if ref.key not in self._held:
-                raise NotRegisteredError(411, f"partition {ref.key} is not held by this member",
+                raise NotRegisteredError(ErrCode.HB_NO_NODE, f"partition {ref.key} is not held by this member",
                                          context=f"commit for group {self.group}")
             position = self.brokers.register(ref, self.group, offset=offset, filters=self.filters.get(ref.topic, ()))
             self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
@@ -169,7 +160,7 @@ class GroupSession:
                 log.debug("unregister %s on close failed: %s", item.ref.key, exc)
         try:
             request = mpb.CloseRequestC2M(clientId=self.client_id, groupName=self.group)
-            self._add_auth(request)
+            self.settings.add_master_auth(request)
             self._master.call(Method.CONSUMER_CLOSE, request, mpb.CloseResponseM2C)
         except TubeSparkError as exc:
             log.debug("consumer close on master failed: %s", exc)
@@ -187,10 +178,6 @@ class GroupSession:
     def _subscribe_infos(self) -> list[str]:
         return [subscribe_info(self.client_id, self.group, h.ref) for h in self._held.values()]
 
-    def _add_auth(self, request: object) -> None:
-        if self.settings.credentials is not None:
-            request.authInfo.CopyFrom(self.settings.credentials.master_cert())
-
     def _register(self) -> None:
         with self._lock:
             request = mpb.RegisterRequestC2M(
@@ -198,7 +185,7 @@ class GroupSession:
                 subscribeInfo=self._subscribe_infos(),
                 topicCondition=[f"{t}#{','.join(f)}" for t, f in self.filters.items()],
                 sessionTime=int(time.time() * 1000), jdkVersion="python")
-        self._add_auth(request)
+        self.settings.add_master_auth(request)
         response = check(self._master.call(Method.CONSUMER_REGISTER, request, mpb.RegisterResponseM2C),
                          f"register consumer {self.client_id} in group {self.group}")
         if response.HasField("authorizedInfo"):
@@ -212,7 +199,7 @@ class GroupSession:
             if ack is not None:
                 request.event.CopyFrom(ack)
                 request.subscribeInfo.extend(self._subscribe_infos())
-        self._add_auth(request)
+        self.settings.add_master_auth(request)
         try:
             response = check(self._master.call(Method.CONSUMER_HEARTBEAT, request, mpb.HeartResponseM2C),
                              f"heartbeat of {self.client_id} in group {self.group}")
@@ -250,9 +237,7 @@ class GroupSession:
                     except TubeSparkError as exc:
                         log.info("unregister %s failed: %s", ref.key, exc)
         elif event.opType in _CONNECT_EVENTS:
-            for ref in parts:
-                if self._hold(ref):
-                    added.append(ref)
+            added.extend(ref for ref in parts if self._hold(ref))
         log.info("group %s member %s event %d op %d: +%d -%d partitions", self.group, self.client_id,
                  event.rebalanceId, event.opType, len(added), len(removed))
         with self._lock:
@@ -263,21 +248,27 @@ class GroupSession:
             self.listener(added, removed)
 
     def _hold(self, ref: PartitionRef, attempts: int = 3) -> bool:
-        for attempt in range(attempts):
-            try:
-                position = self.brokers.register(ref, self.group, read_status=self.read_status,
-                                                 filters=self.filters.get(ref.topic, ()))
-            except PartitionOccupiedError as exc:
-                log.info("partition %s still held elsewhere (%s); attempt %d", ref.key, exc, attempt + 1)
-                time.sleep(0.5)
-                continue
-            except TubeSparkError as exc:
-                log.warning("cannot register %s for group %s: %s", ref.key, self.group, exc)
-                return False
-            with self._lock:
-                self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
-            return True
-        return False
+        """Register ``ref`` on its broker; whether we now hold it.
+
+        The member the master took ``ref`` from may not have released it yet (410), so that answer
+        is retried a few times; the master hands the partition out again if we give up. Any other
+        error is final here: the next rebalance or broker heartbeat is the retry.
+        """
+        try:
+            position = call_with_retry(
+                lambda: self.brokers.register(ref, self.group, read_status=self.read_status,
+                                              filters=self.filters.get(ref.topic, ())),
+                RetryPolicy(attempts=attempts, backoff_s=0.5, max_backoff_s=1.0, retry_on=PartitionOccupiedError),
+                what=f"register {ref.key} for group {self.group}")
+        except PartitionOccupiedError as exc:
+            log.info("partition %s still held elsewhere after %d attempt(s): %s", ref.key, attempts, exc)
+            return False
+        except TubeSparkError as exc:
+            log.warning("cannot register %s for group %s: %s", ref.key, self.group, exc)
+            return False
+        with self._lock:
+            self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
+        return True
 
     def _heartbeat_brokers(self) -> None:
         by_broker: dict[str, list[PartitionRef]] = {}
@@ -291,7 +282,7 @@ class GroupSession:
                 continue
             for ref in refs:
                 code = failed.get(ref.key)
-                if code == 411:  # the broker dropped our registration (timeout, restart): take it back
+                if code == ErrCode.HB_NO_NODE:  # the broker dropped our registration (timeout, restart): take it back
                     self._hold(ref, attempts=1)
                 elif code is not None:
                     log.warning("broker reports %s lost (%d); dropping it", ref.key, code)

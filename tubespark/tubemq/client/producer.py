@@ -14,21 +14,23 @@ import itertools
 import logging
 import random
 import threading
-import time
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from tubespark.core.retry import RetryPolicy, call_with_retry, poll
 from tubespark.errors import (
     BrokerConnectionError,
     MessageFormatError,
     MessageTooLargeError,
+    NotRegisteredError,
     TubeSparkError,
     UnknownTopicError,
 )
 from tubespark.tubemq.client.common import ClientSettings, check, ipv4_as_int32, local_ip, new_client_id
 from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import Method, ServiceType
+from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import BrokerInfo, PartitionRef, TopicLayout
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
@@ -49,11 +51,11 @@ class SendResult:
 
 @dataclass
 class _InFlight:
-    topic: str
-    message: OutgoingMessage
+    """A queued message, encoded once, and its current send; ``future`` is None after a failed send."""
+
+    request: bpb.SendMessageRequestP2B
     partition: PartitionRef
-    future: Future
-    attempts: int = 1
+    future: Future[SendResult] | None
 
 
 class Producer:
@@ -106,25 +108,30 @@ class Producer:
         requested = set(topics)
         with self._lock:
             self._topics.update(requested)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._heartbeat()
+
+        def missing() -> list[str]:
             # only the topics asked for now: one unknown topic must not fail every later publish()
-            missing = sorted(t for t in requested if not self._layouts.get(t, None) or
-                             not self._layouts[t].partitions)
-            if not missing:
-                return
-            if time.monotonic() >= deadline:
-                with self._lock:  # stop asking the master about topics that never had partitions
-                    self._topics.difference_update(t for t in missing if t not in self._layouts)
-                raise UnknownTopicError(403, f"no publishable partitions for topic(s) {', '.join(missing)} "
-                                             f"after {timeout_s:.0f}s (does the topic exist and accept publish?)")
-            time.sleep(0.5)
+            return sorted(t for t in requested if not self._layouts.get(t) or not self._layouts[t].partitions)
+
+        def heartbeat_and_check() -> bool:
+            self._heartbeat()  # the master reports partitions only in heartbeat replies
+            return not missing()
+
+        if poll(heartbeat_and_check, RetryPolicy(timeout_s=timeout_s, backoff_s=0.25, max_backoff_s=1.0),
+                what=f"partitions of topic(s) {', '.join(sorted(requested))}"):
+            return
+        absent = missing()
+        with self._lock:  # stop asking the master about topics that never had partitions
+            self._topics.difference_update(t for t in absent if t not in self._layouts)
+        raise UnknownTopicError(ErrCode.FORBIDDEN, f"no publishable partitions for topic(s) {', '.join(absent)} "
+                                                   f"after {timeout_s:.0f}s (does the topic exist and accept "
+                                                   f"publish?)")
 
     def partitions(self, topic: str) -> tuple[PartitionRef, ...]:
         layout = self._layouts.get(topic)
         if layout is None:
-            raise UnknownTopicError(403, f"topic {topic!r} was not published by this producer; call publish()")
+            raise UnknownTopicError(ErrCode.FORBIDDEN,
+                                    f"topic {topic!r} was not published by this producer; call publish()")
         return layout.partitions
 
     def max_message_size(self, topic: str) -> int:
@@ -137,15 +144,13 @@ class Producer:
             request = mpb.HeartRequestP2M(clientId=self.client_id, brokerCheckSum=self._broker_checksum,
                                           hostName=self._host, topicList=topics,
                                           appdConfig=mpb.ApprovedClientConfig(configId=-2))
-        self._add_auth(request)
+        self.settings.add_master_auth(request)
         try:
             response = check(self._master.call(Method.PRODUCER_HEARTBEAT, request, mpb.HeartResponseM2P),
                              "producer heartbeat")
-        except TubeSparkError as exc:
-            if getattr(exc, "code", 0) == 411:  # the master forgot us (restart, timeout): register again
-                self._register()
-                return
-            raise
+        except NotRegisteredError:  # the master forgot us (restart, timeout): register again
+            self._register()
+            return
         self._update_brokers(response.brokerCheckSum, response.brokerInfos)
         self._update_auth(response)
         with self._lock:
@@ -157,7 +162,7 @@ class Producer:
         request = mpb.RegisterRequestP2M(clientId=self.client_id, topicList=sorted(self._topics),
                                          brokerCheckSum=-1, hostName=self._host, jdkVersion="python",
                                          appdConfig=mpb.ApprovedClientConfig(configId=-2))
-        self._add_auth(request)
+        self.settings.add_master_auth(request)
         response = check(self._master.call(Method.PRODUCER_REGISTER, request, mpb.RegisterResponseM2P),
                          "producer register")
         self._update_brokers(response.brokerCheckSum, response.brokerInfos)
@@ -184,10 +189,6 @@ class Producer:
         if response.HasField("authorizedInfo"):
             self._visit_token = response.authorizedInfo.visitAuthorizedToken
 
-    def _add_auth(self, request: mpb.RegisterRequestP2M | mpb.HeartRequestP2M) -> None:
-        if self.settings.credentials is not None:
-            request.authInfo.CopyFrom(self.settings.credentials.master_cert())
-
     # --- sending --------------------------------------------------------------------------------
 
     def choose_partition(self, topic: str) -> PartitionRef:
@@ -201,18 +202,17 @@ class Producer:
                    partition: PartitionRef | None = None) -> Future[SendResult]:
         """Queue one message; blocks only while ``max_in_flight`` requests to that broker are pending."""
         part = partition or self.choose_partition(topic)
-        self._check_size(topic, message)
-        record = _InFlight(topic, message, part, self._transmit(topic, message, part))
+        request = self._request(topic, message, part)
+        future = self._transmit(request, part)
         with self._lock:
-            self._in_flight.append(record)
-        return record.future
+            self._in_flight.append(_InFlight(request, part, future))
+        return future
 
     def send(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None) -> SendResult:
         """Send one message and wait for the broker's acknowledgement (with retries)."""
         part = partition or self.choose_partition(topic)
-        self._check_size(topic, message)
-        record = _InFlight(topic, message, part, self._transmit(topic, message, part))
-        return self._settle(record)
+        request = self._request(topic, message, part)
+        return self._settle(_InFlight(request, part, self._transmit(request, part)))
 
     def flush(self) -> list[SendResult]:
         """Wait for every pending send; retry retriable failures; raise the first unrecoverable error.
@@ -233,31 +233,39 @@ class Producer:
         return results
 
     def _settle(self, record: _InFlight) -> SendResult:
-        while True:
+        """Wait for ``record``'s acknowledgement, sending it again after retriable failures.
+
+        ``max_retries`` re-sends at most; the first try waits for the send already in flight.
+        """
+        address = record.partition.broker.address
+
+        def attempt() -> SendResult:
+            if record.future is None:
+                record.future = self._transmit(record.request, record.partition)
             try:
                 return wait(record.future, self.settings.call_timeout_s * 2, f"send to {record.partition.key}")
             except TubeSparkError as exc:
-                if not exc.retriable or record.attempts > self.max_retries:
-                    raise
-                log.info("retrying send to %s after: %s", record.partition.key, exc)
-                time.sleep(min(2.0, 0.2 * 2 ** (record.attempts - 1)))
-                if isinstance(exc, BrokerConnectionError):
-                    self._pool.drop(record.partition.broker.address)
-                record.attempts += 1
-                record.future = self._transmit(record.topic, record.message, record.partition)
+                record.future = None
+                if isinstance(exc, BrokerConnectionError):  # reconnect rather than reuse a broken socket
+                    self._pool.drop(address)
+                raise
 
-    def _check_size(self, topic: str, message: OutgoingMessage) -> None:
-        limit = self.max_message_size(topic)
-        payload, _flag = message.encode()
+        return call_with_retry(attempt, RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0),
+                               what=f"send to {record.partition.key}")
+
+    def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> bpb.SendMessageRequestP2B:
+        """Encode ``message`` once (payload, flag, CRC) into the request every (re-)send reuses.
+
+        Refuses an empty or oversized message before anything is sent.
+        """
+        payload, flag = message.encode()
         if not payload:  # the broker answers 400 "data length is zero!"; Java refuses it before sending too
             raise MessageFormatError(f"empty message for topic {topic!r}: TubeMQ stores no message without a body "
                                      f"or attributes")
+        limit = self.max_message_size(topic)
         if len(payload) > limit:
             raise MessageTooLargeError(f"message of {len(payload)} bytes exceeds topic {topic!r}'s maximum of "
                                        f"{limit} bytes")
-
-    def _transmit(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> Future[SendResult]:
-        payload, flag = message.encode()
         request = bpb.SendMessageRequestP2B(clientId=self.client_id, topicName=topic,
                                             partitionId=part.partition_id, data=payload, flag=flag,
                                             checkSum=checksum(payload), sentAddr=self._sent_addr)
@@ -265,9 +273,10 @@ class Producer:
             request.msgType = message.msg_type
         if message.msg_time:
             request.msgTime = message.msg_time
-        auth = self.settings.broker_auth(self._visit_token)
-        if auth is not None:
-            request.authInfo.CopyFrom(auth)
+        return request
+
+    def _transmit(self, request: bpb.SendMessageRequestP2B, part: PartitionRef) -> Future[SendResult]:
+        self.settings.add_broker_auth(request, self._visit_token)
         address = part.broker.address
         result: Future[SendResult] = Future()
         slot = self._slot(address)

@@ -19,15 +19,15 @@ formula is a lower bound that still increases strictly within the partition.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tubespark.core.retry import RetryPolicy, call_with_retry, poll
 from tubespark.errors import DataLossError, NoDataError, PartitionOccupiedError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import ReceivedMessage, decode_payload
+from tubespark.tubemq.wire.message import ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +42,15 @@ class Bounds:
 
 def _register(broker: BrokerClient, part: PartitionRef, group: str, offset: int, filters: tuple[str, ...],
               wait_s: float) -> Position:
-    """Register at ``offset``, waiting out a stale holder (410) for at most ``wait_s``."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return broker.register(part, group, offset=offset, filters=filters)
-        except PartitionOccupiedError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(1.0)
+    """Register at ``offset``, waiting out a stale holder (410) for at most ``wait_s``.
+
+    Only the stale holder is waited out: a read group is private, so the holder is our own earlier
+    registration that the broker has not timed out yet. Other errors are the caller's to handle.
+    """
+    return call_with_retry(lambda: broker.register(part, group, offset=offset, filters=filters),
+                           RetryPolicy(timeout_s=wait_s, backoff_s=0.5, max_backoff_s=2.0,
+                                       retry_on=PartitionOccupiedError),
+                           what=f"register {part.key} for {group}")
 
 
 def probe_bounds(broker: BrokerClient, part: PartitionRef, probe_group: str, *,
@@ -76,12 +76,6 @@ def _release(broker: BrokerClient, part: PartitionRef, group: str) -> None:
         log.debug("releasing %s for %s failed: %s", part.key, group, exc)
 
 
-def _decode(fetch: Fetch, verify: bool) -> list[ReceivedMessage]:
-    return [decode_payload(m.messageId, m.payLoadData, m.flag, m.checkSum, verify=verify,
-                           offset=fetch.start + INDEX_RECORD_SIZE * k)
-            for k, m in enumerate(fetch.messages)]
-
-
 class RangeReader:
     """Reads ``[start, end)`` of one partition under a private read group.
 
@@ -103,6 +97,10 @@ class RangeReader:
         self.verify_checksums = verify_checksums
         self.retry_s = retry_s
         self.lost_offsets = 0
+        self._fetch_retry = RetryPolicy(timeout_s=retry_s)
+        # Data below ``end`` that is not visible yet (a filtered read served from flushed files only)
+        # is waited for; when it never comes, the broker lost it.
+        self._data_wait = RetryPolicy(timeout_s=retry_s, backoff_s=0.2, max_backoff_s=1.0)
 
     def read(self, part: PartitionRef, start: int, end: int) -> Iterator[ReceivedMessage]:
         """Yield every message of ``part`` in ``[start, end)``, in order, exactly once."""
@@ -130,22 +128,20 @@ class RangeReader:
             _release(self.broker, part, self.read_group)
 
     def _fetch(self, part: PartitionRef) -> Fetch | None:
-        """One fetch with auto-commit of the previous batch; ``None`` when the position reached max."""
-        deadline = time.monotonic() + self.retry_s
-        while True:
+        """One fetch with auto-commit of the previous batch; ``None`` when the position reached max.
+
+        Retriable answers (busy, moved, a broken connection) are retried for ``retry_s``.
+        """
+        def once() -> Fetch | None:
             try:
                 return self.broker.fetch(part, self.read_group, last_consumed=True)
-            except NoDataError:
+            except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
                 return None
-            except TubeSparkError as exc:
-                if not exc.retriable or time.monotonic() >= deadline:
-                    raise
-                log.info("fetch %s: %s; retrying", part.key, exc)
-                time.sleep(0.2)
+
+        return call_with_retry(once, self._fetch_retry, what=f"fetch {part.key} for {self.read_group}")
 
     def _read_from(self, part: PartitionRef, position: int, end: int) -> Iterator[list[ReceivedMessage]]:
         pending: Fetch | None = None
-        deadline = time.monotonic() + self.retry_s
         while True:
             fetch = self._fetch(part)
             if fetch is None:
@@ -156,21 +152,20 @@ class RangeReader:
                     pending = None
                 if batch_end >= end:
                     return
-                if time.monotonic() >= deadline:
+                fetch = poll(lambda: self._fetch(part), self._data_wait,
+                             what=f"{part.key}: data between {batch_end} and the planned end {end}")
+                if fetch is None:
                     raise DataLossError(f"{part.key}: the broker's max offset stays at {batch_end}, below the "
                                         f"planned end {end}; data was removed or the broker lost it")
-                time.sleep(0.2)
-                continue
             if pending is not None:
                 yield self._cut(part, pending, fetch.start, end)
             if fetch.start >= end:
                 return
             pending = fetch
-            deadline = time.monotonic() + self.retry_s
 
     def _cut(self, part: PartitionRef, batch: Fetch, batch_end: int, end: int) -> list[ReceivedMessage]:
         """The messages of ``batch`` (which spans ``[batch.start, batch_end)``) that lie below ``end``."""
-        messages = _decode(batch, self.verify_checksums)
+        messages = batch.decode(self.verify_checksums)
         if batch_end <= end:
             return messages
         if batch_end - batch.start == INDEX_RECORD_SIZE * len(messages):  # dense: message k is at start + 28k

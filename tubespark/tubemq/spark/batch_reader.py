@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tubespark.errors import OptionError
+from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset
+from tubespark.spark.planning import split_range
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.metadata import topic_partitions
-from tubespark.tubemq.client.ranges import Bounds, probe_bounds
-from tubespark.tubemq.spark.options import EARLIEST, LATEST, TubeOptions
+from tubespark.tubemq.client.ranges import probe_bounds
+from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.partition import QueueRange, read_range
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -25,26 +29,9 @@ from tubespark.tubemq.wire.formats import PartitionRef
 log = logging.getLogger(__name__)
 
 
-def _resolve(spec: str | dict[str, int], key: str, bounds: Bounds, *, default: int) -> int:
-    wanted = spec.get(key, default) if isinstance(spec, dict) else spec
-    if wanted in ("earliest", EARLIEST):
-        return bounds.min_offset
-    if wanted in ("latest", LATEST):
-        return bounds.max_offset
-    return int(wanted)
-
-
-def split_range(start: int, end: int, max_records: int | None) -> list[tuple[int, int]]:
-    """Cut ``[start, end)`` into pieces of at most ``max_records`` index records (aligned to records)."""
-    if not max_records or end - start <= max_records * INDEX_RECORD_SIZE:
-        return [(start, end)] if end > start else []
-    step = max_records * INDEX_RECORD_SIZE
-    return [(low, min(low + step, end)) for low in range(start, end, step)]
-
-
 class TubeBatchReader(DataSourceReader):
-    def __init__(self, options: TubeOptions) -> None:
-        if options["startingOffsets"] == "group":
+    def __init__(self, options: TubeMQOptions) -> None:
+        if options.starting_offsets == "group":
             raise OptionError("option startingOffsets=group is for streaming reads; batch reads take earliest, "
                               "latest or JSON offsets")
         self.options = options
@@ -52,24 +39,28 @@ class TubeBatchReader(DataSourceReader):
 
     def plan(self) -> list[QueueRange]:
         opts = self.options
-        layouts = topic_partitions(opts["master"], opts["topic"], opts.client_settings())
+        layouts = topic_partitions(opts.masters, opts.topics, opts.client_settings())
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
         try:
             for ref in sorted(p for parts in layouts.values() for p in parts):
                 bounds = probe_bounds(broker, ref, f"{self.base_group}-probe")
-                start = _resolve(opts["startingOffsets"], ref.key, bounds, default=EARLIEST)
-                end = _resolve(opts["endingOffsets"], ref.key, bounds, default=LATEST)
+                start = resolve_offset(opts.starting_offsets, ref.key, earliest=bounds.min_offset,
+                                       latest=bounds.max_offset, default=EARLIEST)
+                end = resolve_offset(opts.ending_offsets, ref.key, earliest=bounds.min_offset,
+                                     latest=bounds.max_offset, default=LATEST)
                 if end < start:
                     raise OptionError(f"for {ref.key} the starting offset {start} is after the ending offset {end}")
                 if end > bounds.max_offset:
                     raise OptionError(f"endingOffsets for {ref.key} is {end}, beyond the partition's max offset "
                                       f"{bounds.max_offset}")
                 tasks.extend(self._task(ref, low, high, len(tasks))
-                             for low, high in split_range(start, end, opts.get("maxRecordsPerPartition")))
+                             for low, high in split_range(start, end, opts.max_records_per_partition,
+                                                          record_size=INDEX_RECORD_SIZE))
         finally:
             broker.close()
-        log.info("batch read of %s planned %d tasks under %s", ",".join(opts["topic"]), len(tasks), self.base_group)
+        log.info("batch read of %s planned %d tasks under %s", ",".join(opts.topics or ()), len(tasks),
+                 self.base_group)
         return tasks
 
     def _task(self, ref: PartitionRef, start: int, end: int, index: int) -> QueueRange:
@@ -80,5 +71,5 @@ class TubeBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return list(self.plan())
 
-    def read(self, partition: InputPartition):  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(partition, self.options)

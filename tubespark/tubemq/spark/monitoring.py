@@ -17,12 +17,15 @@ Two views:
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tubespark.spark.offsets import parse_offsets as shared_parse_offsets
+from tubespark.spark.planning import backlog_between
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 
 try:
@@ -36,26 +39,12 @@ def parse_offsets(raw: Any) -> dict[str, int] | None:
 
     ``None`` for anything that is not a tubemq offset (another source's format, empty, unparsable).
     """
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return None
-    if not isinstance(raw, Mapping) or not raw:
-        return None
-    out: dict[str, int] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or key.count(":") < 2 or isinstance(value, bool) or not isinstance(value, int):
-            return None
-        out[key] = value
-    return out
+    return shared_parse_offsets(raw, is_key=lambda key: key.count(":") >= 2)
 
 
 def backlog_messages(end: Mapping[str, int], latest: Mapping[str, int]) -> dict[str, int]:
     """Per-partition backlog in messages: ``(latest - end) // 28``, never negative; keys of ``latest``."""
-    return {key: max(0, high - end.get(key, high)) // INDEX_RECORD_SIZE for key, high in sorted(latest.items())}
+    return backlog_between(end, latest, record_size=INDEX_RECORD_SIZE)
 
 
 @dataclass(frozen=True)
@@ -79,7 +68,7 @@ def _number(value: Any) -> float:
         result = float(value)
     except (TypeError, ValueError):
         return 0.0
-    return 0.0 if result != result else result  # NaN (Spark reports it for the first batch)
+    return 0.0 if math.isnan(result) else result  # NaN: Spark reports it for the first batch
 
 
 def _timestamp(text: Any) -> float:
@@ -171,19 +160,19 @@ class LagListener(StreamingQueryListener):  # type: ignore[misc,valid-type]
     def __init__(self, history: LagHistory | None = None) -> None:
         self.history = history or LagHistory()
 
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+    def onQueryStarted(self, event: Any) -> None:
         pass
 
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+    def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
         sample = sample_from_progress(progress)
         if sample is not None:
             self.history.add(str(getattr(progress, "id", "")), sample)
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+    def onQueryIdle(self, event: Any) -> None:
         pass
 
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: Any) -> None:
         pass
 
 

@@ -1,68 +1,53 @@
 """Every option of the ``tubemq`` data source, defined once: name, default, parser and documentation.
 
-Parsing happens before any network call, so a typo fails the query at once with a message naming
-the option and the value. Unknown options are warned about (Spark passes user options through
-verbatim, so a misspelt one would otherwise be silently ignored). The README's option table is
-generated from :data:`OPTIONS`.
+:data:`OPTIONS` is the table (the README's option table is generated from it); :class:`TubeMQOptions`
+is the parsed, typed, frozen result with one attribute per option, named by the option in snake_case
+(``maxOffsetsPerTrigger`` -> ``max_offsets_per_trigger``) except that list-valued options are plural
+(``master`` -> ``masters``, ``topic`` -> ``topics``) and the ``tubemq.`` prefix is dropped
+(``tubemq.tlsEnable`` -> ``tls_enable``). Option names are case-insensitive, like Spark's option map.
+
+Timeout defaults come from :class:`~tubespark.tubemq.client.common.ClientSettings`' field defaults, so
+each setting has one default. Parsing happens before any network call; see :mod:`tubespark.core.options`.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import re
 import ssl
-import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, fields
 
-from tubespark.errors import OptionError
+from tubespark.core.options import (
+    BOTH,
+    WRITE,
+    OptionSpec,
+    ParsedOptions,
+    comma_list,
+    parse_attribute_name,
+    parse_bool,
+    parse_host_ports,
+    parse_positive_int,
+    parse_text,
+    render_table,
+)
+from tubespark.errors import MessageFormatError, OptionError
+from tubespark.spark.offsets import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
 from tubespark.tubemq.client.common import ClientSettings, Credentials
+from tubespark.tubemq.wire.formats import PartitionRef
 
-log = logging.getLogger(__name__)
+__all__ = ["EARLIEST", "LATEST", "OPTIONS", "PROTECTED", "TubeMQOptions", "option_table"]
 
-EARLIEST, LATEST = -2, -1
 _GROUP_RE = re.compile(r"^[a-zA-Z][\w-]+$")
 _TOPIC_RE = re.compile(r"^[a-zA-Z]\w+$")
-_ADDRESS_RE = re.compile(r"^[^\s:,]+:\d{1,5}$")
+_STREAM_ID_RE = re.compile(r"^[_A-Za-z0-9\-]+$")
 
 
-def _bool(name: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise OptionError(f"option {name}={value!r}: expected true or false")
-
-
-def _positive_int(name: str, value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise OptionError(f"option {name}={value!r}: expected a positive integer")
-    return number
-
-
-def _masters(name: str, value: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
-    bad = [v for v in items if not _ADDRESS_RE.match(v) or not 0 < int(v.rsplit(":", 1)[1]) < 65536]
-    if not items or bad:
-        raise OptionError(f"option {name}={value!r}: expected host:port[,host:port...]"
-                          + (f" (bad: {', '.join(bad)})" if bad else ""))
-    return items
-
-
-def _topics(name: str, value: str) -> list[str]:
-    items = [v.strip() for v in value.split(",") if v.strip()]
+def _topics(name: str, value: str) -> tuple[str, ...]:
+    items = comma_list(value)
     bad = [v for v in items if not _TOPIC_RE.match(v) or len(v) > 64]
     if not items or bad:
         raise OptionError(f"option {name}={value!r}: expected topic names (letter first, then letters, digits or "
                           f"_; 2 to 64 chars)" + (f"; bad: {', '.join(bad)}" if bad else ""))
-    return sorted(set(items))
+    return tuple(sorted(set(items)))
 
 
 def _group(name: str, value: str) -> str:
@@ -73,118 +58,92 @@ def _group(name: str, value: str) -> str:
     return value
 
 
-def _stream_ids(name: str, value: str) -> list[str]:
-    items = sorted({v.strip() for v in value.split(",") if v.strip()})
-    bad = [v for v in items if not re.match(r"^[_A-Za-z0-9\-]+$", v) or len(v) > 256]
+def _stream_ids(name: str, value: str) -> tuple[str, ...]:
+    items = sorted(set(comma_list(value)))
+    bad = [v for v in items if not _STREAM_ID_RE.match(v) or len(v) > 256]
     if bad or len(items) > 500:
         raise OptionError(f"option {name}={value!r}: streamIds are at most 500 names of letters, digits, '_' "
                           f"or '-'" + (f"; bad: {', '.join(bad)}" if bad else ""))
-    return items
+    return tuple(items)
 
 
-def _attribute_name(name: str, value: str) -> str:
-    value = value.strip()
-    if not re.match(r"^[A-Za-z_][\w.-]{0,63}$", value) or value.startswith("$"):
-        raise OptionError(f"option {name}={value!r}: expected an attribute name (letters, digits, '_', '.', '-')")
-    return value
-
-
-def parse_offset_spec(name: str, value: str, *, allow: tuple[str, ...]) -> str | dict[str, int]:
-    """``earliest`` | ``latest`` | ``group`` (as allowed) or JSON ``{"brokerId:topic:partitionId": offset}``.
-
-    In the JSON, -2 means earliest and -1 latest; other offsets must be non-negative multiples of 28.
-    """
-    text = value.strip()
-    if text.lower() in allow:
-        return text.lower()
-    if not text.startswith("{"):
-        raise OptionError(f"option {name}={value!r}: expected {' | '.join(allow)} or a JSON object "
-                          f'like {{"1:mytopic:0": 280}}')
+def is_partition_key(key: str) -> bool:
+    """``brokerId:topic:partitionId`` as TubeMQ writes it: plain non-negative ids, a valid topic name."""
     try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise OptionError(f"option {name}: invalid JSON ({exc.msg} at position {exc.pos}): {value!r}") from None
-    if not isinstance(spec, dict) or not spec:
-        raise OptionError(f"option {name}: the JSON must be a non-empty object of partition key -> offset")
-    result: dict[str, int] = {}
-    for key, offset in spec.items():
-        parts = key.split(":")
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[2].isdigit() or not _TOPIC_RE.match(parts[1]):
-            raise OptionError(f"option {name}: bad partition key {key!r}, expected brokerId:topic:partitionId")
-        if not isinstance(offset, int) or isinstance(offset, bool) or (offset < 0 and offset not in (EARLIEST, LATEST)):
-            raise OptionError(f"option {name}: offset for {key} must be -2 (earliest), -1 (latest) or >= 0, "
-                              f"got {offset!r}")
-        result[key] = offset
-    return result
+        broker_id, topic, partition_id = PartitionRef.parse_key(key)
+    except MessageFormatError:
+        return False
+    canonical = PartitionRef(broker_id, topic, partition_id).key == key  # no signs, spaces or leading zeros
+    return canonical and broker_id >= 0 and partition_id >= 0 and bool(_TOPIC_RE.match(topic))
 
 
-@dataclass(frozen=True)
-class Option:
-    name: str
-    default: str | None
-    parse: Callable[[str, str], Any]
-    doc: str
-    required: bool = False
-    applies: str = "read"  # read | write | both
+def _starting(name: str, value: str) -> OffsetSpec:
+    return parse_offset_spec(name, value, allow=("earliest", "latest", "group"), check_key=is_partition_key)
 
 
-def _starting(name: str, value: str) -> str | dict[str, int]:
-    return parse_offset_spec(name, value, allow=("earliest", "latest", "group"))
+def _ending(name: str, value: str) -> OffsetSpec:
+    return parse_offset_spec(name, value, allow=("latest",), check_key=is_partition_key)
 
 
-def _ending(name: str, value: str) -> str | dict[str, int]:
-    return parse_offset_spec(name, value, allow=("latest",))
+def _setting_ms(field_name: str) -> str:
+    """The default of a ``ClientSettings`` field in seconds, as option text in milliseconds."""
+    default = {f.name: f.default for f in fields(ClientSettings)}[field_name]
+    return str(round(float(default) * 1000))  # type: ignore[arg-type]
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option("master", None, _masters, "TubeMQ master RPC addresses, `host:port[,host:port]`.", True, "both"),
-    Option("topic", None, _topics, "Topic(s) to read, comma separated. For writing, the default topic "
-           "(a `topic` column is used when this is absent).", False, "both"),
-    Option("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
-           "group's members; committed offsets are stored for it on the brokers. Required for streaming reads."),
-    Option("startingOffsets", "latest", _starting, "Where a new query starts: `earliest`, `latest`, `group` "
-           "(the group's committed offsets on the brokers) or JSON `{\"brokerId:topic:partitionId\": offset}` "
-           "with -2 = earliest, -1 = latest. A restarted query resumes from its checkpoint instead. "
-           "Batch reads default to `earliest`."),
-    Option("endingOffsets", "latest", _ending, "Batch reads only: where to stop, `latest` or JSON as above "
-           "(-1 = latest)."),
-    Option("maxRecordsPerPartition", None, _positive_int, "Batch reads: split a partition's range into Spark "
-           "tasks of at most this many messages, so a backfill uses every core."),
-    Option("maxOffsetsPerTrigger", None, _positive_int, "Most messages per micro-batch, shared across "
-           "partitions in proportion to their backlog. Unset: everything available."),
-    Option("streamIds", None, _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
-           "comma separated. Filtered on the broker."),
-    Option("failOnDataLoss", "true", _bool, "Fail the query when data it planned to read is gone (retention "
-           "removed it, a partition vanished). `false`: log it and go on."),
-    Option("commitToGroup", "true", _bool, "When a micro-batch commits, store its end offsets as the group's "
-           "offsets on the brokers, so TubeMQ's admin tools show the group's lag."),
-    Option("includeAttributes", "false", _bool, "Add an `attributes` map<string,string> column with each "
-           "message's attributes."),
-    Option("verifyChecksums", "true", _bool, "Check every message's CRC. A mismatch fails the task."),
-    Option("dedupAttribute", None, _attribute_name,
-           "Writing: stamp every message with this attribute holding a stable id (write or query+batch, task, "
-           "row), so replays of a retried task can be recognised. Reading: the attribute `dedupe` looks at.",
-           False, "both"),
-    Option("dedupe", "false", _bool, "Drop messages whose `dedupAttribute` id was already read in the same "
-           "task (replays from a retried tubespark write task). Needs `dedupAttribute`."),
-    Option("maxInFlight", "64", _positive_int, "Writing: SendMessage requests awaiting acknowledgement per "
-           "broker connection.", False, "write"),
-    Option("sendRetries", "3", _positive_int, "Writing: re-sends of a message after a retriable error before "
-           "the task fails.", False, "write"),
-    Option("connectTimeoutMs", "3000", _positive_int, "TCP connect timeout.", False, "both"),
-    Option("requestTimeoutMs", "10000", _positive_int, "Time to wait for any one request's answer.", False, "both"),
-    Option("heartbeatIntervalMs", "3000", _positive_int, "Heartbeat period to the master and brokers "
-           "(keep well below the server's 30 s session timeout).", False, "both"),
-    Option("assignmentTimeoutMs", "60000", _positive_int, "How long the driver waits for the master to assign "
-           "partitions when a query starts."),
-    Option("auth.user", None, lambda n, v: v, "User name for an authenticating TubeMQ cluster.", False, "both"),
-    Option("auth.password", None, lambda n, v: v, "Password for `auth.user`.", False, "both"),
-    Option("tubemq.tlsEnable", "false", _bool, "Connect with TLS (to the masters' and brokers' TLS ports).",
-           False, "both"),
-    Option("tubemq.tlsCaFile", None, lambda n, v: v, "PEM file of CAs to trust for TLS (default: system CAs).",
-           False, "both"),
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("master", None, parse_host_ports, "TubeMQ master RPC addresses, `host:port[,host:port]`.", True,
+               BOTH, attr="masters"),
+    OptionSpec("topic", None, _topics, "Topic(s) to read, comma separated. For writing, the default topic "
+               "(a `topic` column is used when this is absent).", False, BOTH, attr="topics"),
+    OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
+               "group's members; committed offsets are stored for it on the brokers. Required for streaming "
+               "reads."),
+    OptionSpec("startingOffsets", "latest", _starting, "Where a new query starts: `earliest`, `latest`, `group` "
+               "(the group's committed offsets on the brokers) or JSON `{\"brokerId:topic:partitionId\": offset}` "
+               "with -2 = earliest, -1 = latest. A restarted query resumes from its checkpoint instead. "
+               "Batch reads default to `earliest`."),
+    OptionSpec("endingOffsets", "latest", _ending, "Batch reads only: where to stop, `latest` or JSON as above "
+               "(-1 = latest)."),
+    OptionSpec("maxRecordsPerPartition", None, parse_positive_int, "Batch reads: split a partition's range into "
+               "Spark tasks of at most this many messages, so a backfill uses every core."),
+    OptionSpec("maxOffsetsPerTrigger", None, parse_positive_int, "Most messages per micro-batch, shared across "
+               "partitions in proportion to their backlog. Unset: everything available."),
+    OptionSpec("streamIds", "", _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
+               "comma separated. Filtered on the broker."),
+    OptionSpec("failOnDataLoss", "true", parse_bool, "Fail the query when data it planned to read is gone "
+               "(retention removed it, a partition vanished). `false`: log it and go on."),
+    OptionSpec("commitToGroup", "true", parse_bool, "When a micro-batch commits, store its end offsets as the "
+               "group's offsets on the brokers, so TubeMQ's admin tools show the group's lag."),
+    OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
+               "message's attributes."),
+    OptionSpec("verifyChecksums", "true", parse_bool, "Check every message's CRC. A mismatch fails the task."),
+    OptionSpec("dedupAttribute", None, parse_attribute_name,
+               "Writing: stamp every message with this attribute holding a stable id (write or query+batch, task, "
+               "row), so replays of a retried task can be recognised. Reading: the attribute `dedupe` looks at.",
+               False, BOTH),
+    OptionSpec("dedupe", "false", parse_bool, "Drop messages whose `dedupAttribute` id was already read in the "
+               "same task (replays from a retried tubespark write task). Needs `dedupAttribute`."),
+    OptionSpec("maxInFlight", "64", parse_positive_int, "Writing: SendMessage requests awaiting acknowledgement "
+               "per broker connection.", False, WRITE),
+    OptionSpec("sendRetries", "3", parse_positive_int, "Writing: re-sends of a message after a retriable error "
+               "before the task fails.", False, WRITE),
+    OptionSpec("connectTimeoutMs", _setting_ms("connect_timeout_s"), parse_positive_int, "TCP connect timeout.",
+               False, BOTH),
+    OptionSpec("requestTimeoutMs", _setting_ms("call_timeout_s"), parse_positive_int,
+               "Time to wait for any one request's answer.", False, BOTH),
+    OptionSpec("heartbeatIntervalMs", _setting_ms("heartbeat_interval_s"), parse_positive_int,
+               "Heartbeat period to the master and brokers (keep well below the server's 30 s session timeout).",
+               False, BOTH),
+    OptionSpec("assignmentTimeoutMs", "60000", parse_positive_int, "How long the driver waits for the master to "
+               "assign partitions when a query starts."),
+    OptionSpec("auth.user", None, parse_text, "User name for an authenticating TubeMQ cluster.", False, BOTH),
+    OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
+    OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS (to the masters' and brokers' TLS "
+               "ports).", False, BOTH, attr="tls_enable"),
+    OptionSpec("tubemq.tlsCaFile", None, parse_text, "PEM file of CAs to trust for TLS (default: system CAs).",
+               False, BOTH, attr="tls_ca_file"),
 )
-_BY_NAME = {o.name.lower(): o for o in OPTIONS}
 
 PROTECTED = {
     "tubemq.group": "group", "tubemq.groupname": "group", "tubemq.consumergroup": "group",
@@ -195,70 +154,59 @@ PROTECTED = {
 
 
 @dataclass(frozen=True)
-class TubeOptions:
-    """Validated options. ``values`` holds every known option, parsed, defaults filled in."""
+class TubeMQOptions(ParsedOptions):
+    """Validated ``tubemq`` options, one typed attribute per entry of :data:`OPTIONS`, defaults filled in.
 
-    values: dict[str, Any] = field(default_factory=dict)
+    Build with ``TubeMQOptions.from_raw(spark_options, mode="read" | "write")``. Options that do not
+    apply to the mode hold their default. Plain values only: pickled to executors as is.
+    """
 
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
+    SPECS = OPTIONS
+    PROTECTED = PROTECTED
+    SOURCE = "tubemq"
 
-    def get(self, name: str, default: Any = None) -> Any:
-        value = self.values.get(name)
-        return default if value is None else value
+    masters: tuple[str, ...]
+    topics: tuple[str, ...] | None
+    group: str | None
+    starting_offsets: OffsetSpec
+    ending_offsets: OffsetSpec
+    max_records_per_partition: int | None
+    max_offsets_per_trigger: int | None
+    stream_ids: tuple[str, ...]
+    fail_on_data_loss: bool
+    commit_to_group: bool
+    include_attributes: bool
+    verify_checksums: bool
+    dedup_attribute: str | None
+    dedupe: bool
+    max_in_flight: int
+    send_retries: int
+    connect_timeout_ms: int
+    request_timeout_ms: int
+    heartbeat_interval_ms: int
+    assignment_timeout_ms: int
+    auth_user: str | None
+    auth_password: str | None
+    tls_enable: bool
+    tls_ca_file: str | None
+
+    def check(self, mode: str) -> None:
+        if mode == WRITE and self.topics and len(self.topics) > 1:
+            raise OptionError("option topic: the sink writes to one topic; use a 'topic' column to write to several")
+        if self.dedupe and not self.dedup_attribute:
+            raise OptionError("option dedupe=true needs dedupAttribute (the attribute the writer stamped)")
+        if self.auth_password and not self.auth_user:
+            raise OptionError("option auth.password is set but auth.user is not")
 
     def client_settings(self) -> ClientSettings:
-        credentials = None
-        if self.get("auth.user"):
-            credentials = Credentials(self["auth.user"], self.get("auth.password", ""))
-        context = None
-        if self["tubemq.tlsEnable"]:
-            context = ssl.create_default_context(cafile=self.get("tubemq.tlsCaFile"))
-        return ClientSettings(connect_timeout_s=self["connectTimeoutMs"] / 1000,
-                              call_timeout_s=self["requestTimeoutMs"] / 1000,
-                              heartbeat_interval_s=self["heartbeatIntervalMs"] / 1000,
+        credentials = Credentials(self.auth_user, self.auth_password or "") if self.auth_user else None
+        context = ssl.create_default_context(cafile=self.tls_ca_file) if self.tls_enable else None
+        return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
+                              call_timeout_s=self.request_timeout_ms / 1000,
+                              heartbeat_interval_s=self.heartbeat_interval_ms / 1000,
                               credentials=credentials, ssl_context=context)
-
-
-def parse_options(raw: Mapping[str, str], *, mode: str, required: tuple[str, ...] = ()) -> TubeOptions:
-    """Validate ``raw`` (Spark's case-insensitive option map) for ``mode`` ``read`` or ``write``.
-
-    Raises OptionError for a missing required option, a bad value or a protected passthrough key;
-    warns about unknown options.
-    """
-    given = {k.lower(): (k, v) for k, v in raw.items()}
-    values: dict[str, Any] = {}
-    for key, (original, _value) in given.items():
-        if key in PROTECTED:
-            raise OptionError(f"option {original} cannot be passed through: tubespark sets it itself; "
-                              f"use {PROTECTED[key]} instead")
-        if key not in _BY_NAME:
-            warnings.warn(f"tubemq: unknown option {original!r} is ignored", stacklevel=3)
-            log.warning("tubemq: unknown option %r is ignored", original)
-    for option in OPTIONS:
-        if option.applies not in (mode, "both"):
-            continue
-        _key, text = given.get(option.name.lower(), (option.name, None))
-        if text is None:
-            if option.required or option.name in required:
-                raise OptionError(f"option {option.name} is required: {option.doc}")
-            text = option.default
-        values[option.name] = option.parse(option.name, str(text)) if text is not None else None
-    if mode == "write" and values.get("topic") and len(values["topic"]) > 1:
-        raise OptionError("option topic: the sink writes to one topic; use a 'topic' column to write to several")
-    if values.get("dedupe") and not values.get("dedupAttribute"):
-        raise OptionError("option dedupe=true needs dedupAttribute (the attribute the writer stamped)")
-    if values.get("auth.password") and not values.get("auth.user"):
-        raise OptionError("option auth.password is set but auth.user is not")
-    return TubeOptions(values)
 
 
 def option_table(mode: str | None = None) -> str:
     """Markdown table of the options (the README embeds it)."""
-    rows = ["| option | default | applies to | meaning |", "|---|---|---|---|"]
-    for option in OPTIONS:
-        if mode and option.applies not in (mode, "both"):
-            continue
-        default = "**required**" if option.required else (f"`{option.default}`" if option.default else "")
-        rows.append(f"| `{option.name}` | {default} | {option.applies} | {option.doc} |")
-    return "\n".join(rows)
+    return render_table(OPTIONS, mode)

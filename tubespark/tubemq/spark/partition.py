@@ -10,9 +10,10 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tubespark.errors import DataLossError, UnknownTopicError
+from tubespark.spark.dedupe import ReplayFilter
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
-from tubespark.tubemq.spark.options import TubeOptions
+from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, to_record_batch
 from tubespark.tubemq.wire.formats import PartitionRef
 
@@ -38,34 +39,25 @@ class QueueRange(InputPartition):
         return PartitionRef(self.broker_id, self.topic, self.partition_id, self.host, self.port)
 
 
-def _first_time(stamp: str | None, seen: set[str]) -> bool:
-    if stamp is None:
-        return True
-    if stamp in seen:
-        return False
-    seen.add(stamp)
-    return True
-
-
-def read_range(task: QueueRange, options: TubeOptions) -> Iterator[pa.RecordBatch]:
+def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
-    schema = arrow_schema(options["includeAttributes"])
+    schema = arrow_schema(options.include_attributes)
     ref = task.ref
     broker = BrokerClient(task.client_id, options.client_settings())
-    reader = RangeReader(broker, task.read_group, filters=tuple(options.get("streamIds", ())),
-                         fail_on_data_loss=options["failOnDataLoss"], verify_checksums=options["verifyChecksums"],
-                         retry_s=options["requestTimeoutMs"] / 1000 * 6)
-    dedup_attribute = options.get("dedupAttribute") if options.get("dedupe") else None
-    seen: set[str] = set()
+    reader = RangeReader(broker, task.read_group, filters=options.stream_ids,
+                         fail_on_data_loss=options.fail_on_data_loss, verify_checksums=options.verify_checksums,
+                         retry_s=options.request_timeout_ms / 1000 * 6)
+    dedup_attribute = options.dedup_attribute if options.dedupe else None
+    replays = ReplayFilter()
     try:
         for messages in reader.read_batches(ref, task.start, task.end):
             if dedup_attribute:
-                messages = [m for m in messages if _first_time(m.attributes.get(dedup_attribute), seen)]
+                messages = replays.keep(messages, lambda m: m.attributes.get(dedup_attribute))
             if messages:
                 yield to_record_batch(messages, topic=task.topic, partition_key=ref.key, broker_id=task.broker_id,
                                       partition_id=task.partition_id, schema=schema)
     except UnknownTopicError as exc:
-        if options["failOnDataLoss"]:
+        if options.fail_on_data_loss:
             raise DataLossError(f"partition {ref.key} vanished while offsets [{task.start}, {task.end}) were "
                                 f"planned: {exc}; set failOnDataLoss=false to skip it") from exc
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)

@@ -16,7 +16,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
-from tubespark.tubemq.spark.options import TubeOptions, parse_options
+from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import read_schema
 from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 from tubespark.tubemq.spark.writer import TubeBatchWriter, TubeStreamWriter, check_sink_schema
@@ -29,22 +29,23 @@ class TubeMQDataSource(DataSource):
     def name(cls) -> str:
         return "tubemq"
 
-    def _read_options(self, *, required: tuple[str, ...] = ()) -> TubeOptions:
-        return parse_options(self.options, mode="read", required=required + ("topic",))
+    def _read_options(self, *, required: tuple[str, ...] = ()) -> TubeMQOptions:
+        return TubeMQOptions.from_raw(self.options, mode="read", required=(*required, "topic"))
 
     def schema(self) -> StructType:
-        return read_schema(self._read_options()["includeAttributes"])
+        return read_schema(self._read_options().include_attributes)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TubeStreamReader(self._read_options(required=("group",)))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        raw = {k.lower(): v for k, v in self.options.items()}
-        raw.setdefault("startingoffsets", "earliest")  # a backfill starts at the beginning unless told
-        return TubeBatchReader(parse_options(raw, mode="read", required=("topic",)))
+        # a backfill starts at the beginning unless told
+        options = TubeMQOptions.from_raw(self.options, mode="read", required=("topic",),
+                                         defaults={"startingOffsets": "earliest"})
+        return TubeBatchReader(options)
 
-    def _write_options(self, schema: StructType) -> TubeOptions:
-        options = parse_options(self.options, mode="write")
+    def _write_options(self, schema: StructType) -> TubeMQOptions:
+        options = TubeMQOptions.from_raw(self.options, mode="write")
         check_sink_schema(schema, options)
         return options
 

@@ -20,21 +20,24 @@ hand-over is at-least-once: the last batch may be read by both queries.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import signal
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from tubespark.errors import DataLossError, OptionError, TubeSparkError
+from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
+from tubespark.spark.planning import share_by_backlog
+from tubespark.spark.shutdown import install_shutdown_hooks
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.group import GroupSession, HeldPartition
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.ranges import probe_bounds
-from tubespark.tubemq.spark.options import EARLIEST, LATEST, TubeOptions
+from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.partition import QueueRange, read_range
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -51,24 +54,10 @@ except ImportError:  # pragma: no cover - exercised only on PySpark < 4.2
 
 log = logging.getLogger(__name__)
 
-Offsets = dict[str, int]
-
-
-def share_by_backlog(backlog: dict[str, int], limit: int) -> dict[str, int]:
-    """Split ``limit`` messages over partitions in proportion to their backlog (in messages).
-
-    Shares are rounded up so a small partition is never starved, then capped by its backlog.
-    """
-    total = sum(backlog.values())
-    if total <= limit:
-        return dict(backlog)
-    return {key: min(size, -(-limit * size // total)) for key, size in backlog.items()}
-
-
 class _TubeStreamReaderBase(DataSourceStreamReader):
-    def __init__(self, options: TubeOptions) -> None:
+    def __init__(self, options: TubeMQOptions) -> None:
         self.options = options
-        self.group: str = options["group"]
+        self.group: str = options.group or ""
         self.read_group = f"{self.group}-tubespark-read"
         self.probe_group = f"{self.group}-tubespark-probe"
         self.run_id = uuid.uuid4().hex[:12]
@@ -96,30 +85,15 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         with self._lock:
             if self._session is None:
                 opts = self.options
-                stream_ids = opts.get("streamIds", [])
-                session = GroupSession(opts["master"], self.group, opts["topic"], settings=opts.client_settings(),
-                                       filters={t: stream_ids for t in opts["topic"]} if stream_ids else None)
+                stream_ids = list(opts.stream_ids)
+                topics = opts.topics or ()
+                session = GroupSession(opts.masters, self.group, topics, settings=opts.client_settings(),
+                                       filters=dict.fromkeys(topics, stream_ids) if stream_ids else None)
                 session.start()
                 self._session = session
-                self._install_shutdown_hooks()
-                session.wait_for_partitions(1, opts["assignmentTimeoutMs"] / 1000)
+                install_shutdown_hooks(self.stop)  # Spark 4.3 ends this process with SIGTERM, never calling stop()
+                session.wait_for_partitions(1, opts.assignment_timeout_ms / 1000)
             return self._session
-
-    def _install_shutdown_hooks(self) -> None:
-        """Leave the group at once on exit. Spark 4.3 ends this process with SIGTERM, never calling stop()."""
-        atexit.register(self.stop)
-        if threading.current_thread() is not threading.main_thread():
-            return
-        previous = signal.getsignal(signal.SIGTERM)
-
-        def on_term(signum: int, frame: Any) -> None:
-            self.stop()
-            if callable(previous):
-                previous(signum, frame)
-            else:
-                raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, on_term)
 
     def _held(self) -> dict[str, HeldPartition]:
         held = self._ensure_session().held()
@@ -131,17 +105,17 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
 
     def initialOffset(self) -> Offsets:
         held = self._held()
-        spec = self.options["startingOffsets"]
+        spec = self.options.starting_offsets
         offsets: Offsets = {}
         for key, item in sorted(held.items()):
-            wanted = spec.get(key, EARLIEST) if isinstance(spec, dict) else spec
-            if wanted in ("earliest", EARLIEST):
+            wanted = wanted_offset(spec, key, default=EARLIEST)
+            if wanted == "earliest":
                 broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
                 try:
                     offsets[key] = probe_bounds(broker, item.ref, self.probe_group).min_offset
                 finally:
                     broker.close()
-            elif wanted in ("latest", LATEST):
+            elif wanted == "latest":
                 offsets[key] = item.max_offset
             elif wanted == "group":
                 offsets[key] = item.stored_offset
@@ -189,7 +163,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         missing = [k for k in end if k not in self._refs and end[k] > start.get(k, end[k])]
         if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
             topics = {PartitionRef.parse_key(k)[1] for k in missing}
-            for parts in topic_partitions(self.options["master"], topics, self.options.client_settings()).values():
+            for parts in topic_partitions(self.options.masters, topics, self.options.client_settings()).values():
                 self._refs.update({p.key: p for p in parts})
         for key in sorted(end):
             low, high = start.get(key), end[key]
@@ -197,7 +171,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                 continue
             ref = self._refs.get(key)
             if ref is None:
-                if self.options["failOnDataLoss"]:
+                if self.options.fail_on_data_loss:
                     raise DataLossError(f"partition {key} no longer exists but offsets [{low}, {high}) were "
                                          f"planned; set failOnDataLoss=false to skip it")
                 log.warning("partition %s vanished; skipping offsets [%d, %d)", key, low, high)
@@ -207,7 +181,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                                     self.read_group, client_id))
         return tasks
 
-    def read(self, partition: InputPartition):  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(partition, self.options)
 
     def commit(self, end: Offsets) -> None:
@@ -215,7 +189,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         self._store_group_offsets(end)
 
     def _store_group_offsets(self, offsets: Offsets) -> None:
-        if not self.options["commitToGroup"] or self._session is None:
+        if not self.options.commit_to_group or self._session is None:
             return
         for key, item in self._session.held().items():
             if key in offsets and self._stored.get(key) != offsets[key]:
@@ -239,7 +213,7 @@ if SupportsTriggerAvailableNow is not None:
         """Stream reader with admission control (``maxOffsetsPerTrigger``) and Trigger.AvailableNow."""
 
         def getDefaultReadLimit(self) -> ReadLimit:
-            limit = self.options.get("maxOffsetsPerTrigger")
+            limit = self.options.max_offsets_per_trigger
             return ReadMaxRows(limit) if limit else ReadAllAvailable()
 
         def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
@@ -259,4 +233,4 @@ else:  # pragma: no cover - PySpark < 4.2: no admission control
 
         def latestOffset(self) -> Offsets:
             start = self._last_end if self._last_end is not None else self.initialOffset()
-            return self._plan_end(start, self.options.get("maxOffsetsPerTrigger"))
+            return self._plan_end(start, self.options.max_offsets_per_trigger)

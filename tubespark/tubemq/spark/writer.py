@@ -15,20 +15,18 @@ tubespark reader with ``dedupe=true`` drops the replays.
 from __future__ import annotations
 
 import logging
-import uuid
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 
 import pyarrow as pa
-from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType, TimestampType
 
 from tubespark.errors import OptionError
+from tubespark.spark.arrow import column_values
+from tubespark.spark.writers import SentCommitMessage, StampedBatchWriter, StampedStreamWriter, task_index
 from tubespark.tubemq.client.producer import Producer
-from tubespark.tubemq.spark.options import TubeOptions
+from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
 
@@ -44,12 +42,12 @@ _ALLOWED = {
 }
 
 
-def check_sink_schema(schema: StructType, options: TubeOptions) -> None:
+def check_sink_schema(schema: StructType, options: TubeMQOptions) -> None:
     """Fail the write on the driver, before any task runs, if the columns cannot be sent."""
     names = {f.name: f.dataType for f in schema.fields}
     if "value" not in names:
         raise OptionError(f"the TubeMQ sink needs a 'value' column (binary or string); got {sorted(names)}")
-    if not options.get("topic") and "topic" not in names:
+    if not options.topics and "topic" not in names:
         raise OptionError("the TubeMQ sink needs a topic: set option 'topic' or add a 'topic' column")
     for name, data_type in names.items():
         allowed = _ALLOWED.get(name)
@@ -63,42 +61,27 @@ def check_sink_schema(schema: StructType, options: TubeOptions) -> None:
             raise OptionError("column 'attributes' must be map<string,string>")
 
 
-@dataclass(frozen=True)
-class SentCommitMessage(WriterCommitMessage):
-    """What one write task sent (all of it acknowledged by the brokers)."""
-
-    task: int
-    rows: int
-    bytes: int
-
-
 _producers: dict[tuple, Producer] = {}
 
 
-def _producer(options: TubeOptions) -> Producer:
+def _producer(options: TubeMQOptions) -> Producer:
     """One producer per cluster per executor process: Python workers are reused across tasks."""
     settings = options.client_settings()
-    key = (tuple(options["master"]), settings.connect_timeout_s, settings.call_timeout_s, settings.credentials,
-           options["tubemq.tlsEnable"])
+    key = (tuple(options.masters), settings.connect_timeout_s, settings.call_timeout_s, settings.credentials,
+           options.tls_enable)
     producer = _producers.get(key)
     if producer is None:
-        producer = Producer(options["master"], settings, max_in_flight=options["maxInFlight"],
-                            max_retries=options["sendRetries"]).start()
+        producer = Producer(list(options.masters), settings, max_in_flight=options.max_in_flight,
+                            max_retries=options.send_retries).start()
         _producers[key] = producer
     return producer
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list | None:
-    index = batch.schema.get_field_index(name)
-    return batch.column(index).to_pylist() if index >= 0 else None
-
-
-def send_batches(batches: Iterator[pa.RecordBatch], options: TubeOptions, stamp: str | None) -> SentCommitMessage:
+def send_batches(batches: Iterator[pa.RecordBatch], options: TubeMQOptions, stamp: str | None) -> SentCommitMessage:
     """Send every row; return after all are acknowledged. ``stamp`` prefixes the dedup ids."""
     producer = _producer(options)
-    topic_option = options.get("topic")
-    fixed_topic = topic_option[0] if topic_option else None
-    dedup_attribute = options.get("dedupAttribute")
+    fixed_topic = options.topics[0] if options.topics else None
+    dedup_attribute = options.dedup_attribute
     try:
         rows, sent_bytes = _send_all(batches, producer, fixed_topic, dedup_attribute, stamp)
     except BaseException:
@@ -107,8 +90,7 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeOptions, stamp:
         except Exception as exc:  # noqa: BLE001 - the original failure is what the task reports
             log.info("sends of the failed task also failed: %s", exc)
         raise
-    context = TaskContext.get()
-    return SentCommitMessage(context.partitionId() if context else 0, rows, sent_bytes)
+    return SentCommitMessage(task_index(), rows, sent_bytes)
 
 
 def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic: str | None,
@@ -116,9 +98,9 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
     layouts: dict[str, tuple[PartitionRef, ...]] = {}
     rows = sent_bytes = 0
     for batch in batches:
-        values, topics = _column(batch, "value"), _column(batch, "topic")
-        stream_ids, times = _column(batch, "streamId"), _column(batch, "msgTime")
-        attributes, keys = _column(batch, "attributes"), _column(batch, "partitionKey")
+        values, topics = column_values(batch, "value"), column_values(batch, "topic")
+        stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
+        attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
         for i, value in enumerate(values):
             topic = fixed_topic or topics[i]
             if not topic:
@@ -145,42 +127,21 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
     return rows, sent_bytes
 
 
-def _log_commit(messages: list, what: str) -> None:
-    done = [m for m in messages if isinstance(m, SentCommitMessage)]
-    log.info("%s: %d tasks sent %d rows (%d bytes)", what, len(done), sum(m.rows for m in done),
-             sum(m.bytes for m in done))
+class TubeBatchWriter(StampedBatchWriter):
+    """``df.write.format("tubemq")``: each task sends its rows, stamped ``<write id>-<task>``."""
+
+    broker = "TubeMQ"
+    options: TubeMQOptions
+
+    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
+        return send_batches(batches, self.options, stamp)
 
 
-class TubeBatchWriter(DataSourceArrowWriter):
-    def __init__(self, options: TubeOptions) -> None:
-        self.options = options
-        self.write_id = uuid.uuid4().hex[:16]  # made on the driver: the same for every attempt of a task
+class TubeStreamWriter(StampedStreamWriter):
+    """``df.writeStream.format("tubemq")``: each task sends its rows, stamped ``<query>-<batch>-<task>``."""
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
-        context = TaskContext.get()
-        stamp = f"{self.write_id}-{context.partitionId() if context else 0}"
-        return send_batches(iterator, self.options, stamp)
+    broker = "TubeMQ"
+    options: TubeMQOptions
 
-    def commit(self, messages: list) -> None:
-        _log_commit(messages, "TubeMQ batch write committed")
-
-    def abort(self, messages: list) -> None:
-        _log_commit(messages, "TubeMQ batch write aborted (rows already sent stay in TubeMQ)")
-
-
-class TubeStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: TubeOptions) -> None:
-        self.options = options
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
-        context = TaskContext.get()
-        query = context.getLocalProperty("sql.streaming.queryId") if context else None
-        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
-        stamp = f"{query or 'q'}-{batch or 0}-{context.partitionId() if context else 0}"
-        return send_batches(iterator, self.options, stamp)
-
-    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        _log_commit(messages, f"TubeMQ stream batch {batchId} committed")
-
-    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
-        _log_commit(messages, f"TubeMQ stream batch {batchId} aborted (rows already sent stay in TubeMQ)")
+    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
+        return send_batches(batches, self.options, stamp)

@@ -1,4 +1,4 @@
-"""Numbers fixed by the TubeMQ wire protocol (values from the protocol facts, names ours)."""
+"""Numbers fixed by the TubeMQ wire protocol (values from docs/tubemq/protocol.md, names ours)."""
 
 from __future__ import annotations
 

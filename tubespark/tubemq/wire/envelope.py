@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Protocol, TypeVar, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
@@ -21,6 +22,14 @@ from tubespark.tubemq.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCO
 from tubespark.tubemq.wire.pb import rpc_pb2
 
 _MAX_VARINT_BYTES = 10
+
+M = TypeVar("M", bound=Message)
+
+
+class _ReportsMissingFields(Protocol):
+    """``Message.FindInitializationErrors``: every protobuf runtime has it, the typing stubs omit it."""
+
+    def FindInitializationErrors(self) -> list[str]: ...  # noqa: N802 - protobuf's name
 
 
 def _varint(value: int) -> bytes:
@@ -87,7 +96,7 @@ def _parse_into(message: Message, data: bytes) -> None:
     except DecodeError as exc:
         raise ProtobufDecodeError(f"cannot decode {name}: {exc}") from exc
     if not message.IsInitialized():
-        missing = ", ".join(message.FindInitializationErrors())
+        missing = ", ".join(cast(_ReportsMissingFields, message).FindInitializationErrors())
         raise ProtobufDecodeError(f"cannot decode {name}: required field(s) missing: {missing}")
     bad = _non_utf8_field(message)
     if bad is not None:
@@ -115,7 +124,7 @@ def _read_delimited(buf: bytes, pos: int, message: Message) -> int:
     return pos + length
 
 
-def parse_message(cls: type[Message], data: bytes) -> Message:
+def parse_message(cls: type[M], data: bytes) -> M:
     """Parse a method's inner request or response message, mapping failures to our error type."""
     message = cls()
     _parse_into(message, data)

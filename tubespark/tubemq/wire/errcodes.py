@@ -70,8 +70,8 @@ _CLASSES: dict[int, type[BrokerError]] = {
     ErrCode.INTERNAL_SERVER_ERROR: ServerBusyError,
     ErrCode.SERVICE_UNAVAILABLE: ServerBusyError,
 }
-_CLASSES.update({code: GroupConflictError for code in range(ErrCode.CLIENT_INCONSISTENT_CONSUMETYPE,
-                                                              ErrCode.CLIENT_DUPLICATE_INDEXID + 1)})
+_CLASSES.update(dict.fromkeys(range(ErrCode.CLIENT_INCONSISTENT_CONSUMETYPE, ErrCode.CLIENT_DUPLICATE_INDEXID + 1),
+                              GroupConflictError))
 
 
 def error_for_code(code: int, message: str, *, context: str = "") -> BrokerError:

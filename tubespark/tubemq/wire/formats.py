@@ -61,27 +61,35 @@ class PartitionRef:
 
     @classmethod
     def parse_wire(cls, text: str) -> PartitionRef:
+        """Inverse of :meth:`wire_string`."""
         broker_part, sep, topic_part = text.partition("#")
-        topic, sep2, pid = topic_part.rpartition(":")
-        if not sep or not sep2 or not topic:
+        if not sep:
             raise MessageFormatError(f"bad partition string {text!r}, expected brokerId:host:port#topic:id")
         broker = BrokerInfo.parse(broker_part)
         try:
-            return cls(broker.broker_id, topic, int(pid), broker.host, broker.port)
+            topic, partition_id = _split_topic_partition(topic_part)
         except ValueError as exc:
-            raise MessageFormatError(f"bad partition id in {text!r}") from exc
+            raise MessageFormatError(f"bad partition string {text!r}, expected brokerId:host:port#topic:id") from exc
+        return cls(broker.broker_id, topic, partition_id, broker.host, broker.port)
 
     @classmethod
     def parse_key(cls, key: str) -> tuple[int, str, int]:
         """Split a partition key ``brokerId:topic:partitionId`` (no address)."""
         broker, sep, rest = key.partition(":")
-        topic, sep2, pid = rest.rpartition(":")
         try:
-            if not sep or not sep2 or not topic:
-                raise ValueError
-            return int(broker), topic, int(pid)
+            if not sep:
+                raise ValueError("no ':'")
+            return (int(broker), *_split_topic_partition(rest))
         except ValueError as exc:
             raise MessageFormatError(f"bad partition key {key!r}, expected brokerId:topic:partitionId") from exc
+
+
+def _split_topic_partition(text: str) -> tuple[str, int]:
+    """``topic:partitionId`` (the tail of keys and wire strings) -> ``(topic, id)``; ValueError if malformed."""
+    topic, sep, partition_id = text.rpartition(":")
+    if not sep or not topic:
+        raise ValueError(f"expected topic:partitionId, got {text!r}")
+    return topic, int(partition_id)
 
 
 def subscribe_info(consumer_id: str, group: str, part: PartitionRef) -> str:

@@ -1,46 +1,23 @@
 """TubeMQ frames: ``token | serialNo | blockCount | (blockLength | blockBytes)*``, all big-endian int32.
 
-Pure bytes in, bytes out: the decoder pulls from a :class:`Reader`, so a socket, a file of captured
-bytes or a test buffer all work. Every length read from the peer is checked against a protocol bound
-before anything is allocated for it.
+Pure bytes in, bytes out: the decoder pulls from a :class:`~tubespark.core.framed_io.Reader`, so a
+socket, a file of captured bytes or a test buffer all work. Every length read from the peer is checked
+against a protocol bound before anything is allocated for it. :data:`FRAMING` hands this codec to
+:class:`tubespark.core.framed.FramedConnection` (the frame's serialNo is the call's correlation id).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Protocol
 
-from tubespark.errors import BadTokenError, FrameTooLargeError, TruncatedFrameError
+from tubespark.core.framed_io import BytesReader, Reader
+from tubespark.errors import BadTokenError, FrameTooLargeError
 from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME
 
 _HEAD = struct.Struct(">III")
 _LEN = struct.Struct(">I")
 
-
-class Reader(Protocol):
-    """Where frames come from. ``read_exactly`` returns n bytes or raises TruncatedFrameError."""
-
-    def read_exactly(self, n: int) -> bytes: ...
-
-
-class BytesReader:
-    """A :class:`Reader` over bytes already in memory (tests, captured traffic)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._view = memoryview(data)
-        self._pos = 0
-
-    def read_exactly(self, n: int) -> bytes:
-        end = self._pos + n
-        if end > len(self._view):
-            raise TruncatedFrameError(f"stream ended after {len(self._view) - self._pos} of {n} bytes")
-        chunk = bytes(self._view[self._pos:end])
-        self._pos = end
-        return chunk
-
-    @property
-    def remaining(self) -> int:
-        return len(self._view) - self._pos
+__all__ = ["FRAMING", "BytesReader", "Reader", "TubeMQFraming", "encode_frame", "read_frame"]
 
 
 def encode_frame(serial_no: int, payload: bytes) -> bytes:
@@ -74,3 +51,16 @@ def read_frame(reader: Reader, *, max_block_size: int = MAX_BLOCK_SIZE) -> tuple
             raise FrameTooLargeError(f"block of {length} bytes exceeds the {max_block_size}-byte limit")
         blocks.append(reader.read_exactly(length))
     return serial_no, b"".join(blocks)
+
+
+class TubeMQFraming:
+    """TubeMQ's :class:`~tubespark.core.framed.FrameCodec`: a request is the envelope bytes of one call."""
+
+    def encode(self, correlation_id: int, request: bytes) -> bytes:
+        return encode_frame(correlation_id, request)
+
+    def read(self, reader: Reader) -> tuple[int, bytes]:
+        return read_frame(reader)
+
+
+FRAMING = TubeMQFraming()

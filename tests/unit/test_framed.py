@@ -1,0 +1,573 @@
+"""tubespark.core's framed connection, driven by a toy framing that is not TubeMQ's.
+
+The toy protocol is little-endian and length-prefixed like TANK's: ``payloadLength u32 | id u32 |
+payload``, and its requests are ``str`` (so the connection's request type is generic, not bytes). The
+peer is a tiny threaded TCP server reading with core's own :class:`SocketReader`. Nothing here imports
+a broker package: everything the connection does (timeouts, matching by id, failing every pending call
+on a broken stream, TLS, the pool) works without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+from tubespark_testbed.ports import free_ports
+
+from tubespark.core.framed import ConnectionPool, FramedConnection, wait
+from tubespark.core.framed_io import BytesReader, Reader, SocketReader, open_socket, parse_address
+from tubespark.errors import (
+    BrokerConnectionError,
+    CodecError,
+    FrameTooLargeError,
+    MessageFormatError,
+    RpcError,
+    RpcTimeoutError,
+    TruncatedFrameError,
+)
+
+HEAD = struct.Struct("<II")
+MAX_PAYLOAD = 64 * 1024
+POLL_S = 0.05
+LINK_TIMEOUT_S = 2.0
+
+
+class ToyFraming:
+    """``len u32le | id u32le | payload``, payloads of at most 64 KiB; requests are text."""
+
+    def encode(self, correlation_id: int, request: str) -> bytes:
+        payload = request.encode("utf-8")
+        if len(payload) > MAX_PAYLOAD:
+            raise FrameTooLargeError(f"request of {len(payload)} bytes")
+        return HEAD.pack(len(payload), correlation_id) + payload
+
+    def read(self, reader: Reader) -> tuple[int, bytes]:
+        length, correlation_id = HEAD.unpack(reader.read_exactly(HEAD.size))
+        if length > MAX_PAYLOAD:
+            raise FrameTooLargeError(f"frame announces {length} bytes")
+        return correlation_id, reader.read_exactly(length)
+
+
+TOY = ToyFraming()
+
+
+def frame(correlation_id: int, payload: bytes) -> bytes:
+    return HEAD.pack(len(payload), correlation_id) + payload
+
+
+def text(payload: bytes) -> str:
+    """The toy decoder: a payload starting with ``!`` is the server refusing the call."""
+    if payload.startswith(b"!"):
+        raise RpcError("ToyError", payload[1:].decode())
+    if payload.startswith(b"?"):
+        raise MessageFormatError("the payload is garbage")
+    return payload.decode()
+
+
+class ToyLink:
+    """The peer's side of one accepted connection."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, data: bytes) -> None:
+        with self._lock, contextlib.suppress(OSError):
+            self.sock.sendall(data)
+
+    def reply(self, correlation_id: int, payload: bytes) -> None:
+        self.send(frame(correlation_id, payload))
+
+    def shutdown(self) -> None:
+        """End the connection; safe from any thread (only the serving thread closes the socket)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.shutdown()
+        self.sock.close()
+
+
+ToyScript = Callable[[ToyLink, int, bytes], None]
+
+
+def echo(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+    link.reply(correlation_id, payload)
+
+
+class ToyPeer:
+    """Accepts connections (TLS when given a server context) and runs ``script`` for every request frame."""
+
+    def __init__(self, script: ToyScript | None = echo, *, tls: ssl.SSLContext | None = None) -> None:
+        self.script = script
+        self.requests: list[tuple[int, bytes]] = []
+        self.accepted = 0
+        self._tls = tls
+        self._stopped = threading.Event()
+        self._links: list[ToyLink] = []
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(POLL_S)
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._acceptor = threading.Thread(target=self._accept_loop, daemon=True)
+        self._acceptor.start()
+
+    def _accept_loop(self) -> None:
+        try:
+            self._accept_connections()
+        finally:
+            self._server.close()
+
+    def _accept_connections(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                sock, _ = self._server.accept()
+                sock.settimeout(LINK_TIMEOUT_S)
+                if self._tls is not None:
+                    sock = self._tls.wrap_socket(sock, server_side=True)
+            except TimeoutError:
+                continue
+            except OSError:  # the server socket closed, or a client failed the TLS handshake
+                if self._stopped.is_set():
+                    return
+                continue
+            sock.settimeout(LINK_TIMEOUT_S)  # shutdown() wakes a blocked recv; sends get time under load
+            link = ToyLink(sock)
+            with self._lock:
+                self.accepted += 1
+                self._links.append(link)
+            threading.Thread(target=self._serve, args=(link,), daemon=True).start()
+
+    def _serve(self, link: ToyLink) -> None:
+        reader = SocketReader(link.sock, self._stopped)
+        try:
+            while not self._stopped.is_set():
+                correlation_id, payload = TOY.read(reader)
+                with self._lock:
+                    self.requests.append((correlation_id, payload))
+                if self.script is not None:
+                    self.script(link, correlation_id, payload)
+        except (CodecError, BrokerConnectionError):
+            pass  # the client went away or the peer stopped
+        finally:
+            link.close()
+
+    def wait_for_requests(self, n: int, timeout_s: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.requests) < n:
+            assert time.monotonic() < deadline, f"peer saw {len(self.requests)} requests, expected {n}"
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        """Shut everything down; each socket is closed by the thread using it (no fd reuse under a recv)."""
+        self._stopped.set()
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            links = list(self._links)
+        for link in links:
+            link.shutdown()
+        self._acceptor.join(1.0)
+
+    def __enter__(self) -> ToyPeer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@pytest.fixture
+def peer() -> Iterator[ToyPeer]:
+    with ToyPeer() as p:
+        yield p
+
+
+@pytest.fixture
+def conn(peer: ToyPeer) -> Iterator[FramedConnection[str]]:
+    c = FramedConnection.open(peer.address, TOY, connect_timeout_s=1.0, io_timeout_s=1.0)
+    yield c
+    c.close()
+
+
+def closed_port_address() -> str:
+    return f"127.0.0.1:{free_ports(1)[0]}"
+
+
+# --- calls ------------------------------------------------------------------------------------------
+
+
+def test_round_trip_with_a_non_tubemq_framing(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    assert conn.call("hello", text, 1.0) == "hello"
+    correlation_id, payload = peer.requests[0]
+    assert correlation_id >= 1 and payload == b"hello"
+    assert conn.call("héllo wörld", text, 1.0) == "héllo wörld"
+
+
+def test_the_decoder_shapes_each_result(conn: FramedConnection[str]) -> None:
+    assert conn.call("12", int, 1.0) == 12
+    assert conn.call("abc", len, 1.0) == 3
+
+
+def test_answers_out_of_order_reach_their_callers(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    n = 8
+    held: list[tuple[int, bytes]] = []
+
+    def answer_in_reverse(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+        held.append((correlation_id, payload))
+        if len(held) == n:
+            for cid, data in reversed(held):
+                link.reply(cid, data)
+
+    peer.script = answer_in_reverse
+    futures = [conn.call_async(f"call-{i}", text) for i in range(n)]
+    assert [f.result(2.0) for f in futures] == [f"call-{i}" for i in range(n)]
+    assert len({cid for cid, _ in held}) == n
+
+
+def test_concurrent_callers_share_one_socket(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    results: dict[int, str] = {}
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, conn.call(f"t{i}", text, 2.0)))
+               for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(3.0)
+    assert results == {i: f"t{i}" for i in range(10)}
+    assert peer.accepted == 1
+
+
+def test_large_payload_spanning_many_recvs(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    big = "x" * (MAX_PAYLOAD - 1)
+    assert conn.call(big, text, 2.0) == big
+
+
+def test_unanswered_call_times_out_and_a_late_answer_is_dropped(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    def late_for_slow(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+        if payload == b"slow":
+            timer = threading.Timer(0.3, link.reply, (correlation_id, b"too late"))
+            timer.daemon = True
+            timer.start()
+        else:
+            echo(link, correlation_id, payload)
+
+    peer.script = late_for_slow
+    start = time.monotonic()
+    with pytest.raises(RpcTimeoutError, match=r"slow call on 127\.0\.0\.1"):
+        conn.call("slow", text, 0.15, "slow call")
+    assert time.monotonic() - start < 1.0
+    time.sleep(0.3)  # the late answer arrives for nobody
+    assert not conn.closed
+    assert conn.call("after", text, 1.0) == "after"
+
+
+def test_unknown_correlation_id_is_ignored(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    def stray_first(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+        link.reply(correlation_id + 1000, b"stray")
+        echo(link, correlation_id, payload)
+
+    peer.script = stray_first
+    assert conn.call("mine", text, 1.0) == "mine"
+    assert not conn.closed
+
+
+# --- failures ---------------------------------------------------------------------------------------
+
+
+def test_a_refused_call_fails_alone(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    with pytest.raises(RpcError, match="no such thing"):
+        conn.call("!no such thing", text, 1.0)
+    assert not conn.closed
+    assert conn.call("next", text, 1.0) == "next"
+
+
+def test_an_undecodable_payload_closes_the_connection(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    peer.script = None  # hold every answer, then send them at once
+    futures = [conn.call_async(f"call-{i}", text) for i in range(3)]
+    peer.wait_for_requests(3)
+    with peer._lock:
+        link = peer._links[0]
+    link.reply(peer.requests[0][0], b"?garbage")
+    with pytest.raises(MessageFormatError):
+        futures[0].result(1.0)
+    assert conn.closed  # closed before the caller saw the error
+    for future in futures[1:]:
+        with pytest.raises(MessageFormatError):
+            future.result(1.0)
+    assert isinstance(conn.failure, MessageFormatError)
+
+
+def test_a_frame_breaking_the_protocol_fails_every_pending_call(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    seen: list[int] = []
+
+    def oversized_on_third(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+        seen.append(correlation_id)
+        if len(seen) == 3:
+            link.send(HEAD.pack(2**31, correlation_id))  # announces 2 GiB: refused before reading any of it
+
+    peer.script = oversized_on_third
+    futures = [conn.call_async(str(i), text) for i in range(3)]
+    for future in futures:
+        with pytest.raises(FrameTooLargeError):
+            future.result(1.0)
+    assert conn.closed
+    with pytest.raises(BrokerConnectionError, match="is closed") as info:  # later calls: retriable, at once
+        conn.call_async("later", text)
+    assert info.value.retriable
+    assert isinstance(info.value.__cause__, FrameTooLargeError)
+
+
+def test_a_decoder_bug_fails_the_call_instead_of_hanging_it(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    def buggy(payload: bytes) -> str:
+        raise KeyError(payload)
+
+    start = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match="KeyError"):
+        conn.call("x", buggy, 5.0)
+    assert time.monotonic() - start < 1.0
+    assert conn.closed
+
+
+def test_peer_closing_fails_pending_calls_quickly(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    peer.script = lambda link, correlation_id, payload: link.close()
+    start = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match="lost"):
+        conn.call("x", text, 5.0)
+    assert time.monotonic() - start < 1.0
+    assert conn.closed
+
+
+def test_peer_closing_mid_frame(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    def half_frame(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+        link.send(frame(correlation_id, b"y" * 100)[:50])
+        link.close()
+
+    peer.script = half_frame
+    with pytest.raises(BrokerConnectionError):
+        conn.call("x", text, 5.0)
+
+
+def test_an_encode_error_reaches_the_caller_and_leaves_the_connection_usable(conn: FramedConnection[str]) -> None:
+    with pytest.raises(FrameTooLargeError):
+        conn.call_async("x" * (MAX_PAYLOAD + 1), text)
+    assert not conn.closed
+    assert conn._pending == {}
+    assert conn.call("fine", text, 1.0) == "fine"
+
+
+def test_close_fails_pending_calls_at_once(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    peer.script = None
+    future = conn.call_async("x", text)
+    peer.wait_for_requests(1)
+    conn.close()
+    with pytest.raises(BrokerConnectionError, match="was closed"):
+        future.result(1.0)
+    conn.close()  # idempotent
+    with pytest.raises(BrokerConnectionError):
+        conn.call("after close", text, 1.0)
+
+
+def test_context_manager_closes(peer: ToyPeer) -> None:
+    with FramedConnection.open(peer.address, TOY, io_timeout_s=1.0) as c:
+        assert c.call("in", text, 1.0) == "in"
+    assert c.closed
+
+
+def test_wait_turns_an_expired_future_into_a_timeout() -> None:
+    future: Future[int] = Future()
+    with pytest.raises(RpcTimeoutError, match=r"nothing within 0\.1s"):
+        wait(future, 0.1, "nothing")
+    assert future.cancelled()  # a late answer is then ignored
+    done: Future[int] = Future()
+    done.set_result(7)
+    assert wait(done, 0.1, "done") == 7
+
+
+# --- opening ----------------------------------------------------------------------------------------
+
+
+def test_connect_to_a_closed_port_fails_fast() -> None:
+    start = time.monotonic()
+    with pytest.raises(BrokerConnectionError, match="cannot connect"):
+        FramedConnection.open(closed_port_address(), TOY, connect_timeout_s=1.0)
+    assert time.monotonic() - start < 1.0
+
+
+def test_open_socket_bounds_every_later_socket_call(peer: ToyPeer) -> None:
+    sock = open_socket(peer.address, connect_timeout_s=1.0, io_timeout_s=0.7)
+    try:
+        assert sock.gettimeout() == 0.7
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize("address", ["", "host", "host:", ":8123", "host:0", "host:65536", "host:x", "h:-1"])
+def test_bad_addresses_are_rejected(address: str) -> None:
+    with pytest.raises(ValueError, match="bad address"):
+        parse_address(address)
+
+
+def test_parse_address() -> None:
+    assert parse_address(" broker-1:8123 ") == ("broker-1", 8123)
+    assert parse_address("::1:9000") == ("::1", 9000)
+
+
+# --- TLS --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    work = tmp_path_factory.mktemp("tls")
+    cert, key = work / "cert.pem", work / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=30)
+    return cert, key
+
+
+def test_tls_round_trip(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    client = ssl.create_default_context(cafile=str(cert))
+    with ToyPeer(tls=server) as peer, FramedConnection.open(peer.address, TOY, connect_timeout_s=5.0,
+                                                            io_timeout_s=5.0, ssl_context=client) as c:
+        assert c.call("secret", text, 5.0) == "secret"
+        assert c.call_async("x" * 40000, text).result(5.0) == "x" * 40000
+
+
+def test_tls_with_an_untrusted_certificate_fails_to_connect(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    with ToyPeer(tls=server) as peer, pytest.raises(BrokerConnectionError, match="cannot connect"):
+        FramedConnection.open(peer.address, TOY, connect_timeout_s=2.0, ssl_context=ssl.create_default_context())
+
+
+# --- pool -------------------------------------------------------------------------------------------
+
+
+def toy_pool() -> ConnectionPool[FramedConnection[str]]:
+    return ConnectionPool(lambda address: FramedConnection.open(address, TOY, connect_timeout_s=1.0,
+                                                                io_timeout_s=1.0))
+
+
+def test_pool_reuses_a_live_connection_and_reopens_after_failure(peer: ToyPeer) -> None:
+    pool = toy_pool()
+    try:
+        first = pool.get(peer.address)
+        assert pool.get(peer.address) is first
+        peer.script = lambda link, correlation_id, payload: link.close()
+        with pytest.raises(BrokerConnectionError):
+            first.call("dies", text, 1.0)
+        peer.script = echo
+        second = pool.get(peer.address)
+        assert second is not first
+        assert second.call("again", text, 1.0) == "again"
+        assert peer.accepted == 2
+    finally:
+        pool.close()
+    assert second.closed
+
+
+def test_pool_keeps_one_connection_per_address() -> None:
+    with ToyPeer() as a, ToyPeer() as b:
+        pool = toy_pool()
+        try:
+            assert pool.get(a.address) is not pool.get(b.address)
+            pool.drop(a.address)
+            assert pool.get(b.address).call("b", text, 1.0) == "b"
+            assert a.accepted == 1
+            assert pool.get(a.address).call("a", text, 1.0) == "a"
+            assert a.accepted == 2
+        finally:
+            pool.close()
+
+
+def test_pool_open_failure_reaches_the_caller() -> None:
+    pool = toy_pool()
+    with pytest.raises(BrokerConnectionError, match="cannot connect"):
+        pool.get(closed_port_address())
+    pool.close()
+
+
+# --- readers ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def socket_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    left, right = socket.socketpair()
+    left.settimeout(POLL_S)
+    yield left, right
+    left.close()
+    right.close()
+
+
+def test_socket_reader_joins_and_splits_segments(socket_pair: tuple[socket.socket, socket.socket]) -> None:
+    left, right = socket_pair
+    reader = SocketReader(left, threading.Event())
+    right.sendall(b"ab")
+    right.sendall(b"cdef")
+    assert reader.read_exactly(3) == b"abc"
+    assert reader.read_exactly(0) == b""
+    assert reader.read_exactly(3) == b"def"
+
+
+def test_socket_reader_refuses_a_read_above_its_bound(socket_pair: tuple[socket.socket, socket.socket]) -> None:
+    left, _right = socket_pair
+    with pytest.raises(FrameTooLargeError):
+        SocketReader(left, threading.Event(), max_read_bytes=1024).read_exactly(1025)
+    with pytest.raises(FrameTooLargeError):
+        SocketReader(left, threading.Event()).read_exactly(-1)
+
+
+def test_socket_reader_waits_while_idle_and_stops_when_closed(
+        socket_pair: tuple[socket.socket, socket.socket]) -> None:
+    left, right = socket_pair
+    closed = threading.Event()
+    reader = SocketReader(left, closed)
+    threading.Timer(0.2, right.sendall, (b"late",)).start()
+    assert reader.read_exactly(4) == b"late"  # several recv timeouts passed meanwhile
+    threading.Timer(0.1, closed.set).start()
+    with pytest.raises(TruncatedFrameError, match="closed locally"):
+        reader.read_exactly(1)
+
+
+def test_socket_reader_reports_the_peer_closing(socket_pair: tuple[socket.socket, socket.socket]) -> None:
+    left, right = socket_pair
+    right.sendall(b"xy")
+    right.close()
+    reader = SocketReader(left, threading.Event())
+    with pytest.raises(TruncatedFrameError, match="peer closed"):
+        reader.read_exactly(3)
+
+
+def test_socket_reader_reports_a_socket_failure(socket_pair: tuple[socket.socket, socket.socket]) -> None:
+    left, _right = socket_pair
+    reader = SocketReader(left, threading.Event())
+    left.close()
+    with pytest.raises(BrokerConnectionError, match="read failed"):
+        reader.read_exactly(1)
+
+
+def test_bytes_reader_and_the_toy_codec() -> None:
+    data = frame(5, b"hello") + frame(6, b"")
+    reader = BytesReader(data)
+    assert TOY.read(reader) == (5, b"hello")
+    assert TOY.read(reader) == (6, b"")
+    assert reader.remaining == 0
+    with pytest.raises(TruncatedFrameError):
+        TOY.read(BytesReader(data[:7]))

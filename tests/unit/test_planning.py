@@ -1,0 +1,234 @@
+"""Spark planning: the stream reader's micro-batch ends and the batch reader's tasks, against the fakes.
+
+The stream reader runs for real on the driver side (group session, broker probes, commits to the
+group); only the SIGTERM/atexit hooks are switched off, so the test process keeps its signal handlers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from tests.unit.fakebroker import FakeBroker, FakeMaster
+from tubespark.errors import OptionError
+from tubespark.spark.planning import share_by_backlog, split_range
+from tubespark.tubemq.spark import stream_reader
+from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+from tubespark.tubemq.spark.options import TubeMQOptions
+from tubespark.tubemq.spark.stream_reader import TubeStreamReader
+from tubespark.tubemq.wire.constants import EventType
+
+GROUP = "plan_group"
+TOPIC = "topic_s"
+FAST = {"connectTimeoutMs": "1000", "requestTimeoutMs": "2000", "heartbeatIntervalMs": "50",
+        "assignmentTimeoutMs": "5000"}
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    with FakeBroker(batch_size=7) as fake:
+        p0, p1 = fake.add_topic(TOPIC, stores=2)
+        fake.append(p0, *[f"a{i}".encode() for i in range(10)])
+        fake.append(p1, *[f"b{i}".encode() for i in range(30)])
+        yield fake
+
+
+@pytest.fixture
+def master(broker: FakeBroker) -> Iterator[FakeMaster]:
+    with FakeMaster(broker) as fake:
+        yield fake
+
+
+@pytest.fixture
+def keys(broker: FakeBroker) -> tuple[str, str]:
+    p0, p1 = broker.partitions(TOPIC)
+    return p0.key, p1.key
+
+
+@pytest.fixture
+def make_reader(monkeypatch, master: FakeMaster, broker: FakeBroker) -> Iterator:
+    monkeypatch.setattr(stream_reader, "install_shutdown_hooks", lambda stop: None)
+    readers: list[TubeStreamReader] = []
+
+    def make(assign: bool = True, **raw: str) -> TubeStreamReader:
+        if assign:
+            master.push_event(EventType.CONNECT, broker.partitions(TOPIC))
+        options = TubeMQOptions.from_raw({"master": master.address, "topic": TOPIC, "group": GROUP, **FAST, **raw},
+                                         mode="read")
+        reader = TubeStreamReader(options)
+        readers.append(reader)
+        return reader
+
+    yield make
+    for reader in readers:
+        reader.stop()
+
+
+def test_initial_offsets(make_reader, broker, keys):
+    broker.expire(broker.partitions(TOPIC)[1], 28 * 2)
+    assert make_reader(startingOffsets="earliest").initialOffset() == {keys[0]: 0, keys[1]: 56}
+
+
+def test_initial_offsets_latest_and_group(make_reader, broker, keys):
+    broker.set_stored_offset(GROUP, broker.partitions(TOPIC)[0], 84)
+    first = make_reader(startingOffsets="latest")
+    assert first.initialOffset() == {keys[0]: 280, keys[1]: 840}
+    first.stop()  # leaves the group and releases the partitions for the next reader
+    assert make_reader(startingOffsets="group").initialOffset() == {keys[0]: 84, keys[1]: 0}
+
+
+def test_json_start_beyond_max_is_refused(make_reader, keys):
+    reader = make_reader(startingOffsets=f'{{"{keys[0]}": 308}}')
+    with pytest.raises(OptionError, match="beyond the partition's max offset"):
+        reader.initialOffset()
+
+
+def test_everything_available_without_a_limit(make_reader, keys):
+    reader = make_reader()
+    assert isinstance(reader.getDefaultReadLimit(), ReadAllAvailable)
+    start = {keys[0]: 28, keys[1]: 0}
+    assert reader.latestOffset(start, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 840}
+    assert reader.reportLatestOffset() == {keys[0]: 280, keys[1]: 840}
+
+
+def test_max_offsets_per_trigger_is_shared_by_backlog(make_reader, keys):
+    reader = make_reader(maxOffsetsPerTrigger="8")
+    limit = reader.getDefaultReadLimit()
+    assert isinstance(limit, ReadMaxRows) and limit.max_rows == 8
+    start = {keys[0]: 0, keys[1]: 0}
+    end = reader.latestOffset(start, limit)  # backlog 10 : 30 -> 2 : 6 messages
+    assert end == {keys[0]: 2 * 28, keys[1]: 6 * 28}
+    # successive batches keep going and never go past the data
+    seen = 8
+    while end != start:
+        start, end = end, reader.latestOffset(end, limit)
+        batch = sum(end[k] - start[k] for k in keys) // 28
+        assert batch <= 8
+        seen += batch
+    assert end == {keys[0]: 280, keys[1]: 840}
+    assert seen == 40
+
+
+def test_a_small_backlog_takes_everything(make_reader, keys):
+    reader = make_reader()
+    start = {keys[0]: 28 * 8, keys[1]: 28 * 29}
+    assert reader.latestOffset(start, ReadMaxRows(100)) == {keys[0]: 280, keys[1]: 840}
+
+
+def test_a_micro_batch_never_exceeds_max_offsets_per_trigger(make_reader, keys):
+    reader = make_reader()
+    start = {keys[0]: 0, keys[1]: 0}
+    end = reader.latestOffset(start, ReadMaxRows(5))
+    assert sum(end[k] - start[k] for k in keys) // 28 <= 5
+
+
+def test_share_by_backlog():
+    assert share_by_backlog({"a": 3, "b": 4}, 100) == {"a": 3, "b": 4}
+    assert share_by_backlog({"a": 10, "b": 30}, 8) == {"a": 2, "b": 6}
+    assert share_by_backlog({"a": 1, "b": 1000}, 10) == {"a": 1, "b": 9}  # a small partition is not starved
+    assert share_by_backlog({"a": 0, "b": 50}, 10) == {"a": 0, "b": 10}
+
+
+def test_partition_assigned_after_start_resumes_from_the_group_offset(make_reader, broker, master, keys):
+    p0, p1 = broker.partitions(TOPIC)
+    broker.set_stored_offset(GROUP, p1, 28 * 5)  # another query of the group committed 5 messages of p1
+    master.push_event(EventType.CONNECT, [p0])
+    reader = make_reader(assign=False)
+    start = {keys[0]: 0}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {keys[0]: 280}
+    master.push_event(EventType.CONNECT, [p1])  # the master hands p1 to this query later
+    reader._ensure_session().wait_for_partitions(2, timeout_s=5)
+
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert end2 == {keys[0]: 280, keys[1]: 140}  # p1 joins at the group's offset, nothing planned yet
+    assert [t.partition_id for t in reader.partitions(end, end2)] == []
+    end3 = reader.latestOffset(end2, ReadAllAvailable())
+    assert end3 == {keys[0]: 280, keys[1]: 840}
+    [task] = reader.partitions(end2, end3)
+    assert (task.partition_id, task.start, task.end) == (p1.partition_id, 140, 840)
+
+
+def test_available_now_stops_at_what_was_there(make_reader, broker, keys):
+    p0, _ = broker.partitions(TOPIC)
+    reader = make_reader()
+    reader.prepareForTriggerAvailableNow()
+    broker.append(p0, b"late-1", b"late-2")
+    start = {keys[0]: 0, keys[1]: 28 * 20}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {keys[0]: 280, keys[1]: 840}  # not 336: the late messages are for the next run
+    assert reader.reportLatestOffset() == {keys[0]: 336, keys[1]: 840}
+    # with a limit the target still caps every share; the run then ends exactly at the target
+    end2 = reader.latestOffset(end, ReadMaxRows(100))
+    assert end2 == end
+
+
+def test_planned_start_is_stored_as_the_group_offset(make_reader, broker, keys):
+    p0, p1 = broker.partitions(TOPIC)
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 56, keys[1]: 84}, ReadAllAvailable())
+    assert (broker.stored_offset(GROUP, p0), broker.stored_offset(GROUP, p1)) == (56, 84)
+    reader.commit(end)
+    assert (broker.stored_offset(GROUP, p0), broker.stored_offset(GROUP, p1)) == (280, 840)
+
+
+def test_commit_to_group_off_leaves_the_group_offset(make_reader, broker, keys):
+    p0, _ = broker.partitions(TOPIC)
+    reader = make_reader(commitToGroup="false")
+    end = reader.latestOffset({keys[0]: 56, keys[1]: 84}, ReadAllAvailable())
+    reader.commit(end)
+    assert broker.stored_offset(GROUP, p0) == 0
+
+
+def test_planned_tasks_read_exactly_their_range(make_reader, broker, keys):
+    p0, _ = broker.partitions(TOPIC)
+    reader = make_reader()
+    start = {keys[0]: 28 * 3, keys[1]: 28 * 30}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    [task] = reader.partitions(start, end)  # p1 has no new data: no task
+    assert (task.host, task.port, task.topic, task.partition_id, task.start, task.end) == (
+        p0.host, p0.port, TOPIC, p0.partition_id, 84, 280)
+    assert task.read_group != GROUP  # executors never read under the user's group
+    rows = [row for batch in reader.read(task) for row in batch.to_pylist()]
+    assert [(r["offset"], r["value"]) for r in rows] == [(28 * i, f"a{i}".encode()) for i in range(3, 10)]
+    assert broker.holder(task.read_group, p0) is None
+
+
+@pytest.mark.parametrize(("start", "end", "max_records", "pieces"), [
+    (0, 280, None, [(0, 280)]),
+    (0, 280, 10, [(0, 280)]),
+    (0, 280, 3, [(0, 84), (84, 168), (168, 252), (252, 280)]),
+    (56, 280, 4, [(56, 168), (168, 280)]),
+    (280, 280, 3, []),
+    (300, 280, None, []),
+])
+def test_split_range(start, end, max_records, pieces):
+    assert split_range(start, end, max_records, record_size=28) == pieces
+
+
+def test_batch_plan_covers_every_partition_in_splits(master, broker, keys):
+    p0, p1 = broker.partitions(TOPIC)
+    broker.expire(p1, 28 * 4)
+    options = TubeMQOptions.from_raw({"master": master.address, "topic": TOPIC, "startingOffsets": "earliest",
+                                      "maxRecordsPerPartition": "12", **FAST}, mode="read")
+    tasks = TubeBatchReader(options).plan()
+    assert [(t.partition_id, t.start, t.end) for t in tasks] == [
+        (p0.partition_id, 0, 280),
+        (p1.partition_id, 112, 448), (p1.partition_id, 448, 784), (p1.partition_id, 784, 840)]
+    assert len({t.read_group for t in tasks}) == len(tasks)  # splits of one partition run side by side
+    for ref in (p0, p1):  # the planner released its probes
+        assert all(broker.holder(g, ref) is None for g, _, pid in broker.groups if pid == ref.partition_id)
+
+
+def test_batch_plan_with_json_bounds(master, broker, keys):
+    options = TubeMQOptions.from_raw({"master": master.address, "topic": TOPIC, **FAST,
+                                      "startingOffsets": f'{{"{keys[1]}": 280}}',
+                                      "endingOffsets": f'{{"{keys[0]}": 140}}'}, mode="read")
+    tasks = TubeBatchReader(options).plan()
+    assert [(t.start, t.end) for t in tasks] == [(0, 140), (280, 840)]
+    beyond = TubeMQOptions.from_raw({"master": master.address, "topic": TOPIC, **FAST,
+                                     "endingOffsets": f'{{"{keys[0]}": 308}}'}, mode="read")
+    with pytest.raises(OptionError, match="beyond the partition's max offset"):
+        TubeBatchReader(beyond).plan()

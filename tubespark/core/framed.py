@@ -1,0 +1,274 @@
+"""A framed TCP connection with many calls in flight, for any broker's binary protocol.
+
+The broker supplies a :class:`FrameCodec`: how a request becomes a frame carrying a correlation id, and
+how one frame is read back as ``(correlation_id, payload)``. Everything else is shared:
+
+* every socket call has a deadline: connect (``connect_timeout_s``, TLS handshake included), each
+  send and receive (``io_timeout_s``), and each call's wait (:func:`wait`);
+* calls are matched to responses by correlation id, so requests pipeline on one socket and answers
+  may come in any order; an answer nobody waits for any more (a timed-out call) is dropped;
+* one daemon thread reads frames, decodes each payload with the decoder its call supplied, and
+  completes the call's future. A frame that does not decode poisons the stream, so the connection
+  closes and every pending call fails with the same error; later calls fail at once with a
+  (retriable) :class:`BrokerConnectionError` until the owner opens a new connection;
+* :class:`ConnectionPool` keeps one live connection per address and reopens it after a failure.
+
+Decoders signal the two kinds of failure by type: a :class:`CodecError` means the payload is garbage
+(the connection closes), any other :class:`TubeSparkError` (e.g. an RPC exception) fails that call only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Generic, Protocol, TypeVar
+
+from tubespark.core.framed_io import DEFAULT_MAX_READ_BYTES, Reader, SocketReader, open_socket
+from tubespark.errors import BrokerConnectionError, CodecError, RpcTimeoutError, TruncatedFrameError, TubeSparkError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_TIMEOUT_S = 3.0
+DEFAULT_CALL_TIMEOUT_S = 10.0
+
+T = TypeVar("T")
+RequestT = TypeVar("RequestT")
+RequestT_contra = TypeVar("RequestT_contra", contravariant=True)
+
+Decoder = Callable[[bytes], T]
+"""Turns one response payload into the call's result; runs on the connection's reader thread."""
+
+
+class FrameCodec(Protocol[RequestT_contra]):
+    """A broker's framing, as the connection needs it.
+
+    ``encode`` frames one request with its correlation id (a positive int below 2**31). ``read`` pulls
+    exactly one frame from ``reader`` and returns its correlation id and payload; it checks every
+    length the peer announces before reading it and raises a :class:`CodecError` for a frame that
+    breaks the protocol (the stream is closed then).
+    """
+
+    def encode(self, correlation_id: int, request: RequestT_contra) -> bytes: ...
+
+    def read(self, reader: Reader) -> tuple[int, bytes]: ...
+
+
+class FramedConnection(Generic[RequestT]):
+    """A multiplexed connection speaking ``codec``. Thread-safe; create with :meth:`open`."""
+
+    def __init__(self, address: str, sock: socket.socket, codec: FrameCodec[RequestT], *,
+                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> None:
+        self.address = address
+        self._sock = sock
+        self._codec = codec
+        self._max_read_bytes = max_read_bytes
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, tuple[Future[Any], Decoder[Any]]] = {}
+        self._pending_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = threading.Event()
+        self._failure: TubeSparkError | None = None
+        self._reader = threading.Thread(target=self._read_loop, name=f"tubespark-rx-{address}", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def open(cls, address: str, codec: FrameCodec[RequestT], *,
+             connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, io_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+             ssl_context: ssl.SSLContext | None = None,
+             max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> FramedConnection[RequestT]:
+        """Connect to ``host:port``; raises BrokerConnectionError (ValueError for a malformed address)."""
+        sock = open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s,
+                           ssl_context=ssl_context)
+        return cls(address, sock, codec, max_read_bytes=max_read_bytes)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    @property
+    def failure(self) -> TubeSparkError | None:
+        """Why the connection closed (``None`` while open)."""
+        return self._failure
+
+    def call_async(self, request: RequestT, decode: Decoder[T]) -> Future[T]:
+        """Send one request; the future resolves to ``decode(payload)`` of its response, or an error.
+
+        Raises BrokerConnectionError at once when the connection is already closed (the request never
+        reached the wire, so it may be retried elsewhere), and whatever ``codec.encode`` raises.
+        A failed send closes the connection and fails the future instead.
+        """
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        future: Future[T] = Future()
+        with self._pending_lock:  # _fail marks the connection closed under this lock: no call is stranded
+            if self._closed.is_set():
+                # a fresh, retriable error: this call never reached the wire (the cause is chained)
+                raise BrokerConnectionError(f"connection to {self.address} is closed") from self._failure
+            self._pending[correlation_id] = (future, decode)
+        future.add_done_callback(lambda f: self._forget(correlation_id) if f.cancelled() else None)
+        try:
+            data = self._codec.encode(correlation_id, request)
+        except BaseException:
+            self._forget(correlation_id)
+            raise
+        try:
+            with self._send_lock:
+                self._sock.sendall(data)  # bounded by the socket's io timeout; a partial send poisons the stream
+        except OSError as exc:
+            self._fail(BrokerConnectionError(f"send to {self.address} failed: {exc}"))
+        return future
+
+    def call(self, request: RequestT, decode: Decoder[T], timeout_s: float, what: str = "a call") -> T:
+        """Send one request and wait at most ``timeout_s`` for its decoded response."""
+        return wait(self.call_async(request, decode), timeout_s, f"{what} on {self.address}")
+
+    def close(self) -> None:
+        """Fail every pending call with BrokerConnectionError and end the connection. Idempotent.
+
+        The socket is shut down at once (the peer sees the close) and closed by the reader thread.
+        """
+        self._fail(BrokerConnectionError(f"connection to {self.address} was closed"))
+
+    def _forget(self, correlation_id: int) -> None:
+        """Drop the entry of a call whose caller stopped waiting, so a late answer is just ignored."""
+        with self._pending_lock:
+            self._pending.pop(correlation_id, None)
+
+    def _read_loop(self) -> None:
+        try:
+            self._read_responses()
+        finally:
+            self._fail(BrokerConnectionError(f"reader for {self.address} stopped"))  # a no-op when already failed
+            # Only this thread closes the socket, once nothing reads or sends on it any more: closing it under
+            # a recv or send of another thread could let that call hit a new socket given the same fd number.
+            with self._send_lock:
+                self._sock.close()
+
+    def _read_responses(self) -> None:
+        reader = SocketReader(self._sock, self._closed, max_read_bytes=self._max_read_bytes)
+        try:
+            while not self._closed.is_set():
+                correlation_id, payload = self._codec.read(reader)
+                with self._pending_lock:
+                    entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    log.debug("dropping response %d from %s: no caller waits for it", correlation_id, self.address)
+                    continue
+                future, decode = entry
+                try:
+                    _resolve(future, decode(payload))
+                except CodecError as exc:  # close first, so the caller never sees an open connection
+                    log.warning("closing connection to %s: %s", self.address, exc)
+                    self._fail(exc)
+                    _reject(future, exc)
+                    return
+                except TubeSparkError as exc:  # e.g. an RPC-level exception: this call failed, the stream is fine
+                    _reject(future, exc)
+                except Exception as exc:  # a decoder bug: fail this call and the connection, loudly
+                    error = BrokerConnectionError(f"reader for {self.address} failed: {exc!r}")
+                    log.exception("closing connection to %s: the response decoder failed", self.address)
+                    self._fail(error)
+                    _reject(future, error)
+                    return
+        except CodecError as exc:
+            if not self._closed.is_set():
+                log.warning("closing connection to %s: %s", self.address, exc)
+            self._fail(exc if not isinstance(exc, TruncatedFrameError) else
+                       BrokerConnectionError(f"connection to {self.address} lost: {exc}"))
+        except TubeSparkError as exc:
+            self._fail(exc)
+        except Exception as exc:  # noqa: BLE001 - the reader thread must fail pending calls, never die silently
+            self._fail(BrokerConnectionError(f"reader for {self.address} failed: {exc!r}"))
+
+    def _fail(self, error: TubeSparkError) -> None:
+        with self._pending_lock:
+            first = not self._closed.is_set()
+            if first:
+                self._failure = error
+                self._closed.set()
+            pending, self._pending = self._pending, {}
+        if first:
+            with contextlib.suppress(OSError):  # wakes the reader thread, which closes the socket on its way out
+                self._sock.shutdown(socket.SHUT_RDWR)
+        for future, _decode in pending.values():
+            _reject(future, error)
+
+    def __enter__(self) -> FramedConnection[RequestT]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _resolve(future: Future[T], result: T) -> None:
+    """Complete a call's future unless its caller already gave up on it (cancelled after a timeout)."""
+    with contextlib.suppress(InvalidStateError):
+        future.set_result(result)
+
+
+def _reject(future: Future[Any], error: BaseException) -> None:
+    """Fail a call's future unless its caller already gave up on it."""
+    with contextlib.suppress(InvalidStateError):
+        future.set_exception(error)
+
+
+def wait(future: Future[T], timeout_s: float, what: str) -> T:
+    """Wait for a call's future, turning an expired wait into :class:`RpcTimeoutError`."""
+    try:
+        return future.result(timeout=timeout_s)
+    except FutureTimeout:
+        if not future.cancel() and future.done() and not future.cancelled():
+            return future.result()  # the answer arrived just as the wait expired
+        raise RpcTimeoutError(f"no response to {what} within {timeout_s:.1f}s") from None
+
+
+class Closable(Protocol):
+    """What :class:`ConnectionPool` needs of a connection."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
+
+
+class ConnectionPool(Generic[C]):
+    """One live connection per address, opened by ``opener(address)`` and reopened after a failure.
+
+    Thread-safe. ``opener`` runs under the pool's lock, so two callers never open two connections to
+    the same address; it must be bounded by a connect timeout.
+    """
+
+    def __init__(self, opener: Callable[[str], C]) -> None:
+        self._opener = opener
+        self._conns: dict[str, C] = {}
+        self._lock = threading.Lock()
+
+    def get(self, address: str) -> C:
+        with self._lock:
+            conn = self._conns.get(address)
+            if conn is None or conn.closed:
+                conn = self._opener(address)
+                self._conns[address] = conn
+            return conn
+
+    def drop(self, address: str) -> None:
+        """Close and forget the connection to ``address`` (the next :meth:`get` opens a new one)."""
+        with self._lock:
+            conn = self._conns.pop(address, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close()

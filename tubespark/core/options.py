@@ -1,0 +1,215 @@
+"""The options framework every broker's data source builds on: specs, common parsers, the README table.
+
+A broker declares its options once, as a tuple of :class:`OptionSpec` (name, default, parser,
+documentation, required, read/write/both), and a frozen dataclass deriving from
+:class:`ParsedOptions` with one typed attribute per spec. :meth:`ParsedOptions.from_raw` parses
+Spark's option map into it before any network call, so a typo fails at once with a message naming
+the option and the value. Unknown option names are warned about (Spark passes user options through
+verbatim, so a misspelt one would otherwise be silently ignored); protected keys are refused.
+
+Option names are case-insensitive, as Spark's option map is (``maxoffsetspertrigger`` is
+``maxOffsetsPerTrigger``); messages always use the documented spelling.
+
+Defaults are text, parsed by the same parser as a user's value: there is one default per setting and
+it is what the generated README table shows. Nothing here imports Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+from tubespark.errors import OptionError
+
+log = logging.getLogger(__name__)
+
+READ, WRITE, BOTH = "read", "write", "both"
+MODES = (READ, WRITE)
+
+Parser = Callable[[str, str], Any]  # (option name, text) -> value; raises OptionError
+
+
+def attribute_name(option: str) -> str:
+    """The Python attribute of an option: ``maxOffsetsPerTrigger`` -> ``max_offsets_per_trigger``.
+
+    camelCase becomes snake_case and ``.`` becomes ``_`` (``auth.user`` -> ``auth_user``).
+    """
+    snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", option.replace(".", "_"))
+    return re.sub(r"([A-Z]+)(?=[A-Z][a-z])", r"\1_", snake).lower()
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its Spark name, default (text, or ``None`` for unset), parser and documentation.
+
+    ``attr`` is the attribute of the parsed options object; empty means ``attribute_name(name)``.
+    """
+
+    name: str
+    default: str | None
+    parse: Parser
+    doc: str
+    required: bool = False
+    applies: str = READ  # read | write | both
+    attr: str = ""
+
+    def __post_init__(self) -> None:
+        if self.applies not in (READ, WRITE, BOTH):
+            raise ValueError(f"option {self.name}: applies must be read, write or both, not {self.applies!r}")
+        if not self.attr:
+            object.__setattr__(self, "attr", attribute_name(self.name))
+
+    def applies_to(self, mode: str) -> bool:
+        return self.applies in (mode, BOTH)
+
+
+# --- common parsers --------------------------------------------------------------------------------
+
+_ADDRESS_RE = re.compile(r"^[^\s:,]+:\d{1,5}$")
+_ATTRIBUTE_RE = re.compile(r"^[A-Za-z_][\w.-]{0,63}$")
+
+
+def parse_text(name: str, value: str) -> str:
+    """Any text, as given."""
+    return value
+
+
+def parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name}={value!r}: expected true or false")
+
+
+def parse_positive_int(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise OptionError(f"option {name}={value!r}: expected a positive integer")
+    return number
+
+
+def comma_list(value: str) -> list[str]:
+    """The non-blank, stripped items of a comma separated list, in order."""
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_host_ports(name: str, value: str) -> tuple[str, ...]:
+    """``host:port[,host:port...]`` with ports 1..65535, in the given order."""
+    items = comma_list(value)
+    bad = [v for v in items if not _ADDRESS_RE.match(v) or not 0 < int(v.rsplit(":", 1)[1]) < 65536]
+    if not items or bad:
+        raise OptionError(f"option {name}={value!r}: expected host:port[,host:port...]"
+                          + (f" (bad: {', '.join(bad)})" if bad else ""))
+    return tuple(items)
+
+
+def parse_attribute_name(name: str, value: str) -> str:
+    """A message attribute name: letters, digits, ``_ . -``, a letter or ``_`` first, at most 64 chars."""
+    value = value.strip()
+    if not _ATTRIBUTE_RE.match(value) or value.startswith("$"):
+        raise OptionError(f"option {name}={value!r}: expected an attribute name (letters, digits, '_', '.', '-')")
+    return value
+
+
+# --- parsing a Spark option map --------------------------------------------------------------------
+
+
+def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str, required: Iterable[str] = (),
+              defaults: Mapping[str, str] | None = None, protected: Mapping[str, str] | None = None,
+              source: str = "") -> dict[str, Any]:
+    """Parse ``raw`` (Spark's option map; names case-insensitive) for ``mode`` ``read`` or ``write``.
+
+    Returns ``{spec.attr: value}`` for every spec. An option that does not apply to ``mode`` gets its
+    parsed default (its value in ``raw`` is ignored). ``required`` names options required in this
+    mode on top of the specs' own; ``defaults`` overrides specs' defaults for this call (e.g. a batch
+    read starting at ``earliest``). Raises OptionError for a protected key (lower case -> what to use
+    instead), a missing required option or a bad value; warns about unknown names.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be read or write, not {mode!r}")
+    specs = tuple(specs)
+    by_name = {spec.name.lower(): spec for spec in specs}
+    protected = {k.lower(): v for k, v in (protected or {}).items()}
+    overrides = {k.lower(): v for k, v in (defaults or {}).items()}
+    needed = {name.lower() for name in required}
+    prefix = f"{source}: " if source else ""
+    given: dict[str, tuple[str, Any]] = {}
+    for key, value in raw.items():
+        lowered = key.lower()
+        if lowered in protected:
+            raise OptionError(f"option {key} cannot be passed through: tubespark sets it itself; "
+                              f"use {protected[lowered]} instead")
+        if lowered not in by_name:
+            warnings.warn(f"{prefix}unknown option {key!r} is ignored", stacklevel=4)
+            log.warning("%sunknown option %r is ignored", prefix, key)
+        given[lowered] = (key, value)
+    values: dict[str, Any] = {}
+    for spec in specs:
+        lowered = spec.name.lower()
+        default = overrides.get(lowered, spec.default)
+        if not spec.applies_to(mode):
+            values[spec.attr] = spec.parse(spec.name, default) if default is not None else None
+            continue
+        text = given.get(lowered, (spec.name, None))[1]
+        if text is None:
+            if spec.required or lowered in needed:
+                raise OptionError(f"option {spec.name} is required: {spec.doc}")
+            text = default
+        values[spec.attr] = spec.parse(spec.name, str(text)) if text is not None else None
+    return values
+
+
+_Self = TypeVar("_Self", bound="ParsedOptions")
+
+
+class ParsedOptions:
+    """Base of a broker's frozen options dataclass: one attribute per spec of ``SPECS``.
+
+    Subclasses set ``SPECS`` (and optionally ``PROTECTED`` and ``SOURCE``) and may override
+    :meth:`check` for rules that involve several options. Instances hold only plain values, so they
+    pickle (Spark ships them to executors).
+    """
+
+    SPECS: ClassVar[tuple[OptionSpec, ...]] = ()
+    PROTECTED: ClassVar[Mapping[str, str]] = {}
+    SOURCE: ClassVar[str] = ""
+
+    @classmethod
+    def from_raw(cls: type[_Self], raw: Mapping[str, str], *, mode: str, required: Iterable[str] = (),
+                 defaults: Mapping[str, str] | None = None) -> _Self:
+        """Validated options for ``mode`` (``read`` or ``write``) from Spark's option map."""
+        values = parse_raw(raw, cls.SPECS, mode=mode, required=required, defaults=defaults,
+                           protected=cls.PROTECTED, source=cls.SOURCE)
+        options = cls(**values)
+        options.check(mode)
+        return options
+
+    def check(self, mode: str) -> None:
+        """Rules across options; raise OptionError. Nothing by default."""
+
+    @classmethod
+    def missing_attributes(cls) -> tuple[set[str], set[str]]:
+        """``(specs without a field, fields without a spec)``; both empty for a consistent class."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        attrs = {spec.attr for spec in cls.SPECS}
+        return attrs - names, names - attrs
+
+
+def render_table(specs: Iterable[OptionSpec], mode: str | None = None) -> str:
+    """Markdown table of ``specs`` (for ``mode`` only, when given), as embedded in the README."""
+    rows = ["| option | default | applies to | meaning |", "|---|---|---|---|"]
+    for spec in specs:
+        if mode and not spec.applies_to(mode):
+            continue
+        default = "**required**" if spec.required else (f"`{spec.default}`" if spec.default else "")
+        rows.append(f"| `{spec.name}` | {default} | {spec.applies} | {spec.doc} |")
+    return "\n".join(rows)

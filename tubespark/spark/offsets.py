@@ -1,0 +1,94 @@
+"""Offset maps and offset specs, as Spark sources exchange them: ``{"partition key": offset}``.
+
+A spec is what ``startingOffsets`` / ``endingOffsets`` take: a word (``earliest``, ``latest``, and
+whatever else a source allows) or a JSON object of partition key -> offset in which -2 means earliest
+and -1 latest. The shape of a partition key belongs to the broker, which passes a checker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tubespark.errors import OptionError
+
+EARLIEST, LATEST = -2, -1
+
+Offsets = dict[str, int]
+OffsetSpec = str | dict[str, int]
+
+
+def parse_offset_spec(name: str, value: str, *, allow: tuple[str, ...],
+                      check_key: Callable[[str], bool]) -> OffsetSpec:
+    """One of the words in ``allow`` (lower-cased) or JSON ``{key: offset}`` (option ``name``).
+
+    Offsets must be -2 (earliest), -1 (latest) or >= 0; keys must pass ``check_key``.
+    """
+    text = value.strip()
+    if text.lower() in allow:
+        return text.lower()
+    if not text.startswith("{"):
+        raise OptionError(f"option {name}={value!r}: expected {' | '.join(allow)} or a JSON object "
+                          f'like {{"1:mytopic:0": 280}}')
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OptionError(f"option {name}: invalid JSON ({exc.msg} at position {exc.pos}): {value!r}") from None
+    if not isinstance(spec, dict) or not spec:
+        raise OptionError(f"option {name}: the JSON must be a non-empty object of partition key -> offset")
+    result: dict[str, int] = {}
+    for key, offset in spec.items():
+        if not check_key(key):
+            raise OptionError(f"option {name}: bad partition key {key!r}, expected brokerId:topic:partitionId")
+        if not isinstance(offset, int) or isinstance(offset, bool) or (offset < 0 and offset not in (EARLIEST, LATEST)):
+            raise OptionError(f"option {name}: offset for {key} must be -2 (earliest), -1 (latest) or >= 0, "
+                              f"got {offset!r}")
+        result[key] = offset
+    return result
+
+
+def wanted_offset(spec: OffsetSpec, key: str, *, default: int) -> str | int:
+    """What ``spec`` asks for partition ``key``: ``"earliest"``, ``"latest"``, another word, or an offset.
+
+    A JSON spec without ``key`` asks for ``default`` (``EARLIEST`` or ``LATEST``); -2 and -1 become words.
+    """
+    wanted = spec.get(key, default) if isinstance(spec, dict) else spec
+    if wanted in ("earliest", EARLIEST):
+        return "earliest"
+    if wanted in ("latest", LATEST):
+        return "latest"
+    return wanted
+
+
+def resolve_offset(spec: OffsetSpec, key: str, *, earliest: int, latest: int, default: int) -> int:
+    """The offset ``spec`` means for ``key`` in a partition spanning ``[earliest, latest)``."""
+    wanted = wanted_offset(spec, key, default=default)
+    if wanted == "earliest":
+        return earliest
+    if wanted == "latest":
+        return latest
+    return int(wanted)
+
+
+def parse_offsets(raw: Any, *, is_key: Callable[[str], bool] = lambda key: True) -> Offsets | None:
+    """A source offset as Spark reports it (JSON text or dict) -> ``{partition key: offset}``.
+
+    ``None`` for anything that is not such a map (empty, unparsable, a key ``is_key`` refuses, a
+    value that is not an int), e.g. another source's offset in the same progress event.
+    """
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(raw, Mapping) or not raw:
+        return None
+    out: Offsets = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not is_key(key) or isinstance(value, bool) or not isinstance(value, int):
+            return None
+        out[key] = value
+    return out

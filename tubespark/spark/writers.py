@@ -1,0 +1,90 @@
+"""Shared Arrow writers: each write task gets a stable stamp, returns what it sent, and the driver logs it.
+
+A broker's sink subclasses :class:`StampedBatchWriter` / :class:`StampedStreamWriter` and implements
+``send(batches, stamp)``: send every row, return only after the broker acknowledged all of them. The
+stamp is the same for every attempt of a task (write id made on the driver, or query id + batch id,
+plus the task's partition index), so a writer can tag rows with ids that survive a retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SentCommitMessage(WriterCommitMessage):
+    """What one write task sent (all of it acknowledged by the brokers)."""
+
+    task: int
+    rows: int
+    bytes: int
+
+
+def task_index() -> int:
+    """The running task's partition index (0 outside a Spark task)."""
+    context = TaskContext.get()
+    return context.partitionId() if context else 0
+
+
+def log_commit(messages: list, what: str) -> None:
+    done = [m for m in messages if isinstance(m, SentCommitMessage)]
+    log.info("%s: %d tasks sent %d rows (%d bytes)", what, len(done), sum(m.rows for m in done),
+             sum(m.bytes for m in done))
+
+
+class StampedBatchWriter(DataSourceArrowWriter):
+    """``df.write``: stamps are ``<write id>-<task>``; ``broker`` names the system in the logs."""
+
+    broker = "the broker"
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+        self.write_id = uuid.uuid4().hex[:16]  # made on the driver: the same for every attempt of a task
+
+    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
+        raise NotImplementedError
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
+        return self.send(iterator, f"{self.write_id}-{task_index()}")
+
+    def commit(self, messages: list) -> None:
+        log_commit(messages, f"{self.broker} batch write committed")
+
+    def abort(self, messages: list) -> None:
+        log_commit(messages, f"{self.broker} batch write aborted (rows already sent stay in {self.broker})")
+
+
+class StampedStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream``: stamps are ``<query id>-<batch id>-<task>``, the same when a batch is replayed."""
+
+    broker = "the broker"
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+
+    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
+        raise NotImplementedError
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
+        context = TaskContext.get()
+        query = context.getLocalProperty("sql.streaming.queryId") if context else None
+        batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+        stamp = f"{query or 'q'}-{batch or 0}-{context.partitionId() if context else 0}"
+        return self.send(iterator, stamp)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        log_commit(messages, f"{self.broker} stream batch {batchId} committed")
+
+    def abort(self, messages: list, batchId: int) -> None:
+        log_commit(messages, f"{self.broker} stream batch {batchId} aborted (rows already sent stay in "
+                             f"{self.broker})")
