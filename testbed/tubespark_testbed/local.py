@@ -21,7 +21,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -357,6 +357,59 @@ class LocalCluster:
         if errors:
             raise ClusterError("; ".join(errors))
 
+    # --- faults ------------------------------------------------------------------------------------
+
+    def process(self, name: str) -> JavaProcess:
+        """The JVM named ``zookeeper``, ``master`` or ``broker``."""
+        for proc in self._procs:
+            if proc.name == name:
+                return proc
+        raise ClusterError(f"no process {name!r} in this cluster (have: {[p.name for p in self._procs]})")
+
+    def kill(self, name: str) -> None:
+        """``kill -9`` one JVM of the running cluster; its data dir and ports stay for :meth:`restart`.
+
+        The broker acknowledges a message before it reaches disk, so killing it loses what it had not
+        flushed yet (see ``ClusterSettings.unflush_*``): exactly what a crash does in production.
+        """
+        self.process(name).kill()
+
+    def restart(self, name: str, *, kill: bool = True, timeout_s: float | None = None) -> float:
+        """Kill (or gracefully stop, ``kill=False``) one JVM and start it again on the same ports and data.
+
+        Returns the seconds from the new start until the process accepts TCP connections on its RPC
+        port (the moment a client can reach it again), after waiting until it fully serves: for the
+        broker, registered again and its topics publishable and subscribable; for the master, its web
+        API answering; for ZooKeeper, ``srvr``.
+        """
+        proc = self.process(name)
+        if kill:
+            proc.kill()
+        else:
+            proc.stop(grace_s=_STOP_GRACE_S.get(name, 5.0))
+        ports = self._need_ports()
+        port = {"zookeeper": ports.zk, "master": ports.master, "broker": ports.broker}[name]
+        limit = timeout_s or {"zookeeper": ZK_START_TIMEOUT_S, "master": MASTER_START_TIMEOUT_S,
+                              "broker": BROKER_START_TIMEOUT_S}[name]
+        started = time.monotonic()
+        proc.start()
+        wait_until(f"{name} to accept connections again", lambda: _port_open(port), timeout_s=limit,
+                   interval_s=0.1, watch=[proc], on_timeout=proc.diagnostics)
+        accepting = time.monotonic() - started
+        ready = {
+            "zookeeper": lambda: _zk_ok(ports.zk),
+            "master": lambda: self.broker_run_status() is not None,
+            "broker": lambda: self._broker_serving() and self.topics_ready(self.topic_names()),
+        }[name]
+        wait_until(f"{name} to serve again after a restart", _swallowing(ready), timeout_s=limit,
+                   interval_s=0.25, watch=[proc], on_timeout=proc.diagnostics)
+        return accepting
+
+    def topic_names(self) -> list[str]:
+        """Every topic the master has deployed on this cluster's broker."""
+        answer = self.master_admin("admin_query_topic_info", brokerId=self.broker_id)
+        return sorted({item["topicName"] for item in answer.get("data") or [] if "topicName" in item})
+
     # --- admin -------------------------------------------------------------------------------------
 
     def master_admin(self, method: str, **params: Any) -> dict[str, Any]:
@@ -466,6 +519,18 @@ class LocalCluster:
         self.master_admin("admin_update_cluster_default_setting", maxMsgSizeInMB=size_mb)
 
 
+def _swallowing(probe: Callable[[], bool]) -> Callable[[], bool]:
+    """``probe`` that answers False instead of raising while a restarted server is still coming up."""
+
+    def quiet() -> bool:
+        try:
+            return probe()
+        except ClusterError:
+            return False
+
+    return quiet
+
+
 def parse_topic_spec(spec: str | tuple[str, int, int]) -> tuple[str, int, int]:
     """``"name[:partitions[:stores]]"`` or a tuple -> ``(name, partitions, stores)``; defaults 1 and 4."""
     if isinstance(spec, tuple):
@@ -495,6 +560,14 @@ def check_topic_name(name: str) -> None:
         raise ClusterError(
             f"illegal topic name {name!r}: 2-64 chars, a letter first, then letters, digits, underscores"
         )
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _zk_ok(port: int) -> bool:

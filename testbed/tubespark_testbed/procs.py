@@ -105,20 +105,25 @@ class JavaProcess:
         if self.proc is not None and self.proc.poll() is not None:
             raise ClusterError(f"{self.name} exited with code {self.proc.returncode}\n{self.diagnostics()}")
 
+    def kill(self) -> None:
+        """SIGKILL the JVM at once, as a crash or ``kill -9`` would (no shutdown hooks, no flush)."""
+        self.stop(grace_s=0.0)
+
     def stop(self, grace_s: float = 5.0) -> None:
-        """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+        """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s`` (0: SIGKILL at once)."""
         proc = self.proc
         if proc is None:
             return
         # Signal the group only while the leader is unreaped: afterwards its pid (= pgid) may be reused.
         # A JVM forks no children, so nothing of ours is left in the group once the leader is gone.
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace_s)
-                return
-            except subprocess.TimeoutExpired:
-                pass
+            if grace_s > 0:
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace_s)
+                    return
+                except subprocess.TimeoutExpired:
+                    pass
             _signal_group(proc.pid, signal.SIGKILL)
             try:
                 proc.wait(timeout=10.0)
