@@ -84,7 +84,16 @@ class StandbyMasterError(RpcError):
 
 
 class NoMasterAvailableError(BrokerConnectionError):
-    """Every configured master address failed or was a standby."""
+    """Every configured master address failed or was a standby.
+
+    ``electing`` is true when at least one master answered as a standby: the group is between two
+    active masters (the old one died and the election has not finished), so waiting can help; when
+    every address refused the connection there is no master to wait for.
+    """
+
+    def __init__(self, message: str, *, electing: bool = False) -> None:
+        super().__init__(message)
+        self.electing = electing
 
 
 # --- broker business errors ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import os
 import shutil
 import string
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tubespark_testbed.errors import ClusterError
@@ -44,10 +44,21 @@ class ClusterPorts:
     broker_web: int
     broker_prom: int
     broker_tls: int = BROKER_TLS_PORT
+    extra_masters: tuple[tuple[int, int, int], ...] = ()
 
     @classmethod
-    def pick(cls) -> ClusterPorts:
-        return cls(*free_ports(7))
+    def pick(cls, masters: int = 1) -> ClusterPorts:
+        """Free ports for ZooKeeper, ``masters`` masters (RPC, web, Prometheus each) and one broker."""
+        if masters < 1:
+            raise ClusterError(f"a cluster needs at least one master, got masters={masters}")
+        ports = free_ports(7 + 3 * (masters - 1))
+        extra = tuple(tuple(ports[i : i + 3]) for i in range(7, len(ports), 3))
+        return cls(*ports[:7], extra_masters=extra)  # type: ignore[arg-type]
+
+    @property
+    def masters(self) -> list[tuple[int, int, int]]:
+        """``(rpc, web, prometheus)`` of every master, the first one first."""
+        return [(self.master, self.master_web, self.master_prom), *self.extra_masters]
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,37 @@ class ClusterSettings:
       topics deployed at start-up, e.g. ``delete,1s`` to watch data expire.
     * ``log_cleanup_period_ms`` 180000 (the default; the broker allows no less than 60000): how often
       the broker deletes segments older than a topic's ``deletePolicy``.
+    * ``zk_session_timeout_ms`` 30000 / ``zk_master_check_period_ms`` 5000 (the shipped values): with
+      several masters (``LocalCluster(masters=N)``) they elect the active one through an ephemeral
+      ZooKeeper node, so a killed active master is replaced only after its session expires (at most
+      this timeout; ZooKeeper's tick of 2 s bounds it to 4000-40000) plus one check period.
+
+    **The durability window.** A broker acknowledges a message once it is in the topic store's *memory
+    cache*; a flush thread moves it to the segment file later, and the OS writes the file to disk
+    later still. ``kill -9`` of the broker loses the memory cache (what is in a file survives a process
+    crash, sitting in the page cache); a crash of the machine also loses what was not yet ``fsync``-ed.
+    After a restart the lost offsets are handed out again to new messages. The bounds:
+
+    * ``enable_mem_store`` True (``broker.ini`` ``enableMemStore``): False appends straight to the
+      segment file, which closes the kill -9 window entirely (at some throughput cost).
+    * ``mem_flush_check_period_ms`` 10000 (``logFlushMemDurMs``): how often the broker looks for memory
+      caches due for a flush by time; ``disk_flush_check_period_ms`` 20000 (``logFlushDiskDurMs``) the
+      same for ``fsync`` by time.
+    * Per topic, with the broker record's values as defaults for topics deployed on it (these are not
+      ``broker.ini`` keys in 2.4.0: the master stores them and hands them to the broker; ``None``
+      keeps the server default; each is also an ``admin_add_topic_deploy_info`` parameter):
+
+      - ``mem_cache_msg_count_k`` (``memCacheMsgCntInK``, default 10, min 1): flush the memory cache
+        to the file once it holds this many thousand messages;
+      - ``mem_cache_msg_size_mb`` (``memCacheMsgSizeInMB``, default 3, min 2): ... or this many MB;
+      - ``mem_cache_flush_interval_ms`` (``memCacheFlushIntvl``, default 20000, min 4000): ... or its
+        oldest message is this old (checked every ``mem_flush_check_period_ms``);
+      - ``unflush_threshold`` (``unflushThreshold``, default 1000), ``unflush_interval_ms``
+        (``unflushInterval``, default 10000), ``unflush_data_hold`` (``unflushDataHold`` bytes, default
+        0 = off): ``fsync`` the file after this many messages, this long, or this many bytes. These
+        bound a machine crash, not a process kill.
+
+    :meth:`tight_flush` returns the settings with the smallest window the server allows.
     """
 
     balance_period_ms: int = 2000
@@ -83,6 +125,36 @@ class ClusterSettings:
     default_delete_policy: str | None = None
     auth_token: str = "tubespark"
     broker_id: int = 1
+    zk_session_timeout_ms: int = 30000
+    zk_master_check_period_ms: int = 5000
+    enable_mem_store: bool = True
+    mem_flush_check_period_ms: int = 10000
+    disk_flush_check_period_ms: int = 20000
+    mem_cache_msg_count_k: int | None = None
+    mem_cache_msg_size_mb: int | None = None
+    mem_cache_flush_interval_ms: int | None = None
+    unflush_threshold: int | None = None
+    unflush_interval_ms: int | None = None
+    unflush_data_hold: int | None = None
+
+    def tight_flush(self, *, mem_store: bool = True) -> ClusterSettings:
+        """These settings with the smallest durability window 2.4.0 allows.
+
+        With ``mem_store`` (the default) the memory cache stays but flushes at the server's minimums
+        (1000 messages, 2 MB or 4 s, checked every second) and every file append is ``fsync``-ed within
+        a second; ``mem_store=False`` bypasses the memory cache altogether (nothing acknowledged is
+        lost on kill -9).
+        """
+        return replace(self, enable_mem_store=mem_store, mem_flush_check_period_ms=1000,
+                       disk_flush_check_period_ms=1000, mem_cache_msg_count_k=1, mem_cache_msg_size_mb=2,
+                       mem_cache_flush_interval_ms=4000, unflush_threshold=100, unflush_interval_ms=1000)
+
+    def topic_flush_params(self) -> dict[str, int]:
+        """The per-topic flush settings that are set, as master web API parameters."""
+        names = {"mem_cache_msg_count_k": "memCacheMsgCntInK", "mem_cache_msg_size_mb": "memCacheMsgSizeInMB",
+                 "mem_cache_flush_interval_ms": "memCacheFlushIntvl", "unflush_threshold": "unflushThreshold",
+                 "unflush_interval_ms": "unflushInterval", "unflush_data_hold": "unflushDataHold"}
+        return {api: getattr(self, attr) for attr, api in names.items() if getattr(self, attr) is not None}
 
 
 def conf_dir() -> Path:
@@ -112,6 +184,7 @@ class ClusterFiles:
     broker_ini: Path
     log4j2_xml: Path
     web_dir: Path
+    master_inis: tuple[Path, ...] = ()
 
 
 def _render(template: Path, target: Path, values: dict[str, object]) -> None:
@@ -133,6 +206,8 @@ def render_cluster_files(work_dir: Path, ports: ClusterPorts, settings: ClusterS
         broker_ini=work_dir / "conf" / "broker.ini",
         log4j2_xml=work_dir / "conf" / "log4j2.xml",
         web_dir=work_dir / "web",
+        master_inis=tuple(work_dir / "conf" / ("master.ini" if i == 0 else f"master-{i + 1}.ini")
+                          for i in range(len(ports.masters))),
     )
     for d in (files.log_dir, files.zoo_cfg.parent, work_dir / "zk", work_dir / "broker-data"):
         d.mkdir(parents=True, exist_ok=True)
@@ -142,9 +217,13 @@ def render_cluster_files(work_dir: Path, ports: ClusterPorts, settings: ClusterS
         "web_resource_path": files.web_dir,
         "zk_data_dir": work_dir / "zk",
         "data_path": work_dir / "broker-data",
+        "master_address_list": ",".join(f"127.0.0.1:{rpc}" for rpc, _web, _prom in ports.masters),
+        "enable_mem_store": str(settings.enable_mem_store).lower(),
     }
     _render(src / "zoo.cfg", files.zoo_cfg, values)
-    _render(src / "master.ini", files.master_ini, values)
+    for path, (rpc, web, prom) in zip(files.master_inis, ports.masters, strict=True):
+        _render(src / "master.ini", path, {**values, "master_port": rpc, "master_web_port": web,
+                                           "master_prom_port": prom})
     _render(src / "broker.ini", files.broker_ini, values)
     shutil.copyfile(src / "log4j2.xml", files.log4j2_xml)
     write_web_resources(files.web_dir)

@@ -36,6 +36,14 @@ from tubespark_testbed.procs import JavaProcess, wait_until
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
+# What a standby master's web API answers: 2.4.0's MasterStatusCheckFilter redirects every request to
+# http://<active master's host>:<its own webPort>, which on one host is the standby itself (a redirect
+# loop, HTTP 302 to urllib); Webapi.execute's own refusal text is the other form.
+_STANDBY_TEXTS = ("HTTP 302 from", "Please send your request to the master Node")
+
+
+def _is_standby_answer(text: str) -> bool:
+    return any(t in text for t in _STANDBY_TEXTS)
 KEEP_ENV = "TUBESPARK_KEEP_CLUSTER"
 JAVA_ENV = "TUBESPARK_JAVA"
 
@@ -107,7 +115,7 @@ def find_java() -> str:
 
 
 class LocalCluster:
-    """ZooKeeper + one TubeMQ master + one broker as child JVMs, on free ports of 127.0.0.1.
+    """ZooKeeper + one TubeMQ master (or a group of ``masters``) + one broker as child JVMs on 127.0.0.1.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. The work dir (configs, logs, data)
     is a fresh temp dir removed on stop unless ``keep`` (or ``TUBESPARK_KEEP_CLUSTER=1``).
@@ -116,6 +124,14 @@ class LocalCluster:
     deployed before the broker starts. :meth:`start` then returns once they are publishable and
     subscribable (~35-40 s warm), whereas each later :meth:`create_topics` round costs another
     ~32-38 s. Without ``topics`` it returns as soon as the broker is registered and online (~8 s).
+
+    ``masters`` > 1 starts a master group: the masters share the ZooKeeper meta-data store and elect
+    the active one through an ephemeral ZooKeeper node; the others are standbys, which refuse clients
+    (``StandbyException``) and redirect admin calls (on one host, to themselves: see ``_STANDBY_TEXTS``). The
+    first, named ``master``, is started alone and wins; the others (``master-2``, ``master-3``) join as
+    standbys. :attr:`master_address` lists them all, which is what clients and the broker fail over
+    across; :meth:`master_admin` follows the active one. Killing the active master hands the role to a
+    standby once its ZooKeeper session expires (``ClusterSettings.zk_session_timeout_ms``).
     """
 
     def __init__(
@@ -126,8 +142,12 @@ class LocalCluster:
         keep: bool | None = None,
         java: str | None = None,
         topics: Iterable[str | tuple[str, int, int]] = (),
+        masters: int = 1,
     ) -> None:
+        if not 1 <= masters <= 5:
+            raise ClusterError(f"masters must be 1-5, got {masters}")
         self.settings = settings or ClusterSettings()
+        self.masters = masters
         self.initial_topics = [parse_topic_spec(t) for t in topics]
         self._requested_work_dir = Path(work_dir) if work_dir is not None else None
         self.keep = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
@@ -137,7 +157,8 @@ class LocalCluster:
         self.work_dir: Path | None = None
         self._owns_work_dir = False
         self._procs: list[JavaProcess] = []
-        self._master_admin: MasterAdmin | None = None
+        self._master_admins: dict[str, MasterAdmin] = {}
+        self._active_master: str | None = None
         self._broker_admin: BrokerAdmin | None = None
         self._started = False
 
@@ -149,13 +170,34 @@ class LocalCluster:
         return self.ports
 
     @property
+    def master_names(self) -> list[str]:
+        """Process names of the masters: ``master``, then ``master-2``, ``master-3`` ..."""
+        return ["master" if i == 0 else f"master-{i + 1}" for i in range(self.masters)]
+
+    def _master_ports(self, name: str) -> tuple[int, int, int]:
+        """``(rpc, web, prometheus)`` ports of the master called ``name``."""
+        try:
+            return self._need_ports().masters[self.master_names.index(name)]
+        except ValueError:
+            raise ClusterError(f"no master {name!r} in this cluster (have: {self.master_names})") from None
+
+    @property
     def master_address(self) -> str:
-        """``host:port`` of the master RPC port: what clients connect to."""
-        return f"{HOST}:{self._need_ports().master}"
+        """``host:port`` of the master RPC port, comma separated over the group: what clients connect to."""
+        return ",".join(f"{HOST}:{rpc}" for rpc, _web, _prom in self._need_ports().masters)
+
+    @property
+    def master_addresses(self) -> list[str]:
+        """``host:port`` of every master's RPC port, the first master first."""
+        return self.master_address.split(",")
 
     @property
     def master_web_url(self) -> str:
-        return f"http://{HOST}:{self._need_ports().master_web}"
+        """Web API base URL of the master the last admin call reached (the active one), else the first."""
+        return self._master_web_url(self._active_master or "master")
+
+    def _master_web_url(self, name: str) -> str:
+        return f"http://{HOST}:{self._master_ports(name)[1]}"
 
     @property
     def broker_address(self) -> str:
@@ -175,7 +217,7 @@ class LocalCluster:
 
     @property
     def pids(self) -> list[int]:
-        """Pids of the JVMs still running (ZooKeeper, master, broker order)."""
+        """Pids of the JVMs still running (ZooKeeper, masters, broker order)."""
         return [p.pid for p in self._procs if p.alive() and p.pid is not None]
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -212,9 +254,10 @@ class LocalCluster:
         else:
             self.work_dir = Path(tempfile.mkdtemp(prefix="tubespark-cluster-"))
             self._owns_work_dir = True
-        self.ports = ClusterPorts.pick()
+        self.ports = ClusterPorts.pick(self.masters)
         self.files = render_cluster_files(self.work_dir, self.ports, self.settings)
-        self._master_admin = MasterAdmin(self.master_web_url, self.settings.auth_token)
+        self._master_admins = {name: MasterAdmin(self._master_web_url(name), self.settings.auth_token)
+                               for name in self.master_names}
         self._broker_admin = BrokerAdmin(self.broker_web_url)
         classpath = artifacts.classpath([self.files.zoo_cfg.parent])
         del lib
@@ -233,6 +276,7 @@ class LocalCluster:
         master = self._spawn(
             java, classpath, "master", _MASTER_JVM_FLAGS, MASTER_MAIN, ["-f", str(self.files.master_ini)]
         )
+        self._active_master = "master"
         # A modify call is the real readiness test: the web port answers queries before the
         # master has won its ZooKeeper election and may still refuse writes.
         wait_until(
@@ -250,6 +294,20 @@ class LocalCluster:
         for (partitions, stores), names in shapes.items():
             self._add_topics(names, partitions, stores)
         log.info("master up on %s after %.1fs", self.master_address, time.monotonic() - t0)
+        # The standbys start once the first master holds the election node, so the first one is active.
+        standbys = [
+            self._spawn(java, classpath, name, _MASTER_JVM_FLAGS, MASTER_MAIN, ["-f", str(ini)])
+            for name, ini in zip(self.master_names[1:], self.files.master_inis[1:], strict=True)
+        ]
+        for name, proc in zip(self.master_names[1:], standbys, strict=True):
+            wait_until(
+                f"{name} to answer as a standby",
+                lambda name=name: self._master_role(name) == "standby",
+                timeout_s=MASTER_START_TIMEOUT_S,
+                interval_s=0.5,
+                watch=[zk, master, proc],
+                on_timeout=proc.diagnostics,
+            )
 
         broker = self._spawn(
             java, classpath, "broker", _BROKER_JVM_FLAGS, BROKER_MAIN, ["-f", str(self.files.broker_ini)]
@@ -267,7 +325,7 @@ class LocalCluster:
             ),
             timeout_s=BROKER_START_TIMEOUT_S,
             interval_s=0.25,
-            watch=[zk, master, broker],
+            watch=[zk, master, *standbys, broker],
             on_timeout=lambda: f"{self._run_status_text()}\n{broker.diagnostics()}",
         )
         log.info("broker up on %s after %.1fs", self.broker_address, time.monotonic() - t0)
@@ -312,6 +370,7 @@ class LocalCluster:
                 _timeout=2.0,
                 **({"deletePolicy": self.settings.default_delete_policy}
                    if self.settings.default_delete_policy else {}),
+                **self.settings.topic_flush_params(),
             )
         except ClusterError:
             return False
@@ -360,7 +419,7 @@ class LocalCluster:
     # --- faults ------------------------------------------------------------------------------------
 
     def process(self, name: str) -> JavaProcess:
-        """The JVM named ``zookeeper``, ``master`` or ``broker``."""
+        """The JVM named ``zookeeper``, ``master`` (``master-2`` ... in a group) or ``broker``."""
         for proc in self._procs:
             if proc.name == name:
                 return proc
@@ -377,6 +436,8 @@ class LocalCluster:
     def restart(self, name: str, *, kill: bool = True, timeout_s: float | None = None) -> float:
         """Kill (or gracefully stop, ``kill=False``) one JVM and start it again on the same ports and data.
 
+        In a master group, a restarted master comes back as a standby if another one took over.
+
         Returns the seconds from the new start until the process accepts TCP connections on its RPC
         port (the moment a client can reach it again), after waiting until it fully serves: for the
         broker, registered again and its topics publishable and subscribable; for the master, its web
@@ -388,9 +449,10 @@ class LocalCluster:
         else:
             proc.stop(grace_s=_STOP_GRACE_S.get(name, 5.0))
         ports = self._need_ports()
-        port = {"zookeeper": ports.zk, "master": ports.master, "broker": ports.broker}[name]
+        kind = "master" if name in self.master_names else name
+        port = {"zookeeper": ports.zk, "broker": ports.broker}.get(name) or self._master_ports(name)[0]
         limit = timeout_s or {"zookeeper": ZK_START_TIMEOUT_S, "master": MASTER_START_TIMEOUT_S,
-                              "broker": BROKER_START_TIMEOUT_S}[name]
+                              "broker": BROKER_START_TIMEOUT_S}[kind]
         started = time.monotonic()
         proc.start()
         wait_until(f"{name} to accept connections again", lambda: _port_open(port), timeout_s=limit,
@@ -398,9 +460,10 @@ class LocalCluster:
         accepting = time.monotonic() - started
         ready = {
             "zookeeper": lambda: _zk_ok(ports.zk),
-            "master": lambda: self.broker_run_status() is not None,
+            # active or standby: the group as a whole must serve the admin API again
+            "master": lambda: self._master_role(name) != "down" and self.broker_run_status() is not None,
             "broker": lambda: self._broker_serving() and self.topics_ready(self.topic_names()),
-        }[name]
+        }[kind]
         wait_until(f"{name} to serve again after a restart", _swallowing(ready), timeout_s=limit,
                    interval_s=0.25, watch=[proc], on_timeout=proc.diagnostics)
         return accepting
@@ -413,13 +476,44 @@ class LocalCluster:
     # --- admin -------------------------------------------------------------------------------------
 
     def master_admin(self, method: str, **params: Any) -> dict[str, Any]:
-        """Call the master web API; adds token/operator to modify calls; raises ClusterError on failure."""
-        if self._master_admin is None:
+        """Call the master web API; adds token/operator to modify calls; raises ClusterError on failure.
+
+        In a master group the call goes to the master that answered last, and moves on to the others
+        when that one is down or a standby.
+        """
+        if not self._master_admins:
             raise ClusterError("cluster not started")
+        first = self._active_master or self.master_names[0]
+        order = [first, *(n for n in self.master_names if n != first)]
+        errors: list[str] = []
+        for name in order:
+            try:
+                answer = self._master_admins[name](method, **params)
+            except AdminApiError as exc:
+                text = str(exc)
+                if len(order) > 1 and (_is_standby_answer(text) or "cannot reach" in text):
+                    errors.append(f"{name}: {text}")
+                    continue
+                raise ClusterError(text) from exc
+            self._active_master = name
+            return answer
+        raise ClusterError(f"no active master answered {method}: " + "; ".join(errors))
+
+    def _master_role(self, name: str) -> str:
+        """``active``, ``standby`` or ``down``: what the master called ``name`` answers to an admin query."""
         try:
-            return self._master_admin(method, **params)
+            self._master_admins[name]("admin_query_broker_run_status", brokerId=self.broker_id, _timeout=2.0)
         except AdminApiError as exc:
-            raise ClusterError(str(exc)) from exc
+            return "standby" if _is_standby_answer(str(exc)) else "down"
+        return "active"
+
+    def active_master(self) -> str | None:
+        """Name of the master that serves clients now, or None (none, or the group is mid-election)."""
+        for name in self.master_names:
+            if self._master_role(name) == "active":
+                self._active_master = name
+                return name
+        return None
 
     def broker_admin(self, method: str, **params: Any) -> dict[str, Any]:
         """Call the broker web API (offsets, store info, snapshots); raises ClusterError on failure."""

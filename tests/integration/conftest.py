@@ -1,7 +1,8 @@
 """Fixtures for the integration tests: one real TubeMQ cluster per test session.
 
 Everything collected under ``tests/integration`` is marked ``integration`` (``-m "not integration"``
-skips it). ``TUBESPARK_SKIP_INTEGRATION=1`` skips instead of starting the cluster;
+skips it). ``TUBESPARK_SKIP_INTEGRATION=1`` skips instead of starting the cluster (outside CI only: with ``CI`` set
+it fails, see ``tests/conftest.py``);
 ``TUBESPARK_KEEP_CLUSTER=1`` keeps the cluster's work dir (logs) after the session.
 
 Topics are the slow part of a TubeMQ test: the master holds every *new* topic back from producers for
@@ -27,7 +28,8 @@ _HERE = Path(__file__).resolve().parent
 
 # (partitions, stores) -> how many fresh topics to deploy with the session cluster.
 # Override with TUBESPARK_TOPIC_POOL="1:4x8,4:1x4" (PARTITIONS:STORESxCOUNT, comma separated).
-DEFAULT_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 4): 8, (4, 1): 4, (1, 1): 4, (2, 1): 2}
+# Sized to what the whole suite takes (about 21, 9 and 3 of the first three shapes): a refill costs ~32 s.
+DEFAULT_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 4): 22, (4, 1): 10, (1, 1): 4, (2, 1): 2}
 REFILL_BATCH = 4
 
 
@@ -93,6 +95,9 @@ def _topic_pool_plan() -> dict[tuple[int, int], list[str]]:
 def tubemq_cluster(_topic_pool_plan: dict[tuple[int, int], list[str]]) -> Iterator[LocalCluster]:
     """A started :class:`LocalCluster` shared by the whole session (about 40 s to start)."""
     if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
+        # Never a green CI run without the cluster (tests/conftest.py turns any skip into a failure in CI, too).
+        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+            pytest.fail("TUBESPARK_SKIP_INTEGRATION is set in CI, where the integration tests must run")
         pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
     initial = [(name, p, s) for (p, s), names in _topic_pool_plan.items() for name in names]
     initial.append((README_TOPIC, 1, 4))  # the README example's topic, deployed with the pool (no 30 s wait)

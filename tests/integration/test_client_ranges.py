@@ -38,7 +38,7 @@ PUBLISH_TIMEOUT_S = 240.0
 PER_PHASE = 120  # messages per phase over the 4 partitions: 30 per partition
 LAYOUTS = {"dense": (1, 4), "sparse": (4, 1)}
 MSG_TYPES = ("x", "y", None)
-FILTERED_READ_WAIT_S = 120.0
+FRESH_FILTERED_READ_S = 5.0  # a filtered read of unflushed data; the broker flushes after 20 s (checked every 10 s)
 
 
 @dataclass
@@ -83,13 +83,11 @@ def _bounds(part: PartitionRef) -> Bounds:
         broker.close()
 
 
-def _read(part: PartitionRef, start: int, end: int, filters: tuple[str, ...] = ()) -> list[ReceivedMessage]:
+def _read(part: PartitionRef, start: int, end: int, filters: tuple[str, ...] = (),
+          retry_s: float = 60.0) -> list[ReceivedMessage]:
     broker = BrokerClient(new_client_id("rg_read"))
     try:
-        # A filtered read of fresh data waits for the broker's flush (see the filter test): 22-50 s were
-        # seen, too close to the default retry_s of 60 s, which would end in a misleading DataLossError.
-        reader = RangeReader(broker, f"rg_read_{uuid.uuid4().hex[:10]}", filters=filters,
-                             retry_s=FILTERED_READ_WAIT_S if filters else 60.0)
+        reader = RangeReader(broker, f"rg_read_{uuid.uuid4().hex[:10]}", filters=filters, retry_s=retry_s)
         return list(reader.read(part, start, end))
     finally:
         broker.close()
@@ -118,7 +116,7 @@ def _write(master: str, layout: str, topic: str) -> Written:
 
 @pytest.fixture(scope="module")
 def written_all(tubemq_cluster, topics) -> dict[str, Written]:
-    """Both layouts' data at once, so that the broker flushes them together (see the filter test)."""
+    """Both layouts' data at once."""
     return {layout: _write(tubemq_cluster.master_address, layout, topic) for layout, topic in topics.items()}
 
 
@@ -198,9 +196,7 @@ def test_range_read_returns_exactly_the_messages_in_range(written, name):
 
 @pytest.mark.parametrize("name", ["store_min_to_max", "inner", "unaligned_bounds", "end_planned_before_more_data"])
 def test_filtered_range_read_returns_only_that_msg_type(written, name):
-    """With a filter the broker reads only what it has flushed from its memory cache to the files (a
-    filtering consumer's query priority 301 % 100 = 1 means "files only"), so the first filtered read of
-    fresh data waits for the broker's periodic flush (memCacheFlushIntvl 20 s, checked every 10 s)."""
+    """The broker filters by msgType; reads serve its memory cache too (qryPriorityId 303, see the next test)."""
     start, end = _range(written, name)
     expected = [(o, m) for o, m in written.of_part() if start <= o < end and m.msg_type == "x"]
     assert expected, "the range holds no msgType x message: the test data is wrong"
@@ -221,3 +217,27 @@ def test_consecutive_ranges_tile_the_partition(written):
     for start, end in itertools.pairwise(cuts):
         got += _read(written.part, start, end)
     assert [m.data for m in got] == [m.data for _, m in written.of_part()]
+
+
+def test_filtered_read_sees_unflushed_messages_within_seconds(tubemq_cluster, topic_factory):
+    """A filtered read is served from the broker's memory cache (qryPriorityId 303), like an unfiltered one.
+
+    Without it the broker serves filtered reads from its files only, so fresh messages become visible at
+    the next flush (memCacheFlushIntvl 20 s, checked every 10 s). Four rounds, each a fresh message read
+    within a few seconds of its send: at most one flush falls in any 10 s, so luck cannot pass them all.
+    """
+    topic = topic_factory(partitions=1, stores=1)
+    with Producer(tubemq_cluster.master_address) as producer:
+        producer.publish([topic], timeout_s=PUBLISH_TIMEOUT_S)
+        part = producer.partitions(topic)[0]
+        for round_no in range(4):
+            wanted, other = (OutgoingMessage(f"fresh-{t}-{round_no}".encode(), msg_type=t) for t in ("x", "y"))
+            producer.send_async(topic, wanted, part)
+            producer.send_async(topic, other, part)
+            first, last = producer.flush()
+            started = time.monotonic()
+            got = _read(part, first.append_offset, last.append_offset + INDEX_RECORD_SIZE, filters=("x",),
+                        retry_s=FRESH_FILTERED_READ_S)
+            elapsed = time.monotonic() - started
+            assert [m.data for m in got] == [wanted.data], f"round {round_no}"
+            assert elapsed < FRESH_FILTERED_READ_S, f"round {round_no}: the filtered read took {elapsed:.1f}s"

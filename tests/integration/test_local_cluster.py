@@ -103,6 +103,46 @@ def test_topic_specs_parse():
             parse_topic_spec(bad)
 
 
+def test_master_group_gets_one_config_per_master_and_the_broker_lists_them_all(tmp_path):
+    from tubespark_testbed.config import ClusterPorts, ClusterSettings, render_cluster_files
+
+    ports = ClusterPorts.pick(3)
+    assert len(ports.masters) == 3 and len({p for m in ports.masters for p in m}) == 9
+    files = render_cluster_files(tmp_path, ports, ClusterSettings(zk_session_timeout_ms=6000))
+    assert [f.name for f in files.master_inis] == ["master.ini", "master-2.ini", "master-3.ini"]
+    for ini, (rpc, web, prom) in zip(files.master_inis, ports.masters, strict=True):
+        text = ini.read_text()
+        assert f"port={rpc}\n" in text and f"webPort={web}\n" in text and f"promHttpPort={prom}\n" in text
+        assert "zkSessionTimeoutMs=6000" in text and "[meta_zookeeper]" in text
+    broker = files.broker_ini.read_text()
+    assert "masterAddressList=" + ",".join(f"127.0.0.1:{m[0]}" for m in ports.masters) in broker
+    with pytest.raises(ClusterError):
+        LocalCluster(masters=0)
+
+
+def test_flush_settings_reach_broker_ini_and_the_broker_record(tmp_path):
+    from tubespark_testbed.config import ClusterPorts, ClusterSettings, render_cluster_files
+
+    assert ClusterSettings().topic_flush_params() == {}  # server defaults unless asked
+    tight = ClusterSettings().tight_flush(mem_store=False)
+    assert tight.topic_flush_params() == {"memCacheMsgCntInK": 1, "memCacheMsgSizeInMB": 2,
+                                          "memCacheFlushIntvl": 4000, "unflushThreshold": 100,
+                                          "unflushInterval": 1000}
+    broker = render_cluster_files(tmp_path, ClusterPorts.pick(), tight).broker_ini.read_text()
+    assert "enableMemStore=false" in broker and "logFlushMemDurMs=1000" in broker
+    assert "logFlushDiskDurMs=1000" in broker
+
+
+def test_tight_flush_is_in_the_master_broker_record(tmp_path):
+    from tubespark_testbed.config import ClusterSettings
+
+    with LocalCluster(settings=ClusterSettings().tight_flush(), work_dir=tmp_path / "c") as cluster:
+        answer = cluster.master_admin("admin_query_broker_configure", brokerId=cluster.broker_id)
+        record = json.dumps(answer.get("data"))
+        for key, value in cluster.settings.topic_flush_params().items():
+            assert f'"{key}": {value}' in record, (key, record)
+
+
 def test_more_clusters_run_side_by_side_and_leave_nothing_behind(tubemq_cluster, tmp_path):
     """A CLI cluster and an in-process one start while the session cluster runs; both stop cleanly."""
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -74,9 +74,8 @@ def test_max_offsets_per_trigger_bounds_every_batch(spark, tubemq_cluster, topic
                    maxOffsetsPerTrigger="50")
     query = run_available_now(frame, tmp_path / "out", tmp_path / "ck")
     sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    assert sum(sizes) == 240
-    assert max(sizes) <= 50 + 3, sizes  # shares round up per partition: at most one extra row per partition
-    assert len(sizes) >= 5
+    # The limit is split exactly over the 4 queues: every batch takes 50 while a backlog remains.
+    assert sizes == [50, 50, 50, 50, 40], sizes
     assert spark.read.parquet(str(tmp_path / "out")).count() == 240
 
 
@@ -91,6 +90,29 @@ def test_stream_ids_filter_on_the_broker(spark, tubemq_cluster, topic_factory, t
     wanted = sorted(m.data for m in messages if m.msg_type in ("orders", "views"))
     assert sorted(r.value for r in rows) == wanted
     assert {r.streamId for r in rows} == {"orders", "views"}
+
+
+def test_one_spark_partition_per_assigned_queue(spark, tubemq_cluster, topic_factory, tmp_path):
+    """A micro-batch has one Spark partition (task) per queue the master assigned that has new data."""
+    topic = topic_factory(partitions=4, stores=1)
+    results = produce(tubemq_cluster.master_address, topic, sample(80))
+    queues = {r.partition.key for r in results}
+    assert len(queues) == 4
+    batches: list[tuple[int, dict[int, set[str]]]] = []
+
+    def record(frame, batch_id: int) -> None:
+        by_task = frame.groupBy(F.spark_partition_id().alias("task")).agg(
+            F.collect_set("partitionKey").alias("queues")).collect()
+        batches.append((frame.rdd.getNumPartitions(), {r.task: set(r.queues) for r in by_task}))
+
+    frame = reader(spark, tubemq_cluster.master_address, topic, "g" + uuid.uuid4().hex[:8])
+    query = (frame.writeStream.foreachBatch(record).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180) and query.exception() is None
+    (tasks, by_task), = [b for b in batches if b[1]]  # everything was there at the start: one batch
+    assert tasks == 4, batches
+    assert all(len(q) == 1 for q in by_task.values()), by_task  # each task reads exactly one queue
+    assert set().union(*by_task.values()) == queues
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:
@@ -126,11 +148,19 @@ def test_committed_batches_become_the_groups_offsets(spark, tubemq_cluster, topi
     _wait_for(lambda: stored() == end, 30, f"the broker to show the group's offsets {end}")
     assert all(cur == high for cur, high in group_offsets(tubemq_cluster, group, topic).values())
 
-    other = "g" + uuid.uuid4().hex[:8]
+    # commitToGroup=false: a query stores nothing. A control group that does commit runs right after it,
+    # so once the broker lists the control's offsets, its offset flush also covered the first query.
+    other, control = "g" + uuid.uuid4().hex[:8], "g" + uuid.uuid4().hex[:8]
     run_available_now(reader(spark, tubemq_cluster.master_address, topic, other, commitToGroup="false"),
                       tmp_path / "out2", tmp_path / "ck2")
-    time.sleep(8)  # past the broker's offset flush: a stored offset would be listed by now
-    assert all(cur == 0 for cur, _max in group_offsets(tubemq_cluster, other, topic).values())
+    run_available_now(reader(spark, tubemq_cluster.master_address, topic, control),
+                      tmp_path / "out3", tmp_path / "ck3")
+    highs = {pid: high for pid, (_cur, high) in group_offsets(tubemq_cluster, group, topic).items()}
+    assert len(highs) == 4 and all(highs.values())
+    _wait_for(lambda: {pid: cur for pid, (cur, _m) in group_offsets(tubemq_cluster, control, topic).items()} == highs,
+              30, "the control group's offsets")
+    not_stored = group_offsets(tubemq_cluster, other, topic)
+    assert all(cur == 0 for cur, _max in not_stored.values()), f"commitToGroup=false stored offsets: {not_stored}"
 
 
 def test_bad_options_fail_before_any_network_call(spark):
@@ -182,6 +212,8 @@ def test_killed_query_restarts_without_loss_or_duplicates(spark, tubemq_cluster,
         while _committed_batches(checkpoint) < target and time.monotonic() < deadline and job.poll() is None:
             time.sleep(0.2)
         assert job.poll() is None, job.stdout.read()
+        # Kill mid-stream, never before this run made progress: the restart must resume a real checkpoint.
+        assert _committed_batches(checkpoint) >= target, f"round {round_no}: no progress before the kill"
         os.killpg(job.pid, signal.SIGKILL)  # no clean shutdown: JVM, Python workers and all
         job.wait(30)
     deadline = time.monotonic() + 240

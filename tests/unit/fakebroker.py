@@ -28,7 +28,11 @@ master it hands out one event at a time and the next only after the client ackno
 one (``event.rebalanceId`` in a heartbeat request).
 
 Both: :meth:`inject` makes the next ``times`` calls of a method answer an error code, and
-``requests`` records every parsed request so tests check what the client actually sent. Every socket
+``requests`` records every parsed request so tests check what the client actually sent.
+:meth:`fault` scripts what happens to the *answer* of the next calls of a method after the fake has
+handled them (so the broker's state moved, as a real broker's would): ``"reset"`` cuts the
+connection instead of answering, ``"silent"`` never answers (the connection stays open),
+``"slow"`` answers after ``delay_s`` and ``"serial"`` answers under another serial number. Every socket
 has a short timeout and every thread is a daemon that ends with :meth:`close`, so nothing can hang.
 """
 
@@ -126,6 +130,7 @@ class _Server:
         self.lock = threading.RLock()
         self.requests: list[tuple[int, Message]] = []
         self._faults: dict[int, list[tuple[int, str]]] = {}
+        self._answer_faults: dict[int, list[tuple[str, float]]] = {}
         self._stopped = threading.Event()
         self._links: list[_Link] = []
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -143,6 +148,34 @@ class _Server:
         """The next ``times`` calls of ``method`` answer ``success=false, errCode=code``."""
         with self.lock:
             self._faults.setdefault(int(method), []).extend([(code, text)] * times)
+
+    ANSWER_FAULTS = ("reset", "silent", "slow", "serial")
+
+    def fault(self, method: int, action: str, *, times: int | None = 1, delay_s: float = 0.0) -> None:
+        """The answers to the next ``times`` calls of ``method`` (``None``: every call until :meth:`heal`)
+        suffer ``action``: reset, silent, slow (by ``delay_s``) or serial. The call is handled first."""
+        if action not in self.ANSWER_FAULTS:
+            raise ValueError(f"unknown fault {action!r}; one of {self.ANSWER_FAULTS}")
+        with self.lock:
+            entry = (action, delay_s)
+            self._answer_faults[int(method)] = [entry] * times if times is not None else [entry, None]  # type: ignore[list-item]
+
+    def heal(self, method: int | None = None) -> None:
+        """End scripted answer faults (of ``method``, or all)."""
+        with self.lock:
+            if method is None:
+                self._answer_faults.clear()
+            else:
+                self._answer_faults.pop(int(method), None)
+
+    def _answer_fault(self, method: int) -> tuple[str, float] | None:
+        """The fault for this answer, if any (called under the lock)."""
+        queue = self._answer_faults.get(method)
+        if not queue:
+            return None
+        if queue[-1] is None:  # persistent: the marker stays until heal()
+            return queue[0]
+        return queue.pop(0)
 
     def requests_of(self, method: int) -> list[Message]:
         with self.lock:
@@ -183,6 +216,17 @@ class _Server:
                     except Exception as exc:  # noqa: BLE001 - a bug in the fake must fail the test loudly
                         link.send(serial, encode_exception("FakeServerBug", repr(exc)))
                         continue
+                    answer_fault = self._answer_fault(decoded.method)
+                if answer_fault is not None:
+                    action, delay_s = answer_fault
+                    if action == "reset":
+                        return  # handled, never answered: the finally below cuts the connection
+                    if action == "silent":
+                        continue
+                    if action == "slow":
+                        self._stopped.wait(delay_s)
+                    if action == "serial":
+                        serial = (serial + 7919) & 0x7FFFFFFF
                 link.send(serial, encode_response(decoded.method, response.SerializeToString()))
         except (CodecError, OSError):
             pass  # the client went away or sent garbage: drop the connection, the client side asserts
@@ -293,6 +337,12 @@ class FakeBroker(_Server):
         """Retention: everything below ``below`` is gone, the store's min rises to it."""
         with self.lock:
             self.stores[(ref.topic, ref.partition_id)].min_offset = below
+
+    def lose(self, ref: PartitionRef, keep: int) -> None:
+        """A broker crash before a flush: only the first ``keep`` messages survive, the store's max falls
+        and the next messages are appended at the lost offsets again."""
+        with self.lock:
+            del self.stores[(ref.topic, ref.partition_id)].messages[keep:]
 
     def bounds(self, ref: PartitionRef) -> tuple[int, int]:
         with self.lock:

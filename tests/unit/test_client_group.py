@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.unit.fakebroker import FakeBroker, FakeMaster, fast_settings, wait_until
-from tubespark.errors import NotRegisteredError, UnknownTopicError
+from tubespark.errors import BrokerConnectionError, NotRegisteredError, ServerBusyError, UnknownTopicError
 from tubespark.tubemq.client.group import GroupSession
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method
 from tubespark.tubemq.wire.formats import PartitionRef, subscribe_info
@@ -210,3 +212,54 @@ def test_register_retries_a_busy_master(master):
         assert len(master.requests_of(Method.CONSUMER_REGISTER)) == 2
     finally:
         s.close()
+
+
+def test_occupied_partition_stays_assigned_and_is_held_once_released(broker, master, parts, session, listener):
+    broker.hold(GROUP, parts[0], "dead-member")  # a killed member's registration, until the broker times it out
+    event_id = master.push_event(EventType.CONNECT, parts[:2])
+    ack = wait_for_ack(master, event_id)
+    assert sorted(session.assigned()) == sorted(p.key for p in parts[:2])
+    assert list(session.held()) == [parts[1].key]
+    assert "occupied" in session.pending()[parts[0].key]
+    # the master is told the member has both, so it does not hand the occupied one elsewhere meanwhile
+    assert sorted(ack.subscribeInfo) == sorted(subscribe_info("member-1", GROUP, p) for p in parts[:2])
+    time.sleep(0.3)
+    assert broker.holder(GROUP, parts[0]) == "dead-member"  # still retried, never taken over
+
+    broker.hold(GROUP, parts[0], None)  # the stale registration timed out
+    assert session.wait_for_held([parts[0].key], timeout_s=5) == set()
+    assert broker.holder(GROUP, parts[0]) == "member-1"
+    assert session.pending() == {}
+    assert listener.calls[-1] == ([parts[0].key], [])
+
+
+def test_revoked_pending_partition_is_no_longer_retried(broker, master, parts, session):
+    broker.hold(GROUP, parts[0], "dead-member")
+    master.push_event(EventType.CONNECT, parts[:1])
+    wait_until(lambda: parts[0].key in session.pending(), what="the partition to be pending")
+    event_id = master.push_event(EventType.DISCONNECT, parts[:1])
+    wait_for_ack(master, event_id)
+    assert session.assigned() == {} and session.pending() == {}
+    broker.hold(GROUP, parts[0], None)
+    time.sleep(0.3)
+    assert broker.holder(GROUP, parts[0]) is None
+
+
+def test_broker_outage_keeps_the_partition_and_refresh_raises(broker, master, parts, session):
+    master.push_event(EventType.CONNECT, parts[:1])
+    session.wait_for_partitions(1, timeout_s=5)
+    broker.inject(Method.BROKER_REGISTER, 503, times=1)  # a broker that is not serving yet
+    with pytest.raises(ServerBusyError):
+        session.refresh(parts[0])
+    broker.drop_connections()  # and one whose connection broke
+    with contextlib.suppress(BrokerConnectionError):
+        session.refresh(parts[0])
+    assert list(session.assigned()) == [parts[0].key]  # the partition stays assigned and held
+
+    def refreshed() -> bool:
+        with contextlib.suppress(BrokerConnectionError):
+            return session.refresh(parts[0]) is not None
+        return False
+
+    wait_until(refreshed, what="a refresh once the broker answers again")  # the same registration goes on
+    assert broker.holder(GROUP, parts[0]) == "member-1"

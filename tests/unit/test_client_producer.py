@@ -174,3 +174,20 @@ def test_close_flushes_pending_sends(broker, master):
     p.close()
     assert broker.bodies(broker.ref(TOPIC, 0)) == [b"last"]
     assert [r.clientId for r in master.requests_of(Method.PRODUCER_CLOSE)] == ["prod-4"]
+
+
+def test_a_send_that_times_out_does_not_resend_the_others(broker, producer):
+    """One unanswered send must not tear down the connection under the sends still in flight on it.
+
+    Dropping the connection on a timeout failed every pending send, and re-sending them stored messages
+    the broker already had a second time (the broker stores before it answers)."""
+    part = broker.ref(TOPIC, 0)
+    with broker.lock:  # the first answer never comes; the next ones come slowly, one after another
+        broker._answer_faults[int(Method.SEND_MESSAGE)] = [("silent", 0.0)] + [("slow", 0.5)] * 12
+    bodies = [f"m{i}".encode() for i in range(12)]
+    for body in bodies:
+        producer.send_async(TOPIC, OutgoingMessage(body), part)
+    producer.flush()
+    stored = broker.bodies(part)
+    assert 1 <= stored.count(b"m0") <= 2  # the unanswered one may be stored twice: at-least-once
+    assert [stored.count(body) for body in bodies[1:]] == [1] * 11

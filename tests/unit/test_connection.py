@@ -373,6 +373,17 @@ def test_no_master_available_lists_every_address(two_peers: tuple[FakePeer, Fake
     assert first.address in text and dead in text
     assert "StandbyException" in text
     assert info.value.retriable
+    assert info.value.electing  # a standby answered: the group is electing, waiting can help
+
+
+def test_no_master_at_all_is_not_an_election() -> None:
+    ch = channel(closed_port_address(), closed_port_address())
+    try:
+        with pytest.raises(NoMasterAvailableError) as info:
+            master_call(ch)
+    finally:
+        ch.close()
+    assert not info.value.electing
 
 
 def test_other_rpc_errors_reach_the_caller_without_fail_over(two_peers: tuple[FakePeer, FakePeer]) -> None:

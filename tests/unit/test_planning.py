@@ -6,19 +6,20 @@ group); only the SIGTERM/atexit hooks are switched off, so the test process keep
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from tests.unit.fakebroker import FakeBroker, FakeMaster
-from tubespark.errors import OptionError
+from tests.unit.fakebroker import FakeBroker, FakeMaster, wait_until
+from tubespark.errors import DataLossError, OptionError
 from tubespark.spark.planning import share_by_backlog, split_range
 from tubespark.tubemq.spark import stream_reader
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.stream_reader import TubeStreamReader
-from tubespark.tubemq.wire.constants import EventType
+from tubespark.tubemq.spark.stream_reader import AssignmentUnavailableError, TubeStreamReader
+from tubespark.tubemq.wire.constants import EventType, Method
 
 GROUP = "plan_group"
 TOPIC = "topic_s"
@@ -232,3 +233,119 @@ def test_batch_plan_with_json_bounds(master, broker, keys):
                                      "endingOffsets": f'{{"{keys[0]}": 308}}'}, mode="read")
     with pytest.raises(OptionError, match="beyond the partition's max offset"):
         TubeBatchReader(beyond).plan()
+
+
+# --- faults (issue 10): broker outage, occupied partitions, where partitions start, data loss -----------
+
+
+def test_a_broker_outage_plans_no_data_and_the_query_catches_up(make_reader, broker, keys):
+    reader = make_reader(requestTimeoutMs="500", connectTimeoutMs="300")
+    start = {keys[0]: 0, keys[1]: 0}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    broker.inject(Method.BROKER_REGISTER, 503, times=50)  # the broker does not serve (restarting)
+    assert reader.latestOffset(end, ReadAllAvailable()) == end  # no error, no new data
+    reader.commit(end)  # nor from commit
+    broker.inject(Method.BROKER_REGISTER, 200, times=0)
+    with broker.lock:
+        broker._faults.clear()
+    p0, _ = broker.partitions(TOPIC)
+    broker.append(p0, b"after-1", b"after-2")
+    assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 336, keys[1]: 840}
+
+
+def test_a_dead_broker_is_skipped_not_raised(make_reader, broker, master, keys):
+    reader = make_reader(requestTimeoutMs="500", connectTimeoutMs="300")
+    start = {keys[0]: 0, keys[1]: 0}
+    reader.latestOffset(start, ReadAllAvailable())
+    broker.close()  # nothing listens any more: connection refused
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    reader.commit({keys[0]: 28, keys[1]: 28})
+    assert set(reader._ensure_session().assigned()) == set(keys)  # still assigned
+
+
+def test_initial_partition_occupied_on_the_broker_starts_at_starting_offsets(make_reader, broker, master, keys):
+    _p0, p1 = broker.partitions(TOPIC)
+    broker.set_stored_offset(GROUP, p1, 28 * 5)  # the killed member got this far ...
+    broker.hold(GROUP, p1, "killed-member")  # ... and its registration still occupies p1
+    reader = make_reader(startingOffsets="earliest")
+    assert reader.initialOffset() == {keys[0]: 0, keys[1]: 0}  # rule b: both initial, both at earliest
+    reader.prepareForTriggerAvailableNow()
+    assert reader._target == {keys[0]: 280, keys[1]: 840}  # probed: the 410 does not hide p1's max
+    threading.Timer(0.5, broker.hold, (GROUP, p1, None)).start()  # the broker times the stale one out
+    end = reader.latestOffset({keys[0]: 280, keys[1]: 0}, ReadAllAvailable())  # p0 done: waits for p1
+    assert end == {keys[0]: 280, keys[1]: 840}
+
+
+def test_available_now_fails_naming_a_partition_that_stays_occupied(make_reader, broker, keys):
+    _p0, p1 = broker.partitions(TOPIC)
+    broker.hold(GROUP, p1, "killed-member")
+    reader = make_reader(startingOffsets="earliest", assignmentTimeoutMs="1000")
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {keys[0]: 280, keys[1]: 0}
+    with pytest.raises(AssignmentUnavailableError, match=f"{keys[1]}: occupied on broker .* 410"):
+        reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_group_starting_offsets_wait_for_an_occupied_partition(make_reader, broker, keys):
+    _p0, p1 = broker.partitions(TOPIC)
+    broker.set_stored_offset(GROUP, p1, 28 * 5)
+    broker.hold(GROUP, p1, "killed-member")
+    reader = make_reader(startingOffsets="group")
+    assert reader.initialOffset() == {keys[0]: 0}  # p1's committed offset is known once held
+    end = reader.latestOffset({keys[0]: 0}, ReadAllAvailable())
+    assert end == {keys[0]: 280}
+    broker.hold(GROUP, p1, None)
+    wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held")
+    assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 140}  # rule e
+
+
+def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_reader, broker, master, keys):
+    _p0, p1 = broker.partitions(TOPIC)
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(8))  # p1 got to 6 messages
+    assert end[keys[1]] == 6 * 28
+    master.push_event(EventType.DISCONNECT, [p1])  # the master moves p1 to another member ...
+    wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked")
+    end2 = reader.latestOffset(end, ReadMaxRows(8))
+    assert keys[1] not in end2  # dropped, nothing planned for it
+    broker.set_stored_offset(GROUP, p1, 28 * 20)  # ... which read on to 20 and committed
+    master.push_event(EventType.CONNECT, [p1])  # and p1 comes back
+    wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held again")
+    end3 = reader.latestOffset(end2, ReadAllAvailable())
+    assert end3[keys[1]] == 20 * 28  # rule d: the group's offset is ahead of its own (6)
+    # the other way round: the other member did not get as far as this query
+    master.push_event(EventType.DISCONNECT, [p1])
+    wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked again")
+    end4 = reader.latestOffset({**end3, keys[1]: 25 * 28}, ReadAllAvailable())
+    broker.set_stored_offset(GROUP, p1, 28 * 22)
+    master.push_event(EventType.CONNECT, [p1])
+    wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held again")
+    assert reader.latestOffset(end4, ReadAllAvailable())[keys[1]] == 25 * 28  # its own offset is later
+
+
+def test_broker_below_the_query_offset_fails_with_fail_on_data_loss(make_reader, broker, keys):
+    p0, _ = broker.partitions(TOPIC)
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 840}, ReadAllAvailable())
+    broker.lose(p0, keep=4)  # a kill -9 before the flush: max falls from 280 to 112
+    with pytest.raises(DataLossError, match=rf"partition {keys[0]}: the broker's max offset 112 is below this "
+                                            r"query's offset 280"):
+        reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_broker_below_the_query_offset_continues_from_the_broker_offset(make_reader, broker, keys):
+    p0, _ = broker.partitions(TOPIC)
+    reader = make_reader(failOnDataLoss="false")
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 840}, ReadAllAvailable())
+    broker.lose(p0, keep=4)
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert end2 == {keys[0]: 112, keys[1]: 840}  # the next batch starts at the broker's offset
+    assert reader.partitions(end, end2) == []
+    assert (reader.data_loss_events, reader.data_losses) == (1, [(keys[0], 280, 112)])
+    broker.append(p0, b"new-1", b"new-2")  # written at the reused offsets 112 and 140
+    end3 = reader.latestOffset(end2, ReadAllAvailable())
+    [task] = reader.partitions(end2, end3)
+    assert (task.start, task.end) == (112, 168)
+    assert [r["value"] for b in reader.read(task) for r in b.to_pylist()] == [b"new-1", b"new-2"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from tubespark import __version__
+from tubespark.errors import NoMasterAvailableError
 from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
 from tubespark.tubemq.net.master import MasterChannel
 from tubespark.tubemq.wire.errcodes import ErrCode, error_for_code
@@ -60,6 +61,9 @@ class ClientSettings:
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # 3 s, the same value the bare connections use
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S  # 10 s
     heartbeat_interval_s: float = 3.0
+    # A master group needs its ZooKeeper session timeout plus the selector period to elect the next
+    # active master (30 s + 5 s on a default server); a client that meets only standbys waits that long.
+    master_election_s: float = 40.0
     credentials: Credentials | None = None
     ssl_context: ssl.SSLContext | None = None
 
@@ -82,6 +86,11 @@ class ClientSettings:
             return
         token = self.credentials.broker_token() if self.credentials else ""
         request.authInfo.CopyFrom(bpb.AuthorizedInfo(visitAuthorizedToken=visit_token, authAuthorizedToken=token))
+
+
+def during_election(exc: BaseException) -> bool:
+    """Retry filter: the masters are between two active ones (only standbys answered)."""
+    return isinstance(exc, NoMasterAvailableError) and exc.electing
 
 
 def check(response: Message, context: str) -> Message:

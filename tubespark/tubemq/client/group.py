@@ -7,6 +7,13 @@ CONNECT: register them there) and acknowledges each event in the next heartbeat,
 now holds. It also heartbeats the brokers so they keep our registrations, and re-registers wherever
 a server forgot us (411). Holding a partition on its broker is what makes the group's ownership
 real: other members of the group are refused (410) until we release it.
+
+*Assigned* (the master gave us the partition) and *held* (our registration on its broker stands) are
+kept apart. A partition can be assigned but not held: the previous member's registration still
+occupies it on the broker (410, until the broker's consumer registration timeout, e.g. a member that
+was killed), or its broker is down or restarting. The heartbeat loop keeps registering such
+partitions until they are held or the master revokes them, and reports them to the master as ours,
+so the master does not hand them elsewhere in the meantime.
 """
 
 from __future__ import annotations
@@ -74,6 +81,9 @@ class GroupSession:
         self._master = self.settings.master_channel(masters)
         self._host = local_ip()
         self._held: dict[str, HeldPartition] = {}
+        self._assigned: dict[str, PartitionRef] = {}
+        self._pending_reason: dict[str, str] = {}
+        self._events_applied = 0
         self._ack: mpb.EventProto | None = None
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -102,6 +112,50 @@ class GroupSession:
         with self._lock:
             return dict(self._held)
 
+    def assigned(self) -> dict[str, PartitionRef]:
+        """The partitions the master assigned to this member (held on their brokers or not), by key."""
+        with self._lock:
+            return dict(self._assigned)
+
+    def pending(self) -> dict[str, str]:
+        """Assigned partitions not held on their broker right now, with why (occupied, broker down...)."""
+        with self._lock:
+            return {key: self._pending_reason.get(key, "not registered yet")
+                    for key in self._assigned if key not in self._held}
+
+    @property
+    def events_applied(self) -> int:
+        """How many rebalance events this member has carried out."""
+        with self._lock:
+            return self._events_applied
+
+    def wait_for_assignment(self, timeout_s: float = 60.0) -> dict[str, PartitionRef]:
+        """Block until the master's first rebalance event was carried out (or the timeout); the assignment.
+
+        Carried out means each partition of it was registered on its broker or found pending (occupied,
+        broker down), so :meth:`held` and :meth:`pending` tell the whole first assignment.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not (self._assigned and self._events_applied) and not self._stop.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._changed.wait(remaining)
+            return dict(self._assigned)
+
+    def wait_for_held(self, keys: Iterable[str], timeout_s: float) -> set[str]:
+        """Block until each of ``keys`` is held or no longer assigned (or the timeout); the keys still pending."""
+        wanted = set(keys)
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                left = {k for k in wanted if k in self._assigned and k not in self._held}
+                remaining = deadline - time.monotonic()
+                if not left or remaining <= 0 or self._stop.is_set():
+                    return left
+                self._changed.wait(min(remaining, self.settings.heartbeat_interval_s))
+
     def wait_for_partitions(self, count: int = 1, timeout_s: float = 60.0) -> dict[str, HeldPartition]:
         """Block until at least ``count`` partitions are held (or the timeout passes); return them."""
         deadline = time.monotonic() + timeout_s
@@ -127,22 +181,31 @@ class GroupSession:
             if ref.key not in self._held:
                 raise NotRegisteredError(ErrCode.HB_NO_NODE, f"partition {ref.key} is not held by this member",
                                          context=f"commit for group {self.group}")
-            position = self.brokers.register(ref, self.group, offset=offset, filters=self.filters.get(ref.topic, ()))
-            self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
-            return position
+        # no lock across the call: a dead broker must not stall the heartbeat thread for a connect timeout
+        position = self.brokers.register(ref, self.group, offset=offset, filters=self.filters.get(ref.topic, ()))
+        with self._lock:
+            if ref.key in self._held:
+                self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
+        return position
 
     def refresh(self, ref: PartitionRef) -> HeldPartition | None:
         """Ask the broker again for ``ref``'s stored and max offsets; ``None`` if it is no longer held.
 
         Re-registering without an offset changes nothing on the broker but the registration's timer.
+        Raises what the broker call raises (``BrokerConnectionError`` while the broker is down,
+        ``PartitionOccupiedError`` if it restarted and another member registered first): the partition
+        stays assigned either way and the heartbeat loop registers it again.
         """
         with self._lock:
             if ref.key not in self._held:
                 return None
-            position = self.brokers.register(ref, self.group, filters=self.filters.get(ref.topic, ()))
-            held = HeldPartition(ref, position.offset, position.max_offset)
+        position = self.brokers.register(ref, self.group, filters=self.filters.get(ref.topic, ()))
+        held = HeldPartition(ref, position.offset, position.max_offset)
+        with self._lock:
+            if ref.key not in self._held:
+                return None
             self._held[ref.key] = held
-            return held
+        return held
 
     def close(self) -> None:
         """Release every partition and leave the group, so the master re-assigns them at once."""
@@ -152,6 +215,7 @@ class GroupSession:
             self._thread.join(timeout=self.settings.call_timeout_s * 2)
         with self._lock:
             held, self._held = list(self._held.values()), {}
+            self._assigned.clear()
             self._changed.notify_all()
         for item in held:
             try:
@@ -176,7 +240,10 @@ class GroupSession:
     # --- master protocol -----------------------------------------------------------------------
 
     def _subscribe_infos(self) -> list[str]:
-        return [subscribe_info(self.client_id, self.group, h.ref) for h in self._held.values()]
+        # everything assigned, held or still waiting for its broker: the master must not re-assign a
+        # partition we are about to hold (a stale registration or a broker restart is not a refusal)
+        refs = {**self._assigned, **{k: h.ref for k, h in self._held.items()}}
+        return [subscribe_info(self.client_id, self.group, ref) for _, ref in sorted(refs.items())]
 
     def _register(self) -> None:
         with self._lock:
@@ -229,6 +296,8 @@ class GroupSession:
         if event.opType in _DISCONNECT_EVENTS:
             for ref in parts:
                 with self._lock:
+                    self._assigned.pop(ref.key, None)
+                    self._pending_reason.pop(ref.key, None)
                     held = self._held.pop(ref.key, None)
                 if held is not None:
                     removed.append(ref)
@@ -237,38 +306,94 @@ class GroupSession:
                     except TubeSparkError as exc:
                         log.info("unregister %s failed: %s", ref.key, exc)
         elif event.opType in _CONNECT_EVENTS:
-            added.extend(ref for ref in parts if self._hold(ref))
+            with self._lock:
+                for ref in parts:
+                    self._assigned[ref.key] = ref
+            added.extend(self._hold_all(parts))
         log.info("group %s member %s event %d op %d: +%d -%d partitions", self.group, self.client_id,
                  event.rebalanceId, event.opType, len(added), len(removed))
         with self._lock:
             self._ack = mpb.EventProto(rebalanceId=event.rebalanceId, opType=event.opType,
                                        status=EventStatus.DONE, subscribeInfo=list(event.subscribeInfo))
+            self._events_applied += 1
             self._changed.notify_all()
         if self.listener is not None and (added or removed):
             self.listener(added, removed)
 
-    def _hold(self, ref: PartitionRef, attempts: int = 3) -> bool:
-        """Register ``ref`` on its broker; whether we now hold it.
+    def _hold_all(self, refs: list[PartitionRef], rounds: int = 3) -> list[PartitionRef]:
+        """Register ``refs`` on their brokers; the ones now held.
 
-        The member the master took ``ref`` from may not have released it yet (410), so that answer
-        is retried a few times; the master hands the partition out again if we give up. Any other
-        error is final here: the next rebalance or broker heartbeat is the retry.
+        The member the master took a partition from may not have released it yet (410): those are
+        tried again for a few rounds (about a second, so the event's acknowledgement is not held up);
+        what is still occupied stays assigned and pending, and the heartbeat loop keeps trying.
         """
-        try:
-            position = call_with_retry(
-                lambda: self.brokers.register(ref, self.group, read_status=self.read_status,
-                                              filters=self.filters.get(ref.topic, ())),
-                RetryPolicy(attempts=attempts, backoff_s=0.5, max_backoff_s=1.0, retry_on=PartitionOccupiedError),
-                what=f"register {ref.key} for group {self.group}")
-        except PartitionOccupiedError as exc:
-            log.info("partition %s still held elsewhere after %d attempt(s): %s", ref.key, attempts, exc)
-            return False
-        except TubeSparkError as exc:
-            log.warning("cannot register %s for group %s: %s", ref.key, self.group, exc)
-            return False
+        held: list[PartitionRef] = []
+        todo = list(refs)
+        for round_no in range(rounds):
+            occupied = []
+            for ref in todo:
+                outcome = self._hold(ref)
+                if outcome is True:
+                    held.append(ref)
+                elif outcome == "occupied":
+                    occupied.append(ref)
+            todo = occupied
+            if not todo or round_no == rounds - 1 or self._stop.wait(0.5):
+                break
+        return held
+
+    def _hold(self, ref: PartitionRef) -> bool | str:
+        """Register ``ref`` on its broker once: ``True`` when held, else why not (``"occupied"``, ``"error"``).
+
+        A partition that is not held stays assigned (pending) until the master revokes it; the heartbeat
+        loop calls this again for it.
+        """
         with self._lock:
-            self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
+            if ref.key not in self._assigned:
+                return "revoked"
+        try:
+            position = self.brokers.register(ref, self.group, read_status=self.read_status,
+                                             filters=self.filters.get(ref.topic, ()))
+        except PartitionOccupiedError as exc:
+            self._set_pending(ref, f"occupied on broker {ref.broker.address} by another registration of group "
+                                   f"{self.group} (410; a member that left without releasing it keeps it until "
+                                   f"the broker times that registration out): {exc}")
+            log.info("partition %s of group %s is still occupied on its broker: %s", ref.key, self.group, exc)
+            return "occupied"
+        except TubeSparkError as exc:
+            self._set_pending(ref, f"cannot register on broker {ref.broker.address}: {exc}")
+            log.warning("cannot register %s for group %s (will retry): %s", ref.key, self.group, exc)
+            return "error"
+        with self._lock:
+            if ref.key not in self._assigned:  # revoked while we registered: let it go again
+                revoked = True
+            else:
+                revoked = False
+                self._held[ref.key] = HeldPartition(ref, position.offset, position.max_offset)
+                self._pending_reason.pop(ref.key, None)
+                self._changed.notify_all()
+        if revoked:
+            try:
+                self.brokers.unregister(ref, self.group, consumed=self.release_consumed)
+            except TubeSparkError as exc:
+                log.debug("unregister of revoked %s failed: %s", ref.key, exc)
+            return "revoked"
         return True
+
+    def _set_pending(self, ref: PartitionRef, reason: str) -> None:
+        with self._lock:
+            if ref.key in self._assigned:
+                self._pending_reason[ref.key] = reason
+
+    def _retry_pending(self) -> None:
+        """Register again every partition the master assigned us that is not held (occupied, broker down)."""
+        with self._lock:
+            waiting = [ref for key, ref in sorted(self._assigned.items()) if key not in self._held]
+        gained = [ref for ref in waiting if not self._stop.is_set() and self._hold(ref) is True]
+        if gained:
+            log.info("group %s member %s now holds %s", self.group, self.client_id, ", ".join(r.key for r in gained))
+            if self.listener is not None:
+                self.listener(gained, [])
 
     def _heartbeat_brokers(self) -> None:
         by_broker: dict[str, list[PartitionRef]] = {}
@@ -283,11 +408,16 @@ class GroupSession:
             for ref in refs:
                 code = failed.get(ref.key)
                 if code == ErrCode.HB_NO_NODE:  # the broker dropped our registration (timeout, restart): take it back
-                    self._hold(ref, attempts=1)
+                    if self._hold(ref) is not True:
+                        with self._lock:  # still assigned: pending until a later beat registers it
+                            self._held.pop(ref.key, None)
+                            self._changed.notify_all()
                 elif code is not None:
                     log.warning("broker reports %s lost (%d); dropping it", ref.key, code)
                     with self._lock:
                         self._held.pop(ref.key, None)
+                        self._assigned.pop(ref.key, None)
+                        self._pending_reason.pop(ref.key, None)
                         self._changed.notify_all()
                     if self.listener is not None:
                         self.listener([], [ref])
@@ -307,6 +437,7 @@ class GroupSession:
             now = time.monotonic()
             if now >= next_broker_beat:
                 self._heartbeat_brokers()
+                self._retry_pending()
                 next_broker_beat = now + self.settings.heartbeat_interval_s
             self._wake.wait(self.settings.heartbeat_interval_s)
             self._wake.clear()

@@ -24,10 +24,18 @@ from tubespark.errors import (
     MessageFormatError,
     MessageTooLargeError,
     NotRegisteredError,
+    RpcTimeoutError,
     TubeSparkError,
     UnknownTopicError,
 )
-from tubespark.tubemq.client.common import ClientSettings, check, ipv4_as_int32, local_ip, new_client_id
+from tubespark.tubemq.client.common import (
+    ClientSettings,
+    check,
+    during_election,
+    ipv4_as_int32,
+    local_ip,
+    new_client_id,
+)
 from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import Method, ServiceType
 from tubespark.tubemq.wire.errcodes import ErrCode
@@ -94,7 +102,10 @@ class Producer:
     # --- master session -------------------------------------------------------------------------
 
     def start(self) -> Producer:
-        self._register()
+        """Register with the master, waiting out a master election (only standbys answering)."""
+        call_with_retry(self._register, RetryPolicy(timeout_s=self.settings.master_election_s, backoff_s=0.5,
+                                                    max_backoff_s=2.0, retry_on=during_election),
+                        what=f"register producer {self.client_id}")
         self._heartbeat_thread = threading.Thread(target=self._heartbeat_loop, daemon=True,
                                                   name=f"tubespark-producer-hb-{self.client_id}")
         self._heartbeat_thread.start()
@@ -246,7 +257,9 @@ class Producer:
                 return wait(record.future, self.settings.call_timeout_s * 2, f"send to {record.partition.key}")
             except TubeSparkError as exc:
                 record.future = None
-                if isinstance(exc, BrokerConnectionError):  # reconnect rather than reuse a broken socket
+                # Reconnect rather than reuse a broken socket. A call that only timed out leaves the
+                # connection up: dropping it would fail, and re-send, every other send in flight on it.
+                if isinstance(exc, BrokerConnectionError) and not isinstance(exc, RpcTimeoutError):
                     self._pool.drop(address)
                 raise
 

@@ -14,16 +14,33 @@ no per-message offsets: only where a batch started. So a range read works on bat
 
 Per-message ``offset``: exact (``batchStart + 28*k``) in dense batches; in sparse batches the same
 formula is a lower bound that still increases strictly within the partition.
+
+Faults (issue 10): a read survives a connection reset, a broker slower than the request timeout, a
+broker that stops answering or answers with another serial number. A fetch whose answer was lost may
+still have moved the broker's position (the broker counted the batch as in flight, and the next
+auto-commit fetch would fold it in and skip it), so a failed fetch is never simply sent again: the
+reader drops what it had fetched but not yielded yet, registers the read group again at the end of
+the last batch it yielded (a batch boundary the broker reported) and fetches from there. Nothing is
+yielded twice and nothing is skipped. Tries are bounded by one :class:`RetryPolicy` (``retry_s``, with
+backoff) per batch; after that :class:`RangeReadError` names the broker, the partition, the range and
+how far the read got.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
-from tubespark.errors import DataLossError, NoDataError, PartitionOccupiedError, TubeSparkError
+from tubespark.errors import (
+    BrokerConnectionError,
+    DataLossError,
+    NoDataError,
+    PartitionOccupiedError,
+    TubeSparkError,
+)
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -76,6 +93,47 @@ def _release(broker: BrokerClient, part: PartitionRef, group: str) -> None:
         log.debug("releasing %s for %s failed: %s", part.key, group, exc)
 
 
+class RangeReadError(BrokerConnectionError):
+    """A range read gave up on a broker it could not talk to (reset, silent, too slow, garbled answers).
+
+    Raised after the whole retry budget. The message names the broker address, the partition key, the
+    planned ``[start, end)`` and the offset below which every message was already yielded
+    (``reached``); ``__cause__`` is the last fault. Still ``retriable``: a later read (Spark's task
+    retry, a restarted query) succeeds once the broker is healthy. A business error that persists
+    (busy, occupied) keeps its own type and gets the same text as a note.
+    """
+
+    def __init__(self, message: str, *, broker: str, partition: str, start: int, end: int, reached: int,
+                 messages: int, tries: int) -> None:
+        super().__init__(message)
+        self.broker = broker
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.reached = reached
+        self.messages = messages
+        self.tries = tries
+
+
+@dataclass
+class _Cursor:
+    """Where one range read stands: everything of ``[start, next_offset)`` was yielded, and only that.
+
+    ``pending`` is a fetched batch not yielded yet (its end is learnt from the next fetch); ``open``
+    says whether the read group is registered at the broker for this read right now.
+    """
+
+    part: PartitionRef
+    start: int
+    end: int
+    next_offset: int
+    pending: Fetch | None = None
+    open: bool = False
+    done: bool = False
+    yielded: int = 0
+    faults: int = 0
+
+
 class RangeReader:
     """Reads ``[start, end)`` of one partition under a private read group.
 
@@ -85,7 +143,8 @@ class RangeReader:
         filters: streamIds (msgType) to filter on the broker.
         fail_on_data_loss: when ``start`` is below the store's min offset (retention removed it),
             raise DataLossError; when false, read from min and count the loss in ``lost_offsets``.
-        retry_s: how long to wait out transient broker answers (busy, moved, a stale holder).
+        retry_s: how long to wait out broker faults (a broken or silent connection, busy, moved, a
+            stale holder) before a batch is given up with :class:`RangeReadError`.
     """
 
     def __init__(self, broker: BrokerClient, read_group: str, *, filters: tuple[str, ...] = (),
@@ -97,7 +156,9 @@ class RangeReader:
         self.verify_checksums = verify_checksums
         self.retry_s = retry_s
         self.lost_offsets = 0
-        self._fetch_retry = RetryPolicy(timeout_s=retry_s)
+        self.resumes = 0
+        """How often a read registered again after a fault (for tests and logs)."""
+        self._fault_retry = RetryPolicy(timeout_s=retry_s, backoff_s=0.2, max_backoff_s=2.0)
         # Data below ``end`` that is not visible yet (a filtered read served from flushed files only)
         # is waited for; when it never comes, the broker lost it.
         self._data_wait = RetryPolicy(timeout_s=retry_s, backoff_s=0.2, max_backoff_s=1.0)
@@ -108,60 +169,128 @@ class RangeReader:
             yield from batch
 
     def read_batches(self, part: PartitionRef, start: int, end: int) -> Iterator[list[ReceivedMessage]]:
-        """Like :meth:`read`, one list per broker fetch (nothing is buffered beyond one fetch)."""
+        """Like :meth:`read`, one list per broker fetch (nothing is buffered beyond one fetch).
+
+        Each step to the next batch is retried on retriable faults for ``retry_s``, resuming at the end
+        of the last yielded batch; see the module docstring.
+        """
         start = _align_up(start)
         if end <= start:
             return
-        position = _register(self.broker, part, self.read_group, start, self.filters, self.retry_s).offset
+        cursor = _Cursor(part, start, end, start)
         try:
-            if position > start:
-                gap = f"offsets [{start}, {position}) of {part.key} are gone (below the broker's minimum {position})"
-                if self.fail_on_data_loss:
-                    raise DataLossError(gap + "; set failOnDataLoss=false to skip lost data")
-                log.warning("%s; skipping them", gap)
-                self.lost_offsets += position - start
-            elif position < start:
-                raise DataLossError(f"{part.key}: planned start {start} is beyond the broker's max offset "
-                                    f"{position}; the partition was truncated or recreated")
-            yield from self._read_from(part, position, end)
+            while True:
+                batch = self._next_batch(cursor)
+                if batch is None:
+                    return
+                cursor.yielded += len(batch)
+                yield batch
         finally:
             _release(self.broker, part, self.read_group)
 
-    def _fetch(self, part: PartitionRef) -> Fetch | None:
-        """One fetch with auto-commit of the previous batch; ``None`` when the position reached max.
+    def _next_batch(self, cursor: _Cursor) -> list[ReceivedMessage] | None:
+        """The next batch (``None`` at the end), retrying faults; RangeReadError once they persist."""
+        started = time.monotonic()
+        try:
+            return call_with_retry(lambda: self._step(cursor), self._fault_retry,
+                                   what=f"read {cursor.part.key} [{cursor.next_offset}, {cursor.end}) "
+                                        f"from {cursor.part.broker.address}")
+        except TubeSparkError as exc:
+            if not exc.retriable:
+                raise  # data loss, a bad request, a checksum: retrying cannot help, the type says what it is
+            part = cursor.part
+            text = (f"reading partition {part.key} from broker {part.broker.address} failed: offsets "
+                    f"[{cursor.start}, {cursor.end}) were planned, every message below {cursor.next_offset} was "
+                    f"read ({cursor.yielded} messages); gave up after {cursor.faults} faults in "
+                    f"{time.monotonic() - started:.1f}s (retry budget {self.retry_s:g}s)")
+            if not isinstance(exc, BrokerConnectionError):
+                exc.add_note(text)
+                raise
+            raise RangeReadError(f"{text}: {type(exc).__name__}: {exc}", broker=part.broker.address,
+                                 partition=part.key, start=cursor.start, end=cursor.end, reached=cursor.next_offset,
+                                 messages=cursor.yielded, tries=cursor.faults) from exc
 
-        Retriable answers (busy, moved, a broken connection) are retried for ``retry_s``.
-        """
-        def once() -> Fetch | None:
-            try:
-                return self.broker.fetch(part, self.read_group, last_consumed=True)
-            except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
-                return None
+    def _step(self, cursor: _Cursor) -> list[ReceivedMessage] | None:
+        """One try at the next batch. A failure forgets the registration and the unyielded batch, so the
+        next try registers again at ``cursor.next_offset``: the end of what was yielded."""
+        try:
+            return self._advance(cursor)
+        except Exception as exc:
+            cursor.faults += 1
+            cursor.open, cursor.pending = False, None
+            if getattr(exc, "retriable", False):
+                log.info("reading %s from %s: %s; resuming at %d", cursor.part.key, cursor.part.broker.address,
+                         exc, cursor.next_offset)
+            raise
 
-        return call_with_retry(once, self._fetch_retry, what=f"fetch {part.key} for {self.read_group}")
+    def _open(self, cursor: _Cursor) -> None:
+        """Register the read group at ``cursor.next_offset``; check what the broker still holds there."""
+        part, wanted = cursor.part, cursor.next_offset
+        if wanted != cursor.start:
+            self.resumes += 1
+        position = self.broker.register(part, self.read_group, offset=wanted, filters=self.filters).offset
+        if position > wanted:
+            gap = f"offsets [{wanted}, {position}) of {part.key} are gone (below the broker's minimum {position})"
+            if self.fail_on_data_loss:
+                raise DataLossError(gap + "; set failOnDataLoss=false to skip lost data")
+            log.warning("%s; skipping them", gap)
+            self.lost_offsets += position - wanted
+            cursor.next_offset = position
+        elif position < wanted:
+            raise DataLossError(f"{part.key}: planned start {wanted} is beyond the broker's max offset "
+                                f"{position}; the partition was truncated or recreated")
+        cursor.open, cursor.pending = True, None
 
-    def _read_from(self, part: PartitionRef, position: int, end: int) -> Iterator[list[ReceivedMessage]]:
-        pending: Fetch | None = None
+    def _advance(self, cursor: _Cursor) -> list[ReceivedMessage] | None:
+        if cursor.done:
+            return None
+        if not cursor.open:
+            self._open(cursor)
+        part, end = cursor.part, cursor.end
         while True:
             fetch = self._fetch(part)
             if fetch is None:
                 # The position reached the index max. Commit to learn where the pending batch ended.
                 batch_end = self.broker.commit(part, self.read_group).offset
-                if pending is not None:
-                    yield self._cut(part, pending, batch_end, end)
-                    pending = None
+                if cursor.pending is not None:
+                    batch = self._emit(cursor, batch_end)
+                    cursor.done = batch_end >= end
+                    return batch
                 if batch_end >= end:
-                    return
+                    cursor.done = True
+                    return None
                 fetch = poll(lambda: self._fetch(part), self._data_wait,
                              what=f"{part.key}: data between {batch_end} and the planned end {end}")
                 if fetch is None:
                     raise DataLossError(f"{part.key}: the broker's max offset stays at {batch_end}, below the "
                                         f"planned end {end}; data was removed or the broker lost it")
-            if pending is not None:
-                yield self._cut(part, pending, fetch.start, end)
+            batch = self._emit(cursor, fetch.start) if cursor.pending is not None else None
             if fetch.start >= end:
-                return
-            pending = fetch
+                cursor.done = True
+            else:
+                cursor.pending = fetch
+            if batch is not None:
+                return batch
+            if cursor.done:
+                return None
+
+    def _emit(self, cursor: _Cursor, batch_end: int) -> list[ReceivedMessage]:
+        """Cut the pending batch at ``batch_end``/``end``; from now on the read resumes at ``batch_end``."""
+        assert cursor.pending is not None
+        messages = self._cut(cursor.part, cursor.pending, batch_end, cursor.end)
+        cursor.pending, cursor.next_offset = None, batch_end
+        return messages
+
+    def _fetch(self, part: PartitionRef) -> Fetch | None:
+        """One fetch with auto-commit of the previous batch; ``None`` when the position reached max.
+
+        Never retried here: an answer lost on the way may have moved the broker's position (see the
+        module docstring), so every fault goes back to :meth:`_step`, which registers again.
+        """
+        try:
+            return self.broker.fetch(part, self.read_group, last_consumed=True)
+        except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
+            return None
 
     def _cut(self, part: PartitionRef, batch: Fetch, batch_end: int, end: int) -> list[ReceivedMessage]:
         """The messages of ``batch`` (which spans ``[batch.start, batch_end)``) that lie below ``end``."""
@@ -175,8 +304,12 @@ class RangeReader:
         return [m for m in messages if m.message_id not in beyond]
 
     def _message_ids_between(self, part: PartitionRef, low: int, high: int) -> set[int]:
-        """Ids of this partition's messages at index positions in ``[low, high)`` (via a second read)."""
-        _register(self.broker, part, self.read_group, low, self.filters, self.retry_s)
+        """Ids of this partition's messages at index positions in ``[low, high)`` (via a second read).
+
+        This moves the registration past ``end``; the read ends right after the cut, and a fault here
+        makes the step register again at the cut batch's start.
+        """
+        self.broker.register(part, self.read_group, offset=low, filters=self.filters)
         ids: set[int] = set()
         while True:
             fetch = self._fetch(part)

@@ -56,6 +56,7 @@ class MasterChannel:
 
     def call(self, method: int, request: Message, response_cls: type[M]) -> M:
         errors: list[str] = []
+        standby = False
         with self._lock:
             for _ in range(len(self.addresses)):
                 address = self.addresses[self._index]
@@ -66,6 +67,7 @@ class MasterChannel:
                     return self._conn.call(method, ServiceType.MASTER, request, response_cls,
                                            self.call_timeout_s)
                 except (BrokerConnectionError, StandbyMasterError, CodecError) as exc:
+                    standby = standby or isinstance(exc, StandbyMasterError)
                     # CodecError: the reply was garbage and the connection is gone, a local failure like a
                     # closed channel, which the Java invoker also answers by trying the next master
                     errors.append(f"{address}: {exc}")
@@ -75,7 +77,7 @@ class MasterChannel:
                     errors.append(f"{address}: {exc}")
                 self._drop_connection()
                 self._index = (self._index + 1) % len(self.addresses)
-        raise NoMasterAvailableError("no active TubeMQ master answered: " + "; ".join(errors))
+        raise NoMasterAvailableError("no active TubeMQ master answered: " + "; ".join(errors), electing=standby)
 
     def _drop_connection(self) -> None:
         if self._conn is not None:

@@ -39,7 +39,9 @@ class TubeBatchReader(DataSourceReader):
 
     def plan(self) -> list[QueueRange]:
         opts = self.options
-        layouts = topic_partitions(opts.masters, opts.topics, opts.client_settings())
+        # an unknown topic or an unreachable master fails here, on the driver, before any task runs
+        layouts = topic_partitions(opts.masters, opts.topics, opts.client_settings(),
+                                   timeout_s=max(5.0, opts.request_timeout_ms / 1000 * 3))
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
         try:

@@ -12,6 +12,7 @@ each setting has one default. Parsing happens before any network call; see :mod:
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 from dataclasses import dataclass, fields
@@ -85,6 +86,30 @@ def _ending(name: str, value: str) -> OffsetSpec:
     return parse_offset_spec(name, value, allow=("latest",), check_key=is_partition_key)
 
 
+def _user(name: str, value: str) -> str:
+    if not value.strip() or value != value.strip():
+        raise OptionError(f"option {name}={value!r}: expected a user name (not blank, no surrounding spaces)")
+    return value
+
+
+def _ca_file(name: str, value: str) -> str:
+    if not os.path.isfile(value) or not os.access(value, os.R_OK):
+        raise OptionError(f"option {name}={value!r}: expected a readable PEM file of CA certificates")
+    return value
+
+
+SESSION_TIMEOUT_MS = 30000
+"""The servers' default consumer/producer session timeout; a heartbeat period must stay below it."""
+
+
+def _heartbeat_ms(name: str, value: str) -> int:
+    period = parse_positive_int(name, value)
+    if period >= SESSION_TIMEOUT_MS:
+        raise OptionError(f"option {name}={value!r}: expected a period below the servers' "
+                          f"{SESSION_TIMEOUT_MS} ms session timeout, or registrations expire between heartbeats")
+    return period
+
+
 def _setting_ms(field_name: str) -> str:
     """The default of a ``ClientSettings`` field in seconds, as option text in milliseconds."""
     default = {f.name: f.default for f in fields(ClientSettings)}[field_name]
@@ -132,16 +157,16 @@ OPTIONS: tuple[OptionSpec, ...] = (
                False, BOTH),
     OptionSpec("requestTimeoutMs", _setting_ms("call_timeout_s"), parse_positive_int,
                "Time to wait for any one request's answer.", False, BOTH),
-    OptionSpec("heartbeatIntervalMs", _setting_ms("heartbeat_interval_s"), parse_positive_int,
+    OptionSpec("heartbeatIntervalMs", _setting_ms("heartbeat_interval_s"), _heartbeat_ms,
                "Heartbeat period to the master and brokers (keep well below the server's 30 s session timeout).",
                False, BOTH),
     OptionSpec("assignmentTimeoutMs", "60000", parse_positive_int, "How long the driver waits for the master to "
                "assign partitions when a query starts."),
-    OptionSpec("auth.user", None, parse_text, "User name for an authenticating TubeMQ cluster.", False, BOTH),
+    OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
     OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS (to the masters' and brokers' TLS "
                "ports).", False, BOTH, attr="tls_enable"),
-    OptionSpec("tubemq.tlsCaFile", None, parse_text, "PEM file of CAs to trust for TLS (default: system CAs).",
+    OptionSpec("tubemq.tlsCaFile", None, _ca_file, "PEM file of CAs to trust for TLS (default: system CAs).",
                False, BOTH, attr="tls_ca_file"),
 )
 

@@ -12,16 +12,34 @@ and ``read()`` on executors against a pickled copy made at query start):
 Offsets are ``{"brokerId:topic:partitionId": offset}``. Spark's checkpoint is the source of truth; the
 group's offsets on the brokers follow it for monitoring and for hand-overs between queries.
 
-Guarantees: exactly-once within one checkpoint (restarts replay the planned ranges exactly). When
-the master moves a partition to another query of the same group, that query resumes from the group's
-committed offset, which lags one micro-batch (Spark commits a batch when it plans the next), so a
-hand-over is at-least-once: the last batch may be read by both queries.
+Where each partition starts (README "Reading a stream" states the same rule):
+
+(a) a partition in the checkpoint Spark restarts from resumes at the checkpoint's offset;
+(b) a new query's initial partitions, those the master assigns in its first rebalance (including ones
+    a stale registration still occupies on the broker, held later), start at ``startingOffsets``;
+(c) a partition assigned by a later rebalance starts at the group's committed offset (at-least-once:
+    at most the batch in flight at the hand-over is read twice);
+(d) a partition this query held, lost and got back resumes at the group's committed offset when that
+    is ahead of the query's own last end, else at its own;
+(e) ``startingOffsets=group`` uses the group's committed offsets for the initial partitions.
+
+A partition the master assigned but that is not usable this trigger (its broker is down or
+restarting, or a stale registration still occupies it) plans no new data and stays assigned; the group
+session registers it again and the query catches up. A Trigger.AvailableNow run covers every assigned
+partition up to the max offset it had when the run was prepared, and waits (``assignmentTimeoutMs``)
+for a partition it cannot read yet rather than finish without it.
+
+A broker that comes back with a max offset below this query's offset lost acknowledged messages
+(TubeMQ acknowledges before the data is on disk): failOnDataLoss=true fails naming the partition and
+both offsets; false logs it, counts it (:attr:`data_loss_events`) and continues from the broker's
+offset.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -29,14 +47,14 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from tubespark.errors import DataLossError, OptionError, TubeSparkError
+from tubespark.errors import BrokerConnectionError, DataLossError, OptionError, TubeSparkError
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
 from tubespark.spark.planning import share_by_backlog
 from tubespark.spark.shutdown import install_shutdown_hooks
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.group import GroupSession, HeldPartition
 from tubespark.tubemq.client.metadata import topic_partitions
-from tubespark.tubemq.client.ranges import probe_bounds
+from tubespark.tubemq.client.ranges import Bounds, probe_bounds
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.partition import QueueRange, read_range
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
@@ -54,6 +72,11 @@ except ImportError:  # pragma: no cover - exercised only on PySpark < 4.2
 
 log = logging.getLogger(__name__)
 
+class AssignmentUnavailableError(TubeSparkError):
+    """A Trigger.AvailableNow run cannot read a partition the master assigned to it (still occupied by a
+    stale registration, or its broker down) within ``assignmentTimeoutMs``; finishing would skip it."""
+
+
 class _TubeStreamReaderBase(DataSourceStreamReader):
     def __init__(self, options: TubeMQOptions) -> None:
         self.options = options
@@ -67,6 +90,15 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         self._target: Offsets | None = None
         self._last_end: Offsets | None = None
         self._stored: Offsets = {}
+        self._deferred: set[str] = set()  # initial partitions whose startingOffsets could not be resolved yet
+        self._awaiting_first = False  # a new query that saw no assignment yet: the first one is initial
+        self._own_end: Offsets = {}  # partitions this query held and dropped (revoked): where it had got to
+        self._never_held: set[str] = set()  # initial partitions not held on their broker yet
+        self._initial_start: Offsets = {}  # initial partitions revoked before they were ever held
+        self.data_loss_events = 0
+        """How many times a broker came back below this query's offset (failOnDataLoss=false)."""
+        self.data_losses: list[tuple[str, int, int]] = []
+        """``(partition, query offset, broker max offset)`` of each of those events."""
         self._lock = threading.Lock()
 
     # --- pickling: executors get options only, never sockets or threads -------------------------
@@ -92,71 +124,210 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                 session.start()
                 self._session = session
                 install_shutdown_hooks(self.stop)  # Spark 4.3 ends this process with SIGTERM, never calling stop()
-                session.wait_for_partitions(1, opts.assignment_timeout_ms / 1000)
+                # the master's first rebalance: what it assigns, held on the broker yet or not
+                session.wait_for_assignment(opts.assignment_timeout_ms / 1000)
             return self._session
 
-    def _held(self) -> dict[str, HeldPartition]:
-        held = self._ensure_session().held()
-        for key, item in held.items():
-            self._refs[key] = item.ref
-        return held
+    def _assigned(self) -> dict[str, PartitionRef]:
+        assigned = self._ensure_session().assigned()
+        self._refs.update(assigned)
+        return assigned
+
+    def _probe(self, ref: PartitionRef) -> Bounds:
+        """``[min, max)`` of ``ref`` under a private probe group: a stale registration of the user's group
+        (410) does not block it."""
+        broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
+        try:
+            return probe_bounds(broker, ref, self.probe_group)
+        finally:
+            broker.close()
 
     # --- offsets --------------------------------------------------------------------------------
 
     def initialOffset(self) -> Offsets:
-        held = self._held()
-        spec = self.options.starting_offsets
+        """A new query: its initial partitions (the master's first assignment) start at startingOffsets."""
+        assigned = self._assigned()
+        held = self._ensure_session().held()
         offsets: Offsets = {}
-        for key, item in sorted(held.items()):
-            wanted = wanted_offset(spec, key, default=EARLIEST)
-            if wanted == "earliest":
-                broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
-                try:
-                    offsets[key] = probe_bounds(broker, item.ref, self.probe_group).min_offset
-                finally:
-                    broker.close()
-            elif wanted == "latest":
-                offsets[key] = item.max_offset
-            elif wanted == "group":
-                offsets[key] = item.stored_offset
+        if not assigned:
+            self._awaiting_first = True
+        for key, ref in sorted(assigned.items()):
+            start = self._starting_offset(key, ref, held.get(key))
+            if start is None:
+                self._deferred.add(key)  # its first planning resolves it (rule b)
             else:
-                if wanted > item.max_offset:
-                    raise OptionError(f"startingOffsets for {key} is {wanted}, beyond the partition's max offset "
-                                      f"{item.max_offset}")
-                offsets[key] = wanted
+                offsets[key] = start
+            if key not in held:
+                self._never_held.add(key)
+        spec = self.options.starting_offsets
         if isinstance(spec, dict):
-            unknown = sorted(set(spec) - set(held))
+            unknown = sorted(set(spec) - set(assigned))
             if unknown:
                 log.warning("startingOffsets names partitions not assigned to this query: %s", ", ".join(unknown))
-        log.info("tubemq source for group %s starts at %s", self.group, offsets)
+        log.info("tubemq source for group %s starts at %s%s", self.group, offsets,
+                 f" (to be resolved once readable: {sorted(self._deferred)})" if self._deferred else "")
         return offsets
 
+    def _starting_offset(self, key: str, ref: PartitionRef, held: HeldPartition | None) -> int | None:
+        """Where ``startingOffsets`` starts ``key``; ``None`` when that cannot be known yet (the group's
+        offset of a partition not held yet, or a broker that does not answer)."""
+        wanted = wanted_offset(self.options.starting_offsets, key, default=EARLIEST)
+        if wanted == "group":  # the broker tells the group's offset (min if it never committed) on registration
+            return None if held is None else held.stored_offset
+        try:
+            bounds = self._probe(ref)
+        except TubeSparkError as exc:
+            if not exc.retriable:
+                raise
+            log.warning("cannot learn the bounds of %s yet (its start is resolved once it answers): %s", key, exc)
+            return None
+        if wanted == "earliest":
+            return bounds.min_offset
+        if wanted == "latest":
+            return bounds.max_offset
+        if wanted > bounds.max_offset:
+            raise OptionError(f"startingOffsets for {key} is {wanted}, beyond the partition's max offset "
+                              f"{bounds.max_offset}")
+        return int(wanted)
+
     def _plan_end(self, start: Offsets, max_rows: int | None) -> Offsets:
+        end, stuck = self._plan_once(start, max_rows)
+        if self._target is None or end != start or not stuck:
+            return end
+        # Trigger.AvailableNow would end here with a partition below its target: wait for it instead
+        timeout_s = self.options.assignment_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
+        log.info("AvailableNow run of group %s waits up to %.0f s for %s", self.group, timeout_s, stuck)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                detail = "; ".join(f"{key}: {why}" for key, why in sorted(stuck.items()))
+                raise AssignmentUnavailableError(
+                    f"Trigger.AvailableNow cannot finish for group {self.group}: partition(s) assigned to this "
+                    f"query still cannot be read after {timeout_s:.0f} s (assignmentTimeoutMs) and are below "
+                    f"the run's target, so finishing would skip their data: {detail}. Run it again once the "
+                    f"stale registration has timed out on the broker or the broker is back, or raise "
+                    f"assignmentTimeoutMs")
+            self._ensure_session().wait_for_change(min(remaining, 1.0))
+            end, stuck = self._plan_once(start, max_rows)
+            if end != start or not stuck:
+                return end
+
+    def _plan_once(self, start: Offsets, max_rows: int | None) -> tuple[Offsets, dict[str, str]]:
+        """The next batch's end, and the assigned partitions below the AvailableNow target that could not
+        be planned (key -> why)."""
         session = self._ensure_session()
+        assigned = self._assigned()
+        held = session.held()
+        pending = session.pending()
         # Spark plans the next batch only after the one ending at ``start`` completed, so ``start`` is
         # committed: store it now rather than wait for commit(), which lags a batch and never comes
         # for the last batch of an AvailableNow run or before an idle period.
-        self._store_group_offsets(start)
-        end = dict(start)
-        backlog: dict[str, int] = {}
-        for key, item in sorted(self._held().items()):
-            if key not in start:
-                # Assigned after the query started: resume where the group left it (its committed offset).
-                end[key] = item.stored_offset
+        down = self._store_group_offsets(start)
+        if self._awaiting_first and assigned:  # the first assignment came after initialOffset: still initial
+            self._deferred.update(k for k in assigned if k not in start)
+            self._awaiting_first = False
+        end: Offsets = {}
+        for key, offset in start.items():
+            if key in assigned:
+                end[key] = offset
+            elif key in self._never_held:  # an initial partition revoked before we ever held it: still rule (b)
+                self._initial_start[key] = offset
+                log.info("initial partition %s was moved away before it was held; it keeps its start %d", key,
+                         offset)
                 continue
-            fresh = session.refresh(item.ref)
+            else:  # revoked (or, after a restart, assigned elsewhere): remember where we were, rule (d)
+                self._own_end[key] = offset
+                log.info("partition %s is no longer assigned to this query (group %s) at offset %d", key,
+                         self.group, offset)
+        stuck: dict[str, str] = {}
+        backlog: dict[str, int] = {}
+        for key, ref in sorted(assigned.items()):
+            item = held.get(key)
+            if item is not None:
+                self._never_held.discard(key)
+            if key not in start:
+                first = self._first_offset(key, ref, item)
+                if first is None:
+                    stuck[key] = pending.get(key, "its start is not known yet")
+                else:
+                    end[key] = first  # nothing planned for it in this batch; the next one reads from here
+                continue
+            if item is None:
+                stuck[key] = pending.get(key, "not registered on its broker yet")
+                log.info("partition %s of group %s is assigned but not held (%s): no new data this trigger", key,
+                         self.group, stuck[key])
+                continue
+            if ref.broker.address in down:
+                stuck[key] = f"broker {ref.broker.address} unreachable"
+                continue
+            try:
+                fresh = session.refresh(ref)
+            except TubeSparkError as exc:
+                if isinstance(exc, BrokerConnectionError):
+                    down.add(ref.broker.address)
+                stuck[key] = f"broker {ref.broker.address} did not answer: {exc}"
+                log.warning("partition %s: broker %s unreachable, no new data this trigger (it stays assigned "
+                            "and is registered again when the broker is back): %s", key, ref.broker.address, exc)
+                continue
             if fresh is None:
+                stuck[key] = "released while planning"
                 continue
             high = fresh.max_offset
             self._latest[key] = high
+            if high < start[key]:
+                self._data_loss(key, start[key], high)
+                end[key] = high  # continue from the broker's offset: the next batch starts there
+                continue
             if self._target is not None:
-                high = min(high, self._target.get(key, start[key]))
+                high = min(high, self._target.setdefault(key, high))
             backlog[key] = max(0, high - start[key]) // INDEX_RECORD_SIZE
         shares = share_by_backlog(backlog, max_rows) if max_rows else backlog
         for key, count in shares.items():
             end[key] = start[key] + count * INDEX_RECORD_SIZE
+        if self._target is not None:  # only what is below its target holds an AvailableNow run open
+            stuck = {k: why for k, why in stuck.items()
+                     if k not in self._target or end.get(k, -1) < self._target[k]}
+        else:
+            stuck = {}
         self._last_end = end
-        return end
+        return end, stuck
+
+    def _first_offset(self, key: str, ref: PartitionRef, item: HeldPartition | None) -> int | None:
+        """Where a partition that is not in the offsets yet starts (rules b-e); ``None``: not known yet."""
+        first: int | None
+        if key in self._initial_start:
+            first = self._initial_start.pop(key)
+            rule = "startingOffsets (initial partition, assigned again before it was ever held)"
+        elif key in self._deferred:
+            first = self._starting_offset(key, ref, item)
+            rule = "startingOffsets (initial partition)"
+        elif item is None:
+            return None
+        elif key in self._own_end:
+            first = max(item.stored_offset, self._own_end[key])
+            rule = f"regained: the group's {item.stored_offset} or its own {self._own_end[key]}, the later"
+        else:
+            first = item.stored_offset
+            rule = "the group's committed offset (assigned by a later rebalance)"
+        if first is None:
+            return None
+        self._deferred.discard(key)
+        self._own_end.pop(key, None)
+        log.info("partition %s joins the query of group %s at offset %d: %s", key, self.group, first, rule)
+        return first
+
+    def _data_loss(self, key: str, offset: int, high: int) -> None:
+        message = (f"partition {key}: the broker's max offset {high} is below this query's offset {offset}; the "
+                   f"broker lost acknowledged messages (e.g. it was killed before flushing them), offsets "
+                   f"[{high}, {offset}) will be reused by new messages, and what it stored below {high} since "
+                   f"its restart cannot be told from what this query read before")
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{message}. Set failOnDataLoss=false to continue from offset {high}")
+        self.data_loss_events += 1
+        self.data_losses.append((key, offset, high))
+        log.warning("%s; failOnDataLoss=false: continuing from offset %d (data loss event %d)", message, high,
+                    self.data_loss_events)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         tasks: list[InputPartition] = []
@@ -188,17 +359,24 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         """Spark committed a batch ending at ``end``: store it as the group's offsets (commitToGroup)."""
         self._store_group_offsets(end)
 
-    def _store_group_offsets(self, offsets: Offsets) -> None:
+    def _store_group_offsets(self, offsets: Offsets) -> set[str]:
+        """Store ``offsets`` for the partitions held; never raises. Returns the brokers that did not answer."""
+        down: set[str] = set()
         if not self.options.commit_to_group or self._session is None:
-            return
-        for key, item in self._session.held().items():
-            if key in offsets and self._stored.get(key) != offsets[key]:
-                try:
-                    self._session.commit(item.ref, offsets[key])
-                    self._stored[key] = offsets[key]
-                except TubeSparkError as exc:
-                    log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group,
-                                exc)
+            return down
+        for key, item in sorted(self._session.held().items()):
+            address = item.ref.broker.address
+            if key not in offsets or self._stored.get(key) == offsets[key] or address in down:
+                continue
+            try:
+                self._session.commit(item.ref, offsets[key])
+                self._stored[key] = offsets[key]
+            except TubeSparkError as exc:  # the next commit or plan tries again
+                if isinstance(exc, BrokerConnectionError):
+                    down.add(address)
+                log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group,
+                            exc)
+        return down
 
     def stop(self) -> None:
         with self._lock:
@@ -223,8 +401,22 @@ if SupportsTriggerAvailableNow is not None:
             return dict(self._latest) or None
 
         def prepareForTriggerAvailableNow(self) -> None:
-            """Fix the end of an AvailableNow run: what is in the partitions now, nothing after."""
-            self._target = {key: item.max_offset for key, item in self._held().items()}
+            """Fix the end of an AvailableNow run: what is in the assigned partitions now, nothing after.
+
+            Every partition the master assigned counts, held on its broker or not: the max offsets come
+            from a private probe group, which a stale registration of the user's group does not block.
+            A partition whose broker does not answer gets its target when it first answers.
+            """
+            target: Offsets = {}
+            for key, ref in sorted(self._assigned().items()):
+                try:
+                    target[key] = self._probe(ref).max_offset
+                except TubeSparkError as exc:
+                    if not exc.retriable:
+                        raise
+                    log.warning("AvailableNow: cannot learn the max offset of %s yet: %s", key, exc)
+            self._target = target
+            log.info("AvailableNow run of group %s reads up to %s", self.group, target)
 
 else:  # pragma: no cover - PySpark < 4.2: no admission control
 

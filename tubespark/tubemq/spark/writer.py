@@ -22,7 +22,7 @@ from datetime import datetime
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType, TimestampType
 
-from tubespark.errors import OptionError
+from tubespark.errors import MessageFormatError, OptionError
 from tubespark.spark.arrow import column_values
 from tubespark.spark.writers import SentCommitMessage, StampedBatchWriter, StampedStreamWriter, task_index
 from tubespark.tubemq.client.producer import Producer
@@ -68,7 +68,7 @@ def _producer(options: TubeMQOptions) -> Producer:
     """One producer per cluster per executor process: Python workers are reused across tasks."""
     settings = options.client_settings()
     key = (tuple(options.masters), settings.connect_timeout_s, settings.call_timeout_s, settings.credentials,
-           options.tls_enable)
+           options.tls_enable, options.tls_ca_file, options.max_in_flight, options.send_retries)
     producer = _producers.get(key)
     if producer is None:
         producer = Producer(list(options.masters), settings, max_in_flight=options.max_in_flight,
@@ -120,11 +120,31 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
                                       attributes=attrs)
             partitions = layouts[topic]
             part = partitions[zlib.crc32(route.encode()) % len(partitions)] if route is not None else None
-            producer.send_async(topic, message, part)
+            try:
+                producer.send_async(topic, message, part)
+            except MessageFormatError as exc:  # too large or empty: nothing of this row was sent
+                raise type(exc)(f"row {rows} of this task (topic {topic!r}, value of {len(data)} bytes) cannot be "
+                                f"sent: {exc}; the {rows} rows before it were sent") from exc
             rows += 1
             sent_bytes += len(data)
         producer.flush()  # bound what is held in memory to one Arrow batch of rows
     return rows, sent_bytes
+
+
+def check_sink_reachable(options: TubeMQOptions) -> None:
+    """On the driver, before any task runs: the master answers and the ``topic`` option's topic is publishable.
+
+    Fails with NoMasterAvailableError / BrokerConnectionError (master unreachable) or UnknownTopicError
+    (no such topic, or it does not accept publishing) instead of one failure per task later. A topic
+    taken from a ``topic`` column is only known per row, so the tasks check those.
+    """
+    producer = Producer(list(options.masters), options.client_settings())
+    try:
+        producer.start()
+        if options.topics:
+            producer.publish(options.topics, timeout_s=max(5.0, options.request_timeout_ms / 1000 * 2))
+    finally:
+        producer.close()
 
 
 class TubeBatchWriter(StampedBatchWriter):
@@ -132,6 +152,10 @@ class TubeBatchWriter(StampedBatchWriter):
 
     broker = "TubeMQ"
     options: TubeMQOptions
+
+    def __init__(self, options: TubeMQOptions) -> None:
+        super().__init__(options)
+        check_sink_reachable(options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         return send_batches(batches, self.options, stamp)
@@ -142,6 +166,10 @@ class TubeStreamWriter(StampedStreamWriter):
 
     broker = "TubeMQ"
     options: TubeMQOptions
+
+    def __init__(self, options: TubeMQOptions) -> None:
+        super().__init__(options)
+        check_sink_reachable(options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         return send_batches(batches, self.options, stamp)
