@@ -109,12 +109,7 @@ def test_row_above_max_size_fails_naming_row_and_keeps_earlier_rows(spark, tubem
     assert f"{marker}-3" not in rows, "nothing after the bad row was sent"
 
 
-@pytest.mark.parametrize("fail_on_data_loss", [
-    pytest.param("true", marks=pytest.mark.xfail(
-        reason="issue 10: a caught-up stream whose topic is deleted keeps running; the driver (stream_reader/"
-               "group session) does not notice a vanished partition when no batch is planned", strict=False)),
-    "false",
-])
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
 def test_topic_deleted_mid_stream(spark, tubemq_cluster, topic_factory, fail_on_data_loss):
     master = tubemq_cluster.master_address
     topic = topic_factory(1, 1)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import NotRegisteredError, PartitionOccupiedError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient, Position
-from tubespark.tubemq.client.common import ClientSettings, check, local_ip, new_client_id
+from tubespark.tubemq.client.common import ClientSettings, check, during_election, local_ip, new_client_id
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef, parse_subscribe_info, subscribe_info
@@ -98,11 +98,17 @@ class GroupSession:
         """Register with the master and start heart-beating.
 
         Registration is tried up to ``register_retries`` times, like the Java client does, because a
-        master that just started (or failed over) refuses clients for a moment. Only retriable errors
-        are retried: a refused login, a group conflict or an unknown topic will not go away.
+        master that just started refuses clients for a moment; while only standbys answer (a master
+        group electing its next active master) it waits up to ``settings.master_election_s``. Only
+        retriable errors are retried: a refused login, a group conflict or an unknown topic will not go away.
         """
-        call_with_retry(self._register, RetryPolicy(attempts=register_retries, backoff_s=0.5, max_backoff_s=2.0),
-                        what=f"register consumer {self.client_id} in group {self.group}")
+        what = f"register consumer {self.client_id} in group {self.group}"
+        brief = RetryPolicy(attempts=register_retries, backoff_s=0.5, max_backoff_s=2.0,
+                            retry_on=lambda exc: bool(getattr(exc, "retriable", False)) and not during_election(exc))
+        # A master group between two active masters answers only as standbys: wait out the election
+        election = RetryPolicy(timeout_s=self.settings.master_election_s, backoff_s=0.5, max_backoff_s=2.0,
+                               retry_on=during_election)
+        call_with_retry(lambda: call_with_retry(self._register, brief, what=what), election, what=what)
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"tubespark-group-{self.group}")
         self._thread.start()
         return self

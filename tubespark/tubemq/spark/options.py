@@ -161,7 +161,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "Heartbeat period to the master and brokers (keep well below the server's 30 s session timeout).",
                False, BOTH),
     OptionSpec("assignmentTimeoutMs", "60000", parse_positive_int, "How long the driver waits for the master to "
-               "assign partitions when a query starts."),
+               "assign partitions when a query starts, and how long a `Trigger.AvailableNow` run waits for an "
+               "assigned partition it cannot read yet (occupied by a stale registration, broker down) before "
+               "failing with its name."),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
     OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS (to the masters' and brokers' TLS "

@@ -47,7 +47,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from tubespark.errors import BrokerConnectionError, DataLossError, OptionError, TubeSparkError
+from tubespark.errors import BrokerConnectionError, DataLossError, OptionError, TubeSparkError, UnknownTopicError
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
 from tubespark.spark.planning import share_by_backlog
 from tubespark.spark.shutdown import install_shutdown_hooks
@@ -236,10 +236,12 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                 log.info("initial partition %s was moved away before it was held; it keeps its start %d", key,
                          offset)
                 continue
-            else:  # revoked (or, after a restart, assigned elsewhere): remember where we were, rule (d)
+            elif self._partition_exists(key):  # revoked (or, after a restart, assigned elsewhere): rule (d)
                 self._own_end[key] = offset
                 log.info("partition %s is no longer assigned to this query (group %s) at offset %d", key,
                          self.group, offset)
+            else:
+                self._vanished(key, offset, "its topic no longer lists it")
         stuck: dict[str, str] = {}
         backlog: dict[str, int] = {}
         for key, ref in sorted(assigned.items()):
@@ -263,6 +265,13 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                 continue
             try:
                 fresh = session.refresh(ref)
+            except UnknownTopicError as exc:
+                if not self._partition_exists(key):
+                    self._vanished(key, start[key], str(exc))
+                    end.pop(key, None)
+                    continue
+                stuck[key] = f"broker {ref.broker.address} refused it: {exc}"
+                continue
             except TubeSparkError as exc:
                 if isinstance(exc, BrokerConnectionError):
                     down.add(ref.broker.address)
@@ -316,6 +325,27 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         self._own_end.pop(key, None)
         log.info("partition %s joins the query of group %s at offset %d: %s", key, self.group, first, rule)
         return first
+
+    def _partition_exists(self, key: str) -> bool:
+        """Whether the master still lists ``key`` in its topic (a revoked partition may have been deleted)."""
+        topic = PartitionRef.parse_key(key)[1]
+        try:
+            layout = topic_partitions(self.options.masters, [topic], self.options.client_settings(),
+                                      timeout_s=self.options.request_timeout_ms / 1000)
+        except UnknownTopicError:
+            return False
+        except TubeSparkError as exc:  # the master cannot tell right now: assume it exists, ask again later
+            log.info("cannot check whether partition %s still exists: %s", key, exc)
+            return True
+        return any(ref.key == key for ref in layout.get(topic, ()))
+
+    def _vanished(self, key: str, offset: int, why: str) -> None:
+        """A partition this query was reading is gone (its topic was deleted or shrank)."""
+        message = f"partition {key} vanished at offset {offset} ({why})"
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{message}; data written to it after offset {offset} cannot be read. Set "
+                                f"failOnDataLoss=false to go on without it")
+        log.warning("%s; failOnDataLoss=false: going on without it", message)
 
     def _data_loss(self, key: str, offset: int, high: int) -> None:
         message = (f"partition {key}: the broker's max offset {high} is below this query's offset {offset}; the "

@@ -1,0 +1,5 @@
+"""``python -m bench``: the one command (see :mod:`bench.run`)."""
+
+from bench.run import main
+
+raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""A local single-node Kafka 4.3.1 (KRaft) and Spark's Kafka connector jars, both from Maven Central.
+
+Why Kafka at all: Spark's built-in Kafka source and sink are what users measure a Spark connector
+against. The Kafka distribution tarball is not on Maven Central, so the broker runs from the
+``kafka_2.13:4.3.1`` jar's closure (``bench/maven/kafka-server.pom.xml``) as ``kafka.Kafka`` in KRaft
+combined mode on free loopback ports, formatted with ``kafka.tools.StorageTool``. Spark's connector
+``spark-sql-kafka-0-10_2.13`` 4.3.0 is not on Central; 4.2.0 is and works on Spark 4.3. It goes in
+with ``spark.jars`` because ``spark.jars.packages`` cannot download here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+from bench.maven import HERE, BuildError, resolve_classpath, which
+
+KAFKA_VERSION = "4.3.1"
+SPARK_KAFKA_VERSION = "4.2.0"
+START_TIMEOUT_S = 90.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _artifact(jar: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients``: the name without version, to spot duplicates."""
+    return re.sub(r"-\d[\w.\-]*\.jar$", "", Path(jar).name)
+
+
+def spark_kafka_jars() -> list[str]:
+    """The connector's closure minus what pyspark already ships (its own Hadoop, compression, Scala jars)."""
+    import pyspark
+
+    shipped = {_artifact(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    jars = resolve_classpath(HERE / "maven" / "spark-sql-kafka.pom.xml", "spark-sql-kafka")
+    return [j for j in jars if _artifact(j) not in shipped]
+
+
+class KafkaBroker:
+    """One Kafka broker+controller JVM on 127.0.0.1, started with the JVM's default flags."""
+
+    def __init__(self, *, partitions: int = 4, work_dir: Path | None = None) -> None:
+        self.partitions = partitions
+        self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="tubespark-bench-kafka-"))
+        self.port = 0
+        self.controller_port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.jvm_flags: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> KafkaBroker:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> KafkaBroker:
+        """Resolve the jars (cached), format the log dir and start; return once it serves clients."""
+        jars = resolve_classpath(HERE / "maven" / "kafka-server.pom.xml", "kafka-server")
+        classpath = ":".join(jars)
+        self.port, self.controller_port = _free_port(), _free_port()
+        props = self.work_dir / "server.properties"
+        log4j = self.work_dir / "log4j2.properties"
+        log_file = self.work_dir / "kafka.log"
+        props.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={self.work_dir / 'data'}",
+            f"num.partitions={self.partitions}",
+            "auto.create.topics.enable=true",
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            # Keep the write cases from filling the disk on a full run.
+            "log.retention.bytes=4294967296",
+            "log.retention.check.interval.ms=30000",
+            "",
+        ]))
+        log4j.write_text("\n".join([
+            "status = warn",
+            "appender.file.type = File",
+            "appender.file.name = FILE",
+            f"appender.file.fileName = {log_file}",
+            "appender.file.layout.type = PatternLayout",
+            "appender.file.layout.pattern = [%d] %p %m (%c)%n",
+            "rootLogger.level = INFO",
+            "rootLogger.appenderRef.file.ref = FILE",
+            "",
+        ]))
+        java = which("java")
+        common = [f"-Dlog4j2.configurationFile={log4j}", "-Djava.net.preferIPv4Stack=true"]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        fmt = subprocess.run([java, *common, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t",
+                              cluster_id, "-c", str(props)], capture_output=True, text=True, timeout=120,
+                             check=False)
+        if fmt.returncode != 0:
+            raise BuildError(f"kafka storage format failed:\n{fmt.stdout[-2000:]}\n{fmt.stderr[-2000:]}")
+        self.jvm_flags = common
+        atexit.register(self.stop)  # no broker JVM outlives the benchmark
+        out = open(self.work_dir / "kafka.out", "wb")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen([java, *common, "-cp", classpath, "kafka.Kafka", str(props)],
+                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BuildError(f"kafka exited ({self.proc.returncode}):\n{self._tail()}")
+            if log_file.exists() and "Kafka Server started" in log_file.read_text(errors="replace"):
+                return self
+            time.sleep(0.25)
+        self.stop()
+        raise BuildError(f"kafka did not start within {START_TIMEOUT_S:.0f} s:\n{self._tail()}")
+
+    def _tail(self) -> str:
+        texts = []
+        for name in ("kafka.out", "kafka.log"):
+            p = self.work_dir / name
+            if p.exists():
+                texts.append(p.read_text(errors="replace")[-3000:])
+        return "\n".join(texts)
+
+    def stop(self) -> None:
+        """Stop the JVM (kill after 10 s) and remove its data."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+        shutil.rmtree(self.work_dir, ignore_errors=True)
