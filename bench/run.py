@@ -41,8 +41,9 @@ log = logging.getLogger("bench")
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-READ_CASES = ("tubespark_batch", "tubespark_stream", "java_consume", "ceiling", "kafka_batch")
-WRITE_CASES = ("tubespark_sink", "kafka_sink", "java_produce")
+READ_CASES = ("tubespark_batch", "tubespark_batch_bundled", "tubespark_stream", "java_consume", "ceiling",
+              "kafka_batch")
+WRITE_CASES = ("tubespark_sink", "tubespark_sink_bundled", "kafka_sink", "java_produce")
 EXTRA_CASES = ("latency", "memory")
 ALL_CASES = READ_CASES + WRITE_CASES + EXTRA_CASES
 MEMORY_SIZE = 1024
@@ -55,6 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="Spark master URL; with local[*] the core count comes from --cores")
     p.add_argument("--tubemq-master", default=None,
                    help="host:port of an existing TubeMQ master (its topics bench_read_<size>, bench_write_<size>, "
+                        "bench_bundled_<size>, "
                         "bench_latency, bench_memory must exist); default: start a local cluster")
     p.add_argument("--cores", default="1,2", help="executor core counts to measure, comma separated")
     p.add_argument("--sizes", default=",".join(map(str, MESSAGE_SIZES)), help="message sizes in bytes")
@@ -137,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(tempfile.mkdtemp(prefix="tubespark-bench-"))
     read_topics = {s: f"bench_read_{s}" for s in sizes}
     write_topics = {s: f"bench_write_{s}" for s in sizes}
-    topics = [*read_topics.values(), *write_topics.values(), "bench_latency", "bench_memory"]
+    bundled_topics = {s: f"bench_bundled_{s}" for s in sizes}  # the read backlog again, as InLong bundles
+    topics = [*read_topics.values(), *write_topics.values(), *bundled_topics.values(), "bench_latency",
+              "bench_memory"]
     cluster: BenchCluster | None = None
     kafka: KafkaBroker | None = None
     java = TubeBench()
@@ -212,9 +216,14 @@ def main(argv: list[str] | None = None) -> int:
                             got = C.count_kafka(env, read_topics[size])
                             if got != read_rows[size]:
                                 raise RuntimeError(f"kafka {read_topics[size]} holds {got}, expected {read_rows[size]}")
+                        if "tubespark_batch_bundled" in wanted:
+                            got = C.fill_bundled(env, bundled_topics[size], read_rows[size], size)
+                            if got != read_rows[size]:
+                                raise RuntimeError(f"{bundled_topics[size]} holds {got} rows, expected "
+                                                   f"{read_rows[size]}")
                 for size in sizes:
                     group = _read_group(env, wanted, kafka is not None, read_topics[size], read_rows.get(size, 0),
-                                        size, profile.ceiling_factor)
+                                        size, profile.ceiling_factor, bundled_topics[size])
                     C.alternate(group, repeats=repeats, warmup=warmup)
                     all_cases += group
                     group = _write_group(env, wanted, kafka is not None, write_topics[size],
@@ -257,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                   "spark_connector": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_KAFKA_VERSION}",
                   "used": kafka is not None},
         "results": records,
-        "ratios": report.ratios(records),
+        "ratios": report.ratios(records) + C.bundled_ratios(records),
         "latency": latency,
         "memory": memory,
         "errors": errors + [f"{c.name} {c.size}B {c.cores}c: {c.error}" for c in all_cases if c.error],
@@ -297,9 +306,11 @@ def _guard(action: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
 
 
 def _read_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, rows: int, size: int,
-                ceiling_factor: int) -> list[C.Case]:
+                ceiling_factor: int, bundled_topic: str) -> list[C.Case]:
     makers: dict[str, tuple[str, bool, Callable[[], C.Run]]] = {
         "tubespark_batch": ("tubespark", True, lambda: C.tubespark_batch(env, topic, rows, size)),
+        "tubespark_batch_bundled": ("tubespark", True,
+                                    lambda: C.tubespark_batch_bundled(env, bundled_topic, rows, size)),
         "tubespark_stream": ("tubespark", True, lambda: C.tubespark_stream(env, topic, rows, size)),
         "java_consume": ("java", False, lambda: C.java_consume(env, topic, rows, size)),
         "ceiling": ("ceiling", True, lambda: C.ceiling(env, rows * ceiling_factor, size)),
@@ -312,6 +323,7 @@ def _read_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, row
 def _write_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, rows: int, size: int) -> list[C.Case]:
     makers: dict[str, tuple[str, bool, Callable[[], C.Run]]] = {
         "tubespark_sink": ("tubespark", True, lambda: C.tubespark_sink(env, topic, rows, size)),
+        "tubespark_sink_bundled": ("tubespark", True, lambda: C.tubespark_sink_bundled(env, topic, rows, size)),
         "kafka_sink": ("kafka", True, lambda: C.kafka_sink(env, topic, rows, size)),
         "java_produce": ("java", False, lambda: C.java_produce(env, topic, rows, size)),
     }

@@ -198,3 +198,37 @@ def test_probe_bounds_waits_out_a_holder(broker, part, client):
         assert probe_bounds(client, part, "probe", occupied_wait_s=5.0) == Bounds(0, 28 * N)
     finally:
         timer.cancel()
+
+
+def test_fetch_async_answers_like_fetch(broker: FakeBroker, part: PartitionRef, client: BrokerClient) -> None:
+    from tubespark.errors import NoDataError
+
+    client.register(part, READ_GROUP, offset=0)
+    pending = client.fetch_async(part, READ_GROUP)
+    fetch = pending.result()
+    assert fetch.start == 0 and [m.offset for m in fetch.decode()] == [0, 28, 56, 84]
+    client.register(part, READ_GROUP, offset=28 * N)
+    with pytest.raises(NoDataError):
+        client.fetch_async(part, READ_GROUP).result()
+
+
+def test_the_pending_batch_is_decoded_while_the_next_fetch_is_in_flight(broker: FakeBroker, part: PartitionRef,
+                                                                         client: BrokerClient) -> None:
+    """Same requests in the same order as a blocking read; every batch decoded exactly once."""
+    from tubespark.tubemq.client import broker as broker_module
+
+    decodes = []
+    original = broker_module.Fetch.decode
+
+    def counting(self, verify=True):
+        decodes.append(self.start)
+        return original(self, verify)
+
+    broker_module.Fetch.decode = counting  # type: ignore[method-assign]
+    try:
+        batches = list(reader(client).read_batches(part, 0, 28 * N))
+    finally:
+        broker_module.Fetch.decode = original  # type: ignore[method-assign]
+    assert [[(m.offset, m.data) for m in b] for b in batches] == [expected(0, 4), expected(4, 8), expected(8, 10)]
+    assert decodes == [0, 112, 224]
+    assert len(broker.requests_of(Method.GET_MESSAGE)) == 4  # three batches and the one that found no more data

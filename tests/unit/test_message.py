@@ -203,3 +203,62 @@ def test_attribute_length_equal_to_the_rest_gives_empty_body() -> None:
 
 def test_decode_attributes_tolerates_empty_items_and_missing_values() -> None:
     assert decode_attributes("a=1,,b,c=") == {"a": "1", "b": "", "c": ""}
+
+
+# --- the batch fast path ------------------------------------------------------------------------------
+
+
+def _transfered(message_id: int, message: OutgoingMessage, *, crc: int | None = None):
+    from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
+
+    payload, flag = message.encode()
+    return bpb.TransferedMessage(messageId=message_id, checkSum=checksum(payload) if crc is None else crc,
+                                 payLoadData=payload, flag=flag)
+
+
+def test_decode_messages_equals_decode_payload_per_message() -> None:
+    from tubespark.tubemq.wire.message import decode_messages
+
+    sent = [OutgoingMessage(b"plain"), OutgoingMessage(b"t", msg_type="T", msg_time="202401021530"),
+            OutgoingMessage(b"t2", msg_type="T", msg_time="202401021530"),
+            OutgoingMessage(b"", msg_type="U", attributes={"k": "v"}), OutgoingMessage(b"x" * 5000)]
+    transfered = [_transfered(100 + i, m) for i, m in enumerate(sent)]
+    got = decode_messages(transfered, 56, step=28)
+    want = [decode_payload(t.messageId, t.payLoadData, t.flag, t.checkSum, offset=56 + 28 * k)
+            for k, t in enumerate(transfered)]
+    assert got == want
+    assert [m.offset for m in got] == [56, 84, 112, 140, 168]
+    assert got[1].attributes is not got[2].attributes, "each message owns its attributes dict"
+    got[1].attributes["mutated"] = "1"
+    assert "mutated" not in got[2].attributes
+    assert [m.offset for m in decode_messages(transfered, 56)] == [-1] * 5
+
+
+def test_decode_messages_raises_like_decode_payload() -> None:
+    from tubespark.tubemq.wire.message import decode_messages
+    from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
+
+    good = _transfered(1, OutgoingMessage(b"ok", msg_type="T"))
+    with pytest.raises(ChecksumMismatchError, match="message 2"):
+        decode_messages([good, _transfered(2, OutgoingMessage(b"bad"), crc=1)], 0)
+    assert decode_messages([_transfered(2, OutgoingMessage(b"bad"), crc=1)], 0, verify=False)[0].data == b"bad"
+    short = bpb.TransferedMessage(messageId=3, payLoadData=b"\x00\x00", flag=1, checkSum=checksum(b"\x00\x00"))
+    with pytest.raises(MessageFormatError, match="message 3"):
+        decode_messages([short], 0)
+    bad_len = struct.pack(">i", 99) + b"ab"
+    with pytest.raises(MessageFormatError, match="attribute length 99"):
+        decode_messages([bpb.TransferedMessage(messageId=4, payLoadData=bad_len, flag=1,
+                                               checkSum=checksum(bad_len))], 0)
+    not_utf8 = struct.pack(">i", 2) + b"\xff\xfe" + b"body"
+    with pytest.raises(MessageFormatError, match="not UTF-8"):
+        decode_messages([bpb.TransferedMessage(messageId=5, payLoadData=not_utf8, flag=1,
+                                               checkSum=checksum(not_utf8))], 0)
+
+
+def test_parse_msg_time_is_cached_and_still_rejects_bad_values() -> None:
+    first = parse_msg_time("202401021530")
+    assert first == datetime(2024, 1, 2, 15, 30, tzinfo=UTC)
+    assert parse_msg_time("202401021530") is first
+    for bad in ("", "20240102153", "202413021530", "\uff12\uff10\uff12\uff1401021530", "2024010215301"):
+        assert parse_msg_time(bad) is None
+        assert parse_msg_time(bad) is None  # cached misses stay misses

@@ -155,6 +155,17 @@ MORE_BAD_VALUES = [
     ("tubemq.tlsEnable", "enable", "expected true or false", "read"),
     ("tubemq.tlsCaFile", "/nonexistent/ca.pem", "expected a readable PEM file", "read"),
     ("streamIds", "x" * 257, "streamIds are at most 500 names", "read"),
+    ("payloadFormat", "json", "expected raw or inlongmsg", "read"),
+    ("payloadFormat", "", "expected raw or inlongmsg", "write"),
+    ("ignoreParseErrors", "skip", "expected true or false", "read"),
+    ("skippedBundlesPath", "", "expected a local directory path", "read"),
+    ("skippedBundlesPath", "s3://bucket/x", "expected a local directory path", "read"),
+    ("skippedBundlesPath", "/tmp/skips", "needs payloadFormat=inlongmsg and ignoreParseErrors=true", "read"),
+    ("bundleMaxBytes", "100", "expected at least 1024 bytes", "write"),
+    ("bundleMaxBytes", "big", "expected a positive integer", "write"),
+    ("bundleMaxRows", "0", "expected a positive integer", "write"),
+    ("bundleLingerMs", "-1", "expected a non-negative integer", "write"),
+    ("bundleCompression", "gzip", "expected snappy or none", "write"),
 ]
 
 
@@ -171,6 +182,20 @@ def test_every_option_has_a_bad_value_case():
     covered = {key for key, *_ in BAD_VALUES} | {key for key, *_ in MORE_BAD_VALUES}
     missing = [spec.name for spec in OPTIONS if spec.name not in covered]
     assert not missing, f"options without a bad-value test case: {missing}"
+
+
+def test_payload_format_options():
+    opts = parse(payloadFormat="InLongMsg", ignoreParseErrors="true", skippedBundlesPath="/tmp/tubespark-skips")
+    assert opts.inlongmsg and opts.payload_format == "inlongmsg" and opts.ignore_parse_errors
+    assert opts.skipped_bundles_path == "/tmp/tubespark-skips"
+    assert not parse().inlongmsg and parse().ignore_parse_errors is False
+    write = TubeMQOptions.from_raw({"master": "h:1", "payloadFormat": "inlongmsg", "bundleMaxBytes": "65536",
+                                    "bundleLingerMs": "0", "bundleCompression": "NONE"}, mode="write")
+    assert (write.bundle_max_bytes, write.bundle_max_rows, write.bundle_linger_ms, write.bundle_compression) == \
+        (65536, 500, 0, "none")
+    defaults = TubeMQOptions.from_raw({"master": "h:1"}, mode="write")
+    assert (defaults.payload_format, defaults.bundle_max_bytes, defaults.bundle_linger_ms,
+            defaults.bundle_compression) == ("raw", None, 200, "snappy")
 
 
 def test_a_bad_value_is_refused_before_any_network_call(monkeypatch):

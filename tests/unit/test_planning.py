@@ -309,12 +309,20 @@ def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_re
     master.push_event(EventType.DISCONNECT, [p1])  # the master moves p1 to another member ...
     wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked")
     end2 = reader.latestOffset(end, ReadMaxRows(8))
-    assert keys[1] not in end2  # dropped, nothing planned for it
+    assert end2[keys[1]] == 6 * 28  # carried, nothing planned for it: the checkpoint keeps its place
+    assert [t.start for t in reader.partitions(end, end2) if t.partition_id == p1.partition_id] == []
     broker.set_stored_offset(GROUP, p1, 28 * 20)  # ... which read on to 20 and committed
     master.push_event(EventType.CONNECT, [p1])  # and p1 comes back
     wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held again")
     end3 = reader.latestOffset(end2, ReadAllAvailable())
     assert end3[keys[1]] == 20 * 28  # rule d: the group's offset is ahead of its own (6)
+    # the jump is a skip, not a read, also when Spark replays this batch (the marker is in the offsets)
+    assert [t.partition_id for t in reader.partitions(end2, end3)] == [p for p in [_p0.partition_id]
+                                                                         if end3[keys[0]] > end2[keys[0]]]
+    after = reader.latestOffset(end3, ReadAllAvailable())  # the next batch reads on from 20
+    assert after[keys[1]] >= 20 * 28 and keys[1] + "#skip" not in after
+    assert [task.start for task in reader.partitions(end3, after) if task.partition_id == p1.partition_id] in (
+        [], [20 * 28])
     # the other way round: the other member did not get as far as this query
     master.push_event(EventType.DISCONNECT, [p1])
     wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked again")
@@ -322,7 +330,10 @@ def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_re
     broker.set_stored_offset(GROUP, p1, 28 * 22)
     master.push_event(EventType.CONNECT, [p1])
     wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held again")
-    assert reader.latestOffset(end4, ReadAllAvailable())[keys[1]] == 25 * 28  # its own offset is later
+    end5 = reader.latestOffset(end4, ReadAllAvailable())
+    assert end4[keys[1]] == 25 * 28 and keys[1] + "#skip" not in end5  # its own offset is later: no jump
+    assert [task.start for task in reader.partitions(end4, end5) if task.partition_id == p1.partition_id] in (
+        [], [25 * 28])
 
 
 def test_broker_below_the_query_offset_fails_with_fail_on_data_loss(make_reader, broker, keys):
@@ -349,3 +360,23 @@ def test_broker_below_the_query_offset_continues_from_the_broker_offset(make_rea
     [task] = reader.partitions(end2, end3)
     assert (task.start, task.end) == (112, 168)
     assert [r["value"] for b in reader.read(task) for r in b.to_pylist()] == [b"new-1", b"new-2"]
+
+
+def test_a_partition_moved_away_stays_in_the_offsets_across_a_restart(make_reader, master, broker, keys):
+    """A revoked partition is carried in the offsets, so a restarted query resumes it at the checkpoint's
+    offset (rule a) instead of treating it as new and starting it at startingOffsets (re-reading it)."""
+    _p0, p1 = broker.partitions(TOPIC)
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(8))
+    master.push_event(EventType.DISCONNECT, [p1])
+    wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked")
+    end2 = reader.latestOffset(end, ReadMaxRows(8))
+    reader.stop()  # the query dies here; the checkpoint holds end2
+    restarted = make_reader()
+    restarted._ensure_session()
+    master.push_event(EventType.CONNECT, [p1])
+    wait_until(lambda: keys[1] in restarted._ensure_session().held(), what="p1 to be held by the new run")
+    end3 = restarted.latestOffset(end2, ReadAllAvailable())
+    assert end3[keys[1]] >= end2[keys[1]] == end[keys[1]] > 0
+    assert all(task.start >= end2[keys[1]] for task in restarted.partitions(end2, end3)
+               if task.partition_id == p1.partition_id)

@@ -7,16 +7,19 @@ Business errors come back as typed exceptions from :mod:`tubespark.errors`, so c
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from google.protobuf.message import Message
 
 from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tubemq.client.common import ClientSettings, check
+from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import ReceivedMessage, decode_payload
+from tubespark.tubemq.wire.message import ReceivedMessage, decode_messages
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
 M = TypeVar("M", bound=Message)
@@ -46,9 +49,46 @@ class Fetch:
         Exact when the batch's records are contiguous in the store; otherwise (several partitions in
         one store, a filter skipped records) a lower bound that still increases within the partition.
         """
-        return [decode_payload(m.messageId, m.payLoadData, m.flag, m.checkSum, verify=verify,
-                               offset=self.start + INDEX_RECORD_SIZE * k)
-                for k, m in enumerate(self.messages)]
+        return decode_messages(self.messages, self.start, verify=verify, step=INDEX_RECORD_SIZE)
+
+
+class PendingCall(Generic[M]):
+    """A call sent to a broker whose answer is awaited later: :meth:`result` or :meth:`cancel`."""
+
+    def __init__(self, client: BrokerClient, part: PartitionRef, method: Method, future: Future[M], what: str) -> None:
+        self._client, self._part, self._method, self._future, self._what = client, part, method, future, what
+        self._deadline = time.monotonic() + client.settings.call_timeout_s
+
+    def result(self) -> M:
+        """The checked response (typed errors as the blocking calls raise them); waits until the call's
+        timeout, counted from when it was sent."""
+        address = self._part.broker.address
+        try:
+            response = wait(self._future, max(0.0, self._deadline - time.monotonic()),
+                            f"method {int(self._method)} on {address}")
+        except BrokerConnectionError:
+            self._client.pool.drop(address)
+            raise
+        return check(response, self._what)
+
+    def cancel(self) -> None:
+        """Stop waiting: a late answer is dropped by the connection."""
+        self._future.cancel()
+
+
+class PendingFetch:
+    """A GetMessage in flight (see :meth:`BrokerClient.fetch_async`)."""
+
+    def __init__(self, call: PendingCall[bpb.GetMessageResponseB2C]) -> None:
+        self._call = call
+
+    def result(self) -> Fetch:
+        """The batch; NoDataError (404) when the group's position reached the index max."""
+        response = self._call.result()
+        return Fetch(response.currOffset, response.maxOffset, list(response.messages))
+
+    def cancel(self) -> None:
+        self._call.cancel()
 
 
 class BrokerClient:
@@ -68,6 +108,17 @@ class BrokerClient:
         except BrokerConnectionError:
             self.pool.drop(address)
             raise
+
+    def _send(self, part: PartitionRef, method: Method, request: Message, response_cls: type[M],
+              what: str) -> PendingCall[M]:
+        address = part.broker.address
+        try:
+            future = self.pool.get(address).call_async(method, ServiceType.BROKER_READ, request, response_cls,
+                                                       self.settings.call_timeout_s)
+        except BrokerConnectionError:
+            self.pool.drop(address)
+            raise
+        return PendingCall(self, part, method, future, what)
 
     def register(self, part: PartitionRef, group: str, *, offset: int | None = None,
                  read_status: ReadStatus = ReadStatus.FROM_STORED_OR_MIN,
@@ -120,12 +171,20 @@ class BrokerClient:
     def fetch(self, part: PartitionRef, group: str, *, last_consumed: bool = True,
               manual_commit: bool = False) -> Fetch:
         """One GetMessage. Raises NoDataError (404) when the group's position reached the index max."""
+        return self.fetch_async(part, group, last_consumed=last_consumed, manual_commit=manual_commit).result()
+
+    def fetch_async(self, part: PartitionRef, group: str, *, last_consumed: bool = True,
+                    manual_commit: bool = False) -> PendingFetch:
+        """Send one GetMessage now and take its answer later (``result()``, as :meth:`fetch` returns it).
+
+        The broker may move the group's position as soon as it handles the request, whether or not the
+        answer is ever taken.
+        """
         request = bpb.GetMessageRequestC2B(clientId=self.client_id, partitionId=part.partition_id,
                                            groupName=group, topicName=part.topic,
                                            lastPackConsumed=last_consumed, manualCommitOffset=manual_commit)
-        response = check(self._call(part, Method.GET_MESSAGE, request, bpb.GetMessageResponseB2C),
-                         f"fetch {part.key} for group {group}")
-        return Fetch(response.currOffset, response.maxOffset, list(response.messages))
+        return PendingFetch(self._send(part, Method.GET_MESSAGE, request, bpb.GetMessageResponseB2C,
+                                       f"fetch {part.key} for group {group}"))
 
     def commit(self, part: PartitionRef, group: str, *, consumed: bool = True) -> Position:
         """CommitOffset: fold the in-flight delta into the stored offset (or drop it)."""

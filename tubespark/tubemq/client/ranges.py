@@ -119,7 +119,8 @@ class RangeReadError(BrokerConnectionError):
 class _Cursor:
     """Where one range read stands: everything of ``[start, next_offset)`` was yielded, and only that.
 
-    ``pending`` is a fetched batch not yielded yet (its end is learnt from the next fetch); ``open``
+    ``pending`` is a fetched batch not yielded yet (its end is learnt from the next fetch), ``decoded``
+    its messages once decoded (while the next fetch is in flight); ``open``
     says whether the read group is registered at the broker for this read right now.
     """
 
@@ -128,6 +129,7 @@ class _Cursor:
     end: int
     next_offset: int
     pending: Fetch | None = None
+    decoded: list[ReceivedMessage] | None = None
     open: bool = False
     done: bool = False
     yielded: int = 0
@@ -217,7 +219,7 @@ class RangeReader:
             return self._advance(cursor)
         except Exception as exc:
             cursor.faults += 1
-            cursor.open, cursor.pending = False, None
+            cursor.open, cursor.pending, cursor.decoded = False, None, None
             if getattr(exc, "retriable", False):
                 log.info("reading %s from %s: %s; resuming at %d", cursor.part.key, cursor.part.broker.address,
                          exc, cursor.next_offset)
@@ -239,7 +241,7 @@ class RangeReader:
         elif position < wanted:
             raise DataLossError(f"{part.key}: planned start {wanted} is beyond the broker's max offset "
                                 f"{position}; the partition was truncated or recreated")
-        cursor.open, cursor.pending = True, None
+        cursor.open, cursor.pending, cursor.decoded = True, None, None
 
     def _advance(self, cursor: _Cursor) -> list[ReceivedMessage] | None:
         if cursor.done:
@@ -248,7 +250,7 @@ class RangeReader:
             self._open(cursor)
         part, end = cursor.part, cursor.end
         while True:
-            fetch = self._fetch(part)
+            fetch = self._fetch_decoding(cursor)
             if fetch is None:
                 # The position reached the index max. Commit to learn where the pending batch ended.
                 batch_end = self.broker.commit(part, self.read_group).offset
@@ -268,17 +270,37 @@ class RangeReader:
             if fetch.start >= end:
                 cursor.done = True
             else:
-                cursor.pending = fetch
+                cursor.pending, cursor.decoded = fetch, None
             if batch is not None:
                 return batch
             if cursor.done:
                 return None
 
+    def _fetch_decoding(self, cursor: _Cursor) -> Fetch | None:
+        """:meth:`_fetch`, decoding the pending batch while the broker works on the request.
+
+        The request goes out exactly when the blocking fetch would send it (after the previous batch was
+        yielded), so the wire sequence, and where a fault resumes, stay the same; only the decode moves
+        into the broker's round trip. A decode error cancels the request (its answer is dropped).
+        """
+        pending_fetch = self.broker.fetch_async(cursor.part, self.read_group, last_consumed=True)
+        if cursor.pending is not None and cursor.decoded is None:
+            try:
+                cursor.decoded = cursor.pending.decode(self.verify_checksums)
+            except BaseException:
+                pending_fetch.cancel()
+                raise
+        try:
+            return pending_fetch.result()
+        except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
+            return None
+
     def _emit(self, cursor: _Cursor, batch_end: int) -> list[ReceivedMessage]:
         """Cut the pending batch at ``batch_end``/``end``; from now on the read resumes at ``batch_end``."""
         assert cursor.pending is not None
-        messages = self._cut(cursor.part, cursor.pending, batch_end, cursor.end)
-        cursor.pending, cursor.next_offset = None, batch_end
+        messages = cursor.decoded if cursor.decoded is not None else cursor.pending.decode(self.verify_checksums)
+        messages = self._cut(cursor.part, cursor.pending, messages, batch_end, cursor.end)
+        cursor.pending, cursor.decoded, cursor.next_offset = None, None, batch_end
         return messages
 
     def _fetch(self, part: PartitionRef) -> Fetch | None:
@@ -292,9 +314,9 @@ class RangeReader:
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 
-    def _cut(self, part: PartitionRef, batch: Fetch, batch_end: int, end: int) -> list[ReceivedMessage]:
-        """The messages of ``batch`` (which spans ``[batch.start, batch_end)``) that lie below ``end``."""
-        messages = batch.decode(self.verify_checksums)
+    def _cut(self, part: PartitionRef, batch: Fetch, messages: list[ReceivedMessage], batch_end: int,
+             end: int) -> list[ReceivedMessage]:
+        """The ``messages`` of ``batch`` (which spans ``[batch.start, batch_end)``) that lie below ``end``."""
         if batch_end <= end:
             return messages
         if batch_end - batch.start == INDEX_RECORD_SIZE * len(messages):  # dense: message k is at start + 28k

@@ -39,7 +39,9 @@ def parse_offsets(raw: Any) -> dict[str, int] | None:
 
     ``None`` for anything that is not a tubemq offset (another source's format, empty, unparsable).
     """
-    return shared_parse_offsets(raw, is_key=lambda key: key.count(":") >= 2)
+    offsets = shared_parse_offsets(raw, is_key=lambda key: key.count(":") >= 2)
+    # the stream reader's "<key>#skip" entries mark skipped ranges, they are no partitions
+    return None if offsets is None else {key: value for key, value in offsets.items() if "#" not in key}
 
 
 def backlog_messages(end: Mapping[str, int], latest: Mapping[str, int]) -> dict[str, int]:

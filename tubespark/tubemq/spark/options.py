@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from tubespark.core.options import (
@@ -98,6 +99,47 @@ def _ca_file(name: str, value: str) -> str:
     return value
 
 
+PAYLOAD_FORMATS = ("raw", "inlongmsg")
+MIN_BUNDLE_BYTES = 1024
+"""The smallest ``bundleMaxBytes``: below it a bundle's framing dominates."""
+BUNDLE_COMPRESSIONS = ("snappy", "none")
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    def parse(name: str, value: str) -> str:
+        lowered = value.strip().lower()
+        if lowered not in choices:
+            raise OptionError(f"option {name}={value!r}: expected {' or '.join(choices)}")
+        return lowered
+
+    return parse
+
+
+def _non_negative_ms(name: str, value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise OptionError(f"option {name}={value!r}: expected a non-negative integer (milliseconds)")
+    return number
+
+
+def _bundle_bytes(name: str, value: str) -> int:
+    number = parse_positive_int(name, value)
+    if number < MIN_BUNDLE_BYTES:
+        raise OptionError(f"option {name}={value!r}: expected at least {MIN_BUNDLE_BYTES} bytes")
+    return number
+
+
+def _directory(name: str, value: str) -> str:
+    value = value.strip()
+    if not value or "://" in value:
+        raise OptionError(f"option {name}={value!r}: expected a local directory path (a shared mount on a cluster)")
+    if os.path.exists(value) and not os.path.isdir(value):
+        raise OptionError(f"option {name}={value!r}: exists and is not a directory")
+    return value
+
 SESSION_TIMEOUT_MS = 30000
 """The servers' default consumer/producer session timeout; a heartbeat period must stay below it."""
 
@@ -164,6 +206,27 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "assign partitions when a query starts, and how long a `Trigger.AvailableNow` run waits for an "
                "assigned partition it cannot read yet (occupied by a stale registration, broker down) before "
                "failing with its name."),
+    OptionSpec("payloadFormat", "raw", _choice(PAYLOAD_FORMATS), "`raw`: one row per TubeMQ message. `inlongmsg`: "
+               "messages are InLong bundles (InLongMsg or MessageObjs, see [InLong message bundles]"
+               "(#inlong-message-bundles)); reading gives one row per record (plus a `recordIndex` column), "
+               "writing packs rows into bundles.", False, BOTH),
+    OptionSpec("ignoreParseErrors", "false", parse_bool, "With `payloadFormat=inlongmsg`: `false` fails the task "
+               "on a message that is not a valid bundle, naming partition and offset; `true` skips it, logs it "
+               "and counts it (see `skippedBundlesPath`)."),
+    OptionSpec("skippedBundlesPath", None, _directory, "With `ignoreParseErrors=true`: a directory the executors "
+               "write and the driver reads (local path; a shared mount on a cluster). Each task that skipped "
+               "messages writes one JSON file named by its range; `skipped_bundles(path)` in "
+               "`tubespark.tubemq.spark.partition` sums them and a streaming driver logs the total."),
+    OptionSpec("bundleMaxBytes", None, _bundle_bytes, "Writing with `payloadFormat=inlongmsg`: most bytes of "
+               "records (before compression) in one bundle. Unset or larger: the topic's max message size "
+               "minus 1 KiB of headroom.", False, WRITE),
+    OptionSpec("bundleMaxRows", "500", parse_positive_int, "Writing with `payloadFormat=inlongmsg`: most rows in "
+               "one bundle.", False, WRITE),
+    OptionSpec("bundleLingerMs", "200", _non_negative_ms, "Writing with `payloadFormat=inlongmsg`: a bundle open "
+               "this long is sent when the next rows arrive, full or not (the end of a task sends every bundle).",
+               False, WRITE),
+    OptionSpec("bundleCompression", "snappy", _choice(BUNDLE_COMPRESSIONS), "Writing with `payloadFormat="
+               "inlongmsg`: `snappy` or `none` for each bundle's records.", False, WRITE),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
     OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS (to the masters' and brokers' TLS "
@@ -212,6 +275,13 @@ class TubeMQOptions(ParsedOptions):
     request_timeout_ms: int
     heartbeat_interval_ms: int
     assignment_timeout_ms: int
+    payload_format: str
+    ignore_parse_errors: bool
+    skipped_bundles_path: str | None
+    bundle_max_bytes: int | None
+    bundle_max_rows: int
+    bundle_linger_ms: int
+    bundle_compression: str
     auth_user: str | None
     auth_password: str | None
     tls_enable: bool
@@ -222,8 +292,15 @@ class TubeMQOptions(ParsedOptions):
             raise OptionError("option topic: the sink writes to one topic; use a 'topic' column to write to several")
         if self.dedupe and not self.dedup_attribute:
             raise OptionError("option dedupe=true needs dedupAttribute (the attribute the writer stamped)")
+        if self.skipped_bundles_path and not (self.ignore_parse_errors and self.inlongmsg):
+            raise OptionError("option skippedBundlesPath needs payloadFormat=inlongmsg and ignoreParseErrors=true")
         if self.auth_password and not self.auth_user:
             raise OptionError("option auth.password is set but auth.user is not")
+
+    @property
+    def inlongmsg(self) -> bool:
+        """``payloadFormat=inlongmsg``: messages are InLong bundles, a row is one of their records."""
+        return self.payload_format == "inlongmsg"
 
     def client_settings(self) -> ClientSettings:
         credentials = Credentials(self.auth_user, self.auth_password or "") if self.auth_user else None

@@ -1,21 +1,36 @@
-"""What the driver ships to an executor for one Spark task: one queue and one offset range."""
+"""What the driver ships to an executor for one Spark task: one queue and one offset range.
+
+With ``payloadFormat=inlongmsg`` each message is decoded as an InLong bundle and becomes one row per
+record. A message that is not a valid bundle fails the task naming partition and offset
+(:class:`BundleParseError`), or with ``ignoreParseErrors=true`` is skipped: a WARNING per skipped
+message and one summary line per task in the executor log, and, with ``skippedBundlesPath``, one JSON
+file per task range that :func:`skipped_bundles` sums on the driver (Spark 4.3's Python Data Source API
+has no custom task or progress metrics, and an executor's Python worker cannot reach the driver
+otherwise).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
-from dataclasses import dataclass
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.errors import DataLossError, UnknownTopicError
+from tubespark.errors import CodecError, DataLossError, UnknownTopicError
+from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.spark.dedupe import ReplayFilter
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.schema import arrow_schema, to_record_batch
+from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
 from tubespark.tubemq.wire.formats import PartitionRef
+from tubespark.tubemq.wire.message import ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +54,93 @@ class QueueRange(InputPartition):
         return PartitionRef(self.broker_id, self.topic, self.partition_id, self.host, self.port)
 
 
+class BundleParseError(CodecError):
+    """A message read with ``payloadFormat=inlongmsg`` is not a valid InLong bundle (``ignoreParseErrors=false``)."""
+
+
+_KEEP_DETAILS = 100  # skipped offsets / errors kept per task in its summary
+
+
+@dataclass
+class SkipCounter:
+    """What one read task skipped with ``ignoreParseErrors=true``."""
+
+    count: int = 0
+    offsets: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, offset: int, error: str) -> None:
+        self.count += 1
+        if len(self.offsets) < _KEEP_DETAILS:
+            self.offsets.append(offset)
+            self.errors.append(error)
+
+
+def decode_bundles(messages: Sequence[ReceivedMessage], partition_key: str, ignore_errors: bool,
+                   skipped: SkipCounter) -> list[tuple[ReceivedMessage, list[Record]]]:
+    """Each message with its records; a message that is not a bundle raises or (``ignore_errors``) is
+    counted in ``skipped`` and left out."""
+    decoded = []
+    for message in messages:
+        try:
+            decoded.append((message, decode_bundle(message.data, message.attributes, raw_fallback=False)))
+        except PayloadFormatError as exc:
+            if not ignore_errors:
+                raise BundleParseError(f"partition {partition_key}, offset {message.offset}: the message is not a "
+                                       f"valid InLong bundle ({exc}); set ignoreParseErrors=true to skip such "
+                                       f"messages") from exc
+            skipped.add(message.offset, str(exc))
+            log.warning("partition %s, offset %d: skipping a message that is not a valid InLong bundle "
+                        "(ignoreParseErrors=true): %s", partition_key, message.offset, exc)
+    return decoded
+
+
+def _skip_file(path: str, task: QueueRange) -> Path:
+    return Path(path) / f"{task.topic}-{task.broker_id}-{task.partition_id}-{task.start}-{task.end}.json"
+
+
+def record_skips(path: str, task: QueueRange, skipped: SkipCounter) -> None:
+    """Write the task's skip summary (one file per range: a retried task overwrites its own)."""
+    target = _skip_file(path, task)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"partition": task.ref.key, "start": task.start, "end": task.end, "skipped": skipped.count,
+           "offsets": skipped.offsets, "errors": skipped.errors}
+    fd, tmp = tempfile.mkstemp(prefix=".skip-", dir=target.parent)
+    with os.fdopen(fd, "w") as out:
+        json.dump(doc, out)
+    os.replace(tmp, target)
+
+
+@dataclass(frozen=True)
+class SkippedBundles:
+    """What :func:`skipped_bundles` found: the total, per partition, and every task range's summary."""
+
+    total: int
+    by_partition: Mapping[str, int]
+    ranges: list[dict]
+
+
+def skipped_bundles(path: str) -> SkippedBundles:
+    """Sum what read tasks with ``ignoreParseErrors=true`` and ``skippedBundlesPath=path`` skipped."""
+    ranges = []
+    directory = Path(path)
+    if directory.is_dir():
+        for file in sorted(directory.glob("*.json")):
+            try:
+                ranges.append(json.loads(file.read_text()))
+            except (OSError, ValueError) as exc:  # a file being replaced right now: the next call sees it
+                log.info("cannot read %s: %s", file, exc)
+    by_partition: dict[str, int] = {}
+    for doc in ranges:
+        by_partition[doc["partition"]] = by_partition.get(doc["partition"], 0) + int(doc["skipped"])
+    return SkippedBundles(sum(by_partition.values()), by_partition, ranges)
+
+
 def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
+    if options.inlongmsg:
+        yield from _read_bundles(task, options)
+        return
     schema = arrow_schema(options.include_attributes)
     ref = task.ref
     broker = BrokerClient(task.client_id, options.client_settings())
@@ -63,3 +163,46 @@ def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBa
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
     finally:
         broker.close()
+
+
+def _read_bundles(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
+    """``payloadFormat=inlongmsg``: a row per record of every bundle in ``[start, end)``."""
+    schema = arrow_schema(options.include_attributes, inlongmsg=True)
+    ref = task.ref
+    broker = BrokerClient(task.client_id, options.client_settings())
+    reader = RangeReader(broker, task.read_group, filters=options.stream_ids,
+                         fail_on_data_loss=options.fail_on_data_loss, verify_checksums=options.verify_checksums,
+                         retry_s=options.request_timeout_ms / 1000 * 6)
+    dedup_attribute = options.dedup_attribute if options.dedupe else None
+    replays = ReplayFilter()
+    keep = (lambda attrs: replays.first_time(attrs.get(dedup_attribute))) if dedup_attribute else None
+    skipped = SkipCounter()
+    messages_read = rows = 0
+    try:
+        for messages in reader.read_batches(ref, task.start, task.end):
+            messages_read += len(messages)
+            decoded = decode_bundles(messages, ref.key, options.ignore_parse_errors, skipped)
+            if decoded:
+                batch = bundle_record_batch(decoded, topic=task.topic, partition_key=ref.key,
+                                            broker_id=task.broker_id, partition_id=task.partition_id, schema=schema,
+                                            keep=keep)
+                rows += batch.num_rows
+                if batch.num_rows:
+                    yield batch
+    except UnknownTopicError as exc:
+        if options.fail_on_data_loss:
+            raise DataLossError(f"partition {ref.key} vanished while offsets [{task.start}, {task.end}) were "
+                                f"planned: {exc}; set failOnDataLoss=false to skip it") from exc
+        log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
+    finally:
+        broker.close()
+    level = logging.WARNING if skipped.count else logging.INFO
+    log.log(level, "read of %s [%d, %d): %d rows from %d bundles; %d messages skipped as unparseable%s", ref.key,
+            task.start, task.end, rows, messages_read - skipped.count, skipped.count,
+            f" (offsets {skipped.offsets})" if skipped.count else "")
+    if skipped.count and options.skipped_bundles_path:
+        try:
+            record_skips(options.skipped_bundles_path, task, skipped)
+        except OSError as exc:  # the rows are right; only the counter is lost: say so loudly
+            log.error("cannot record %d skipped messages of %s in %s: %s", skipped.count, ref.key,
+                      options.skipped_bundles_path, exc)

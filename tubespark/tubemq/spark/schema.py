@@ -1,8 +1,14 @@
-"""The fixed read schema (Kafka-connector style: bytes in, decode with DataFrame functions)."""
+"""The fixed read schema (Kafka-connector style: bytes in, decode with DataFrame functions).
+
+With ``payloadFormat=inlongmsg`` a row is one *record* of an InLong bundle (see
+:func:`bundle_record_batch`): the same columns plus ``recordIndex``, the record's index within its
+bundle, so ``(offset, recordIndex)`` identifies a row.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 
 import pyarrow as pa
 from pyspark.sql.types import (
@@ -16,11 +22,17 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from tubespark.formats import Record
 from tubespark.spark.arrow import arrow_schema_for, record_batch
 from tubespark.tubemq.wire.message import ReceivedMessage, parse_msg_time
 
+STREAM_ID_ATTRIBUTES = ("streamId", "inlongStreamId", "iname")
+"""Where a record's stream id is, first match wins (InLong's names: ``streamId`` as InLongMsg v4's parser and
+Sort use it, ``inlongStreamId`` as DataProxy's PB path sets it, ``iname`` in older formats); the TubeMQ
+msgType (which DataProxy sets to the stream id) when none is present."""
 
-def read_schema(include_attributes: bool) -> StructType:
+
+def read_schema(include_attributes: bool, inlongmsg: bool = False) -> StructType:
     fields = [
         StructField("value", BinaryType()),
         StructField("topic", StringType()),
@@ -31,14 +43,16 @@ def read_schema(include_attributes: bool) -> StructType:
         StructField("msgTime", TimestampType()),
         StructField("streamId", StringType()),
     ]
+    if inlongmsg:
+        fields.append(StructField("recordIndex", IntegerType()))
     if include_attributes:
         fields.append(StructField("attributes", MapType(StringType(), StringType())))
     return StructType(fields)
 
 
-def arrow_schema(include_attributes: bool) -> pa.Schema:
+def arrow_schema(include_attributes: bool, inlongmsg: bool = False) -> pa.Schema:
     """Exactly the Arrow schema Spark checks ``read()`` batches against (types, names, nullability)."""
-    return arrow_schema_for(read_schema(include_attributes))
+    return arrow_schema_for(read_schema(include_attributes, inlongmsg))
 
 
 def to_record_batch(messages: Sequence[ReceivedMessage], *, topic: str, partition_key: str, broker_id: int,
@@ -57,4 +71,63 @@ def to_record_batch(messages: Sequence[ReceivedMessage], *, topic: str, partitio
     ]
     if len(schema) > len(columns):
         columns.append([list(m.user_attributes.items()) for m in messages])
+    return record_batch(schema, columns)
+
+
+_MIN_MS, _MAX_MS = -62135596800000, 253402300799999  # Spark's timestamp range, years 1..9999 (a data time
+# outside it is not a time: the message's is used)
+
+
+def _micros(when: datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp()) * 1_000_000
+
+
+def record_stream_id(attributes: Mapping[str, str], msg_type: str | None) -> str | None:
+    """A record's stream id: the first of :data:`STREAM_ID_ATTRIBUTES` it has, else the TubeMQ msgType."""
+    for key in STREAM_ID_ATTRIBUTES:
+        value = attributes.get(key)
+        if value:
+            return value
+    return msg_type or None
+
+
+def bundle_record_batch(decoded: Sequence[tuple[ReceivedMessage, Sequence[Record]]], *, topic: str,
+                        partition_key: str, broker_id: int, partition_id: int, schema: pa.Schema,
+                        keep: Callable[[Mapping[str, str]], bool] | None = None) -> pa.RecordBatch:
+    """One Arrow batch with a row per record of the decoded bundles of one fetch.
+
+    A row's ``attributes`` are its TubeMQ message's attributes overridden by the record's own (as InLong
+    does: what the record says about itself wins over its transport); ``streamId`` see
+    :func:`record_stream_id`; ``msgTime`` the record's data time (ms) when it has one, else the message's
+    (minute precision); ``offset`` the message's, ``recordIndex`` the record's index in its bundle.
+    ``keep(attributes)`` may drop rows (``dedupe``).
+    """
+    values: list[bytes] = []
+    offsets: list[int] = []
+    indexes: list[int] = []
+    times: list[int | None] = []
+    stream_ids: list[str | None] = []
+    attributes: list[list[tuple[str, str]]] = []
+    with_attributes = schema.get_field_index("attributes") >= 0
+    for message, records in decoded:
+        base = message.user_attributes
+        message_time = _micros(parse_msg_time(message.msg_time))
+        msg_type = message.msg_type or None
+        for index, record in enumerate(records):
+            merged = {**base, **record.attributes} if base else record.attributes
+            if keep is not None and not keep(merged):
+                continue
+            values.append(record.body)
+            offsets.append(message.offset)
+            indexes.append(index)
+            dt = record.data_time
+            times.append(dt * 1000 if dt is not None and _MIN_MS <= dt <= _MAX_MS else message_time)
+            stream_ids.append(record_stream_id(merged, msg_type))
+            if with_attributes:
+                attributes.append(list(merged.items()))
+    n = len(values)
+    columns: list[list] = [values, [topic] * n, [partition_key] * n, [broker_id] * n, [partition_id] * n, offsets,
+                           times, stream_ids, indexes]
+    if with_attributes:
+        columns.append(attributes)
     return record_batch(schema, columns)

@@ -33,7 +33,8 @@ class TubeMQDataSource(DataSource):
         return TubeMQOptions.from_raw(self.options, mode="read", required=(*required, "topic"))
 
     def schema(self) -> StructType:
-        return read_schema(self._read_options().include_attributes)
+        options = self._read_options()
+        return read_schema(options.include_attributes, options.inlongmsg)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TubeStreamReader(self._read_options(required=("group",)))

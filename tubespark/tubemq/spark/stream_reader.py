@@ -56,7 +56,7 @@ from tubespark.tubemq.client.group import GroupSession, HeldPartition
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.ranges import Bounds, probe_bounds
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.partition import QueueRange, read_range
+from tubespark.tubemq.spark.partition import QueueRange, read_range, skipped_bundles
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
 
@@ -71,6 +71,11 @@ except ImportError:  # pragma: no cover - exercised only on PySpark < 4.2
     SupportsTriggerAvailableNow = None
 
 log = logging.getLogger(__name__)
+
+SKIP_MARK = "#skip"
+"""``end["<key>#skip"] == end[key]`` marks a batch whose range of ``key`` is skipped, not read: a regained
+partition jumping ahead to the group's committed offset. It lives in the offsets themselves, so a batch
+Spark replays after a restart skips exactly as the first run did."""
 
 class AssignmentUnavailableError(TubeSparkError):
     """A Trigger.AvailableNow run cannot read a partition the master assigned to it (still occupied by a
@@ -94,11 +99,12 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         self._awaiting_first = False  # a new query that saw no assignment yet: the first one is initial
         self._own_end: Offsets = {}  # partitions this query held and dropped (revoked): where it had got to
         self._never_held: set[str] = set()  # initial partitions not held on their broker yet
-        self._initial_start: Offsets = {}  # initial partitions revoked before they were ever held
         self.data_loss_events = 0
         """How many times a broker came back below this query's offset (failOnDataLoss=false)."""
         self.data_losses: list[tuple[str, int, int]] = []
         """``(partition, query offset, broker max offset)`` of each of those events."""
+        self.skipped_bundles = 0
+        """Messages read tasks skipped as unparseable so far (``skippedBundlesPath``; ``ignoreParseErrors``)."""
         self._lock = threading.Lock()
 
     # --- pickling: executors get options only, never sockets or threads -------------------------
@@ -190,7 +196,19 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                               f"{bounds.max_offset}")
         return int(wanted)
 
+    def _report_skips(self) -> None:
+        """Log the running total of messages the read tasks skipped (ignoreParseErrors + skippedBundlesPath)."""
+        path = self.options.skipped_bundles_path
+        if not path:
+            return
+        total = skipped_bundles(path).total
+        if total != self.skipped_bundles:
+            log.warning("tubemq query of group %s: read tasks skipped %d unparseable messages so far (%d new); "
+                        "details in %s", self.group, total, total - self.skipped_bundles, path)
+            self.skipped_bundles = total
+
     def _plan_end(self, start: Offsets, max_rows: int | None) -> Offsets:
+        self._report_skips()
         end, stuck = self._plan_once(start, max_rows)
         if self._target is None or end != start or not stuck:
             return end
@@ -229,18 +247,19 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
             self._awaiting_first = False
         end: Offsets = {}
         for key, offset in start.items():
-            if key in assigned:
-                end[key] = offset
-            elif key in self._never_held:  # an initial partition revoked before we ever held it: still rule (b)
-                self._initial_start[key] = offset
-                log.info("initial partition %s was moved away before it was held; it keeps its start %d", key,
-                         offset)
-                continue
-            elif self._partition_exists(key):  # revoked (or, after a restart, assigned elsewhere): rule (d)
+            if SKIP_MARK in key:
+                continue  # the previous batch's jump marker: that batch is done
+            # Every partition stays in the offsets, assigned or not, so the checkpoint never forgets
+            # where this query stands on it (a restart resumes there, rule a).
+            end[key] = offset
+            if key in assigned or key in self._never_held or key in self._own_end:
+                continue  # an initial partition moved away before it was held keeps its start (rule b)
+            if self._partition_exists(key):  # revoked (or, after a restart, assigned elsewhere): rule (d)
                 self._own_end[key] = offset
                 log.info("partition %s is no longer assigned to this query (group %s) at offset %d", key,
                          self.group, offset)
             else:
+                del end[key]
                 self._vanished(key, offset, "its topic no longer lists it")
         stuck: dict[str, str] = {}
         backlog: dict[str, int] = {}
@@ -255,6 +274,15 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                 else:
                     end[key] = first  # nothing planned for it in this batch; the next one reads from here
                 continue
+            if item is not None and key in self._own_end:  # regained in this run: rule (d)
+                self._own_end.pop(key)
+                if item.stored_offset > start[key]:
+                    # another member read on meanwhile: jump to the group's offset. The marker makes the
+                    # range [start, committed) a skip, also when Spark replays this batch after a restart.
+                    end[key] = end[key + SKIP_MARK] = item.stored_offset
+                    log.info("partition %s is back with group %s, which read on to %d: resuming there, not at "
+                             "this query's %d", key, self.group, item.stored_offset, start[key])
+                    continue
             if item is None:
                 stuck[key] = pending.get(key, "not registered on its broker yet")
                 log.info("partition %s of group %s is assigned but not held (%s): no new data this trigger", key,
@@ -305,24 +333,17 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
     def _first_offset(self, key: str, ref: PartitionRef, item: HeldPartition | None) -> int | None:
         """Where a partition that is not in the offsets yet starts (rules b-e); ``None``: not known yet."""
         first: int | None
-        if key in self._initial_start:
-            first = self._initial_start.pop(key)
-            rule = "startingOffsets (initial partition, assigned again before it was ever held)"
-        elif key in self._deferred:
+        if key in self._deferred:
             first = self._starting_offset(key, ref, item)
             rule = "startingOffsets (initial partition)"
         elif item is None:
             return None
-        elif key in self._own_end:
-            first = max(item.stored_offset, self._own_end[key])
-            rule = f"regained: the group's {item.stored_offset} or its own {self._own_end[key]}, the later"
         else:
             first = item.stored_offset
             rule = "the group's committed offset (assigned by a later rebalance)"
         if first is None:
             return None
         self._deferred.discard(key)
-        self._own_end.pop(key, None)
         log.info("partition %s joins the query of group %s at offset %d: %s", key, self.group, first, rule)
         return first
 
@@ -361,15 +382,15 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         tasks: list[InputPartition] = []
-        missing = [k for k in end if k not in self._refs and end[k] > start.get(k, end[k])]
+        missing = [k for k in end if SKIP_MARK not in k and k not in self._refs and end[k] > start.get(k, end[k])]
         if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
             topics = {PartitionRef.parse_key(k)[1] for k in missing}
             for parts in topic_partitions(self.options.masters, topics, self.options.client_settings()).values():
                 self._refs.update({p.key: p for p in parts})
         for key in sorted(end):
             low, high = start.get(key), end[key]
-            if low is None or high <= low:
-                continue
+            if SKIP_MARK in key or low is None or high <= low or end.get(key + SKIP_MARK) == high:
+                continue  # nothing to read, or a jump to the group's committed offset (rule d)
             ref = self._refs.get(key)
             if ref is None:
                 if self.options.fail_on_data_loss:

@@ -10,25 +10,37 @@ broker; a task returns only after the broker acknowledged every row, and fails (
 any send error, so nothing is dropped silently. Delivery is at-least-once: a retried task sends its
 rows again. With ``dedupAttribute`` every message carries a stable id (write, task, row), and a
 tubespark reader with ``dedupe=true`` drops the replays.
+
+``payloadFormat=inlongmsg`` packs the rows into InLong bundles (InLongMsg v1, see
+:mod:`tubespark.formats.inlongmsg` for why v1) instead: one open bundle per (topic, partition,
+streamId, msgTime minute, attributes), closed at ``bundleMaxRows`` rows, ``bundleMaxBytes`` bytes of
+records (default: the topic's max message size minus :data:`BUNDLE_HEADROOM`) or ``bundleLingerMs``
+after it opened, and at the end of the task. A record carries the row's ``attributes`` plus
+``streamId`` (the column, when set) and ``dt`` (the row's msgTime in epoch ms, when set) and, with
+``dedupAttribute``, its own stable id. Each bundle is one SendMessage with msgType = the streamId (so
+broker-side filters match) and the TubeMQ attribute ``msgEnType=2`` (how InLong recognises InLongMsg).
 """
 
 from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Hashable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType, TimestampType
 
 from tubespark.errors import MessageFormatError, OptionError
+from tubespark.formats import PayloadEncodeError, format_attributes
+from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG
 from tubespark.spark.arrow import column_values
+from tubespark.spark.bundling import RECORD_OVERHEAD_BYTES, Bundle, Bundler, attributes_cost, encode_bundle
 from tubespark.spark.writers import SentCommitMessage, StampedBatchWriter, StampedStreamWriter, task_index
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
+from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time, parse_msg_time
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +95,10 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeMQOptions, stam
     fixed_topic = options.topics[0] if options.topics else None
     dedup_attribute = options.dedup_attribute
     try:
-        rows, sent_bytes = _send_all(batches, producer, fixed_topic, dedup_attribute, stamp)
+        if options.inlongmsg:
+            rows, sent_bytes = BundledSend(producer, options, fixed_topic, stamp).send_all(batches)
+        else:
+            rows, sent_bytes = _send_all(batches, producer, fixed_topic, dedup_attribute, stamp)
     except BaseException:
         try:  # settle what this task already sent, so the next task on this worker starts clean
             producer.flush()
@@ -129,6 +144,129 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
             sent_bytes += len(data)
         producer.flush()  # bound what is held in memory to one Arrow batch of rows
     return rows, sent_bytes
+
+
+BUNDLE_HEADROOM = 1024
+"""Bytes of a topic's max message size left for the TubeMQ attributes of a bundle (``msgEnType``, msgType,
+msgTime) when ``bundleMaxBytes`` is unset or larger."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+_BUNDLE_ATTRIBUTES = {ATTR_MSG_EN_TYPE: str(MSG_EN_TYPE_INLONGMSG)}
+
+
+def _epoch_ms(when: datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // _MS
+
+
+class BundledSend:
+    """``payloadFormat=inlongmsg``: one write task's rows packed into bundles (see the module docstring)."""
+
+    def __init__(self, producer: Producer, options: TubeMQOptions, fixed_topic: str | None,
+                 stamp: str | None) -> None:
+        self.producer = producer
+        self.options = options
+        self.fixed_topic = fixed_topic
+        self.dedup_attribute = options.dedup_attribute if stamp is not None else None
+        self.stamp = stamp
+        self.compress = options.bundle_compression == "snappy"
+        self.bundler = Bundler(max_rows=options.bundle_max_rows, linger_s=options.bundle_linger_ms / 1000)
+        self.layouts: dict[str, tuple[tuple[PartitionRef, ...], int]] = {}  # topic -> (partitions, payload limit)
+        self.shared: dict[Hashable, dict[str, str]] = {}  # key -> the attributes its records share (checked)
+        self.bundles = 0
+
+    def _layout(self, topic: str) -> tuple[tuple[PartitionRef, ...], int]:
+        layout = self.layouts.get(topic)
+        if layout is None:
+            self.producer.publish([topic])
+            limit = self.producer.max_message_size(topic) - BUNDLE_HEADROOM
+            layout = self.layouts[topic] = (self.producer.partitions(topic), limit)
+        return layout
+
+    def send_all(self, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
+        rows = sent_bytes = 0
+        for batch in batches:
+            values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
+            stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
+            attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
+            for i, value in enumerate(values):
+                data = value.encode() if isinstance(value, str) else (value or b"")
+                self._add(rows, data, self.fixed_topic or (topics[i] if topics else None),
+                          stream_ids[i] if stream_ids else None, times[i] if times else None,
+                          attributes[i] if attributes else None, keys[i] if keys else None)
+                rows += 1
+                sent_bytes += len(data)
+            self._ship(self.bundler.expired())
+            self.producer.flush()  # bound what is held in memory to about one Arrow batch of rows
+        self._ship(self.bundler.drain())
+        self.producer.flush()
+        log.info("task sent %d rows in %d bundles", rows, self.bundles)
+        return rows, sent_bytes
+
+    def _add(self, row: int, data: bytes, topic: str | None, stream_id: str | None, when: datetime | str | None,
+             user_attributes: list | None, route: str | None) -> None:
+        if not topic:
+            raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option)")
+        partitions, limit = self._layout(topic)
+        minute: str | None = None
+        dt: int | None = None
+        if isinstance(when, datetime):
+            minute, dt = format_msg_time(when), _epoch_ms(when)
+        elif when is not None:
+            parsed = parse_msg_time(when)
+            if parsed is None:
+                raise MessageFormatError(f"row {row} of this task: msgTime {when!r} is not yyyyMMddHHmm")
+            minute, dt = when, _epoch_ms(parsed)
+        own = tuple(sorted(user_attributes)) if user_attributes else ()
+        record_extra: dict[str, str] = {}
+        if self.dedup_attribute:
+            record_extra[self.dedup_attribute] = f"{self.stamp}-{row}"
+            route = route or record_extra[self.dedup_attribute]  # a replayed row lands where the original did
+        index = zlib.crc32(route.encode()) % len(partitions) if route is not None else -1
+        key = (topic, index, stream_id, minute, own)
+        shared = self.shared.get(key)
+        if shared is None:
+            shared = self._shared_attributes(row, dict(own), stream_id)
+            self.shared[key] = shared
+        if dt is not None and "dt" not in shared:
+            record_extra["dt"] = str(dt)
+        attrs = {**shared, **record_extra} if record_extra else shared
+        cost = RECORD_OVERHEAD_BYTES + len(data) + (attributes_cost(attrs) if record_extra else 0)
+        if not self.bundler.is_open(key):  # the group's attribute text, once per bundle
+            cost += attributes_cost(shared)
+        max_bytes = min(self.options.bundle_max_bytes or limit, limit)
+        self._ship(self.bundler.add(key, data, attrs, cost=cost, max_bytes=max_bytes, row=row))
+
+    def _shared_attributes(self, row: int, attrs: dict[str, str], stream_id: str | None) -> dict[str, str]:
+        """The attributes every record of a key carries, checked once: what InLong's parser reads back."""
+        if stream_id and attrs.setdefault("streamId", stream_id) != stream_id:
+            raise MessageFormatError(f"row {row} of this task: its attribute streamId={attrs['streamId']!r} "
+                                     f"disagrees with its streamId column {stream_id!r}")
+        try:
+            format_attributes(attrs)
+        except PayloadEncodeError as exc:
+            raise PayloadEncodeError(f"row {row} of this task cannot be put in an InLong bundle: {exc}") from exc
+        return attrs
+
+    def _ship(self, bundles: list[Bundle]) -> None:
+        for bundle in bundles:
+            key: tuple[str, int, str | None, str | None, tuple] = bundle.key  # type: ignore[assignment]
+            topic, index, stream_id, minute, _own = key
+            partitions, limit = self.layouts[topic]
+            describe = f"row {{}} of this task (topic {topic!r})".format
+            for payload, rows in encode_bundle(bundle.records, bundle.rows, compress=self.compress, limit=limit,
+                                               describe=describe):
+                message = OutgoingMessage(payload, msg_type=stream_id, msg_time=minute,
+                                          attributes=dict(_BUNDLE_ATTRIBUTES))
+                try:
+                    self.producer.send_async(topic, message, partitions[index] if index >= 0 else None)
+                except MessageFormatError as exc:
+                    raise type(exc)(f"the bundle of rows {rows[0]}..{rows[-1]} of this task (topic {topic!r}, "
+                                    f"{len(rows)} rows) cannot be sent: {exc}; rows in bundles before it were "
+                                    f"sent") from exc
+                self.bundles += 1
 
 
 def check_sink_reachable(options: TubeMQOptions) -> None:
