@@ -143,10 +143,7 @@ def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBa
         return
     schema = arrow_schema(options.include_attributes)
     ref = task.ref
-    broker = BrokerClient(task.client_id, options.client_settings())
-    reader = RangeReader(broker, task.read_group, filters=options.stream_ids,
-                         fail_on_data_loss=options.fail_on_data_loss, verify_checksums=options.verify_checksums,
-                         retry_s=options.request_timeout_ms / 1000 * 6)
+    broker, reader = _range_reader(task, options)
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
     try:
@@ -165,14 +162,20 @@ def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBa
         broker.close()
 
 
+def _range_reader(task: QueueRange, options: TubeMQOptions) -> tuple[BrokerClient, RangeReader]:
+    """The task's broker connection and range reader (the caller closes the broker)."""
+    broker = BrokerClient(task.client_id, options.client_settings())
+    return broker, RangeReader(broker, task.read_group, filters=options.stream_ids,
+                               fail_on_data_loss=options.fail_on_data_loss,
+                               verify_checksums=options.verify_checksums,
+                               retry_s=options.request_timeout_ms / 1000 * 6)
+
+
 def _read_bundles(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
     """``payloadFormat=inlongmsg``: a row per record of every bundle in ``[start, end)``."""
     schema = arrow_schema(options.include_attributes, inlongmsg=True)
     ref = task.ref
-    broker = BrokerClient(task.client_id, options.client_settings())
-    reader = RangeReader(broker, task.read_group, filters=options.stream_ids,
-                         fail_on_data_loss=options.fail_on_data_loss, verify_checksums=options.verify_checksums,
-                         retry_s=options.request_timeout_ms / 1000 * 6)
+    broker, reader = _range_reader(task, options)
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
     keep = (lambda attrs: replays.first_time(attrs.get(dedup_attribute))) if dedup_attribute else None
