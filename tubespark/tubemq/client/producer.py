@@ -23,6 +23,7 @@ from tubespark.errors import (
     BrokerConnectionError,
     MessageFormatError,
     MessageTooLargeError,
+    NoMasterAvailableError,
     NotRegisteredError,
     RpcTimeoutError,
     TubeSparkError,
@@ -125,7 +126,13 @@ class Producer:
             return sorted(t for t in requested if not self._layouts.get(t) or not self._layouts[t].partitions)
 
         def heartbeat_and_check() -> bool:
-            self._heartbeat()  # the master reports partitions only in heartbeat replies
+            try:
+                self._heartbeat()  # the master reports partitions only in heartbeat replies
+            except NoMasterAvailableError as exc:
+                if not exc.electing:
+                    raise
+                log.info("publish of %s waits for the master group's election: %s", sorted(requested), exc)
+                return False
             return not missing()
 
         if poll(heartbeat_and_check, RetryPolicy(timeout_s=timeout_s, backoff_s=0.25, max_backoff_s=1.0),

@@ -202,14 +202,14 @@ def decode_messages(messages: Iterable[Transfered], start: int, *, verify: bool 
     still gets its own ``attributes`` dict), the frozen dataclass filled without its ``__init__``.
     Errors are the same as decode_payload's, raised at the first bad message.
     """
-    crc32, attr_len_of = zlib.crc32, _ATTR_LEN.unpack_from
+    crc, attr_len_of = checksum, _ATTR_LEN.unpack_from  # the module's one CRC rule, looked up per batch
     cache: dict[bytes, tuple[dict[str, str], str, str]] = {}
     out: list[ReceivedMessage] = []
     append = out.append
     offset = start if step else -1
     for m in messages:
         payload = m.payLoadData
-        if verify and crc32(payload) & 0x7FFFFFFF != m.checkSum:
+        if verify and crc(payload) != m.checkSum:
             raise ChecksumMismatchError(f"message {m.messageId}: checksum {m.checkSum} does not match payload "
                                         f"(computed {checksum(payload)})")
         if m.flag & MSG_FLAG_HAS_ATTRIBUTES:
