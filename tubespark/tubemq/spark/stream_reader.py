@@ -47,6 +47,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import BrokerConnectionError, DataLossError, OptionError, TubeSparkError, UnknownTopicError
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
 from tubespark.spark.planning import share_by_backlog
@@ -385,7 +386,12 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         missing = [k for k in end if SKIP_MARK not in k and k not in self._refs and end[k] > start.get(k, end[k])]
         if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
             topics = {PartitionRef.parse_key(k)[1] for k in missing}
-            for parts in topic_partitions(self.options.masters, topics, self.options.client_settings()).values():
+            # a master restarting right now must not fail the batch: wait for it like the session does
+            layouts = call_with_retry(
+                lambda: topic_partitions(self.options.masters, topics, self.options.client_settings()),
+                RetryPolicy(timeout_s=self.options.assignment_timeout_ms / 1000, backoff_s=0.5, max_backoff_s=5.0),
+                what=f"look up the brokers of {sorted(topics)}")
+            for parts in layouts.values():
                 self._refs.update({p.key: p for p in parts})
         for key in sorted(end):
             low, high = start.get(key), end[key]
