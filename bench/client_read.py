@@ -13,8 +13,8 @@ PYTHONPATH=.:testbed python -m bench.client_read --setup-only --spec /tmp/cr.jso
 PYTHONPATH=.:testbed python -m bench.client_read --spec /tmp/cr.json --profile new   # reuse it, cProfile
 ```
 
-``--api batches`` (default) times ``read_batches`` (lists of ReceivedMessage, what the Spark layer uses
-today); ``--api columns`` times ``read_columns`` when the package has it.
+``--api batches`` (default) times ``RangeReader.read_batches``; ``--api arrow`` times the executor's whole
+read (``tubespark.tubemq.spark.partition.read_range``: broker reads plus the Arrow batches handed to Spark).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ def _worker(spec: dict, size: str, api: str, profile: str | None) -> dict:
 
     info = spec["sizes"][size]
     parts = [(PartitionRef(*p["ref"]), p["min"], p["max"]) for p in info["partitions"]]
+    if api == "arrow":  # imported before the clock starts: pyspark and pyarrow take a while
+        from tubespark.tubemq.spark.options import TubeMQOptions
+        from tubespark.tubemq.spark.partition import QueueRange, read_range
     broker = BrokerClient(f"crbench_{uuid.uuid4().hex[:8]}")
     reader = RangeReader(broker, f"crbench_{uuid.uuid4().hex[:10]}")
     count = nbytes = 0
@@ -51,10 +54,13 @@ def _worker(spec: dict, size: str, api: str, profile: str | None) -> dict:
     def run() -> None:
         nonlocal count, nbytes
         for ref, low, high in parts:
-            if api == "columns":
-                for cols in reader.read_columns(ref, low, high):
-                    count += len(cols.data)
-                    nbytes += sum(map(len, cols.data))
+            if api == "arrow":
+                options = TubeMQOptions.from_raw({"master": spec["master"], "topic": ref.topic}, mode="read")
+                task = QueueRange(ref.broker_id, ref.host, ref.port, ref.topic, ref.partition_id, low, high,
+                                  f"crbench_{uuid.uuid4().hex[:10]}", f"crbench_{uuid.uuid4().hex[:8]}")
+                for arrow_batch in read_range(task, options):
+                    count += arrow_batch.num_rows
+                    nbytes += arrow_batch.column(0).nbytes
             else:
                 for batch in reader.read_batches(ref, low, high):
                     count += len(batch)
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--old", help="directory holding an old copy of the tubespark package to compare with")
-    parser.add_argument("--api", choices=("batches", "columns"), default="batches")
+    parser.add_argument("--api", choices=("batches", "arrow"), default="batches")
     parser.add_argument("--profile", choices=("old", "new", "both"), help="one cProfile'd run instead of timing")
     parser.add_argument("--spec", help="cluster + fill description (JSON); reused when it exists")
     parser.add_argument("--setup-only", action="store_true", help="start and fill, write --spec, wait for Ctrl-C")

@@ -218,17 +218,17 @@ def test_the_pending_batch_is_decoded_while_the_next_fetch_is_in_flight(broker: 
     from tubespark.tubemq.client import broker as broker_module
 
     decodes = []
-    original = broker_module.Fetch.decode
+    original = broker_module.Fetch.columns
 
     def counting(self, verify=True):
         decodes.append(self.start)
         return original(self, verify)
 
-    broker_module.Fetch.decode = counting  # type: ignore[method-assign]
+    broker_module.Fetch.columns = counting  # type: ignore[method-assign]
     try:
         batches = list(reader(client).read_batches(part, 0, 28 * N))
     finally:
-        broker_module.Fetch.decode = original  # type: ignore[method-assign]
+        broker_module.Fetch.columns = original  # type: ignore[method-assign]
     assert [[(m.offset, m.data) for m in b] for b in batches] == [expected(0, 4), expected(4, 8), expected(8, 10)]
     assert decodes == [0, 112, 224]
     assert len(broker.requests_of(Method.GET_MESSAGE)) == 4  # three batches and the one that found no more data

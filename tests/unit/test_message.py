@@ -234,6 +234,25 @@ def test_decode_messages_equals_decode_payload_per_message() -> None:
     assert [m.offset for m in decode_messages(transfered, 56)] == [-1] * 5
 
 
+def test_columns_cut_and_filter_keep_each_rows_values_together() -> None:
+    from tubespark.tubemq.wire.message import decode_columns
+
+    sent = [OutgoingMessage(f"m{k}".encode(), msg_type=f"T{k % 2}", msg_time="202401021530",
+                            attributes={"n": str(k)}) for k in range(5)]
+    columns = decode_columns([_transfered(100 + k, m) for k, m in enumerate(sent)], 0, step=28)
+    assert len(columns) == 5
+
+    def rows(c):
+        return [(m.message_id, m.data, m.offset, m.msg_type, m.attributes["n"]) for m in c.messages()]
+
+    assert rows(columns.head(2)) == [(100, b"m0", 0, "T0", "0"), (101, b"m1", 28, "T1", "1")]
+    assert rows(columns.without_ids({101, 103})) == [(100, b"m0", 0, "T0", "0"), (102, b"m2", 56, "T0", "2"),
+                                                     (104, b"m4", 112, "T0", "4")]
+    assert rows(columns.where([False, True, False, False, True])) == [(101, b"m1", 28, "T1", "1"),
+                                                                       (104, b"m4", 112, "T0", "4")]
+    assert columns.where([True] * 5) is columns
+
+
 def test_decode_messages_raises_like_decode_payload() -> None:
     from tubespark.tubemq.wire.message import decode_messages
     from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb

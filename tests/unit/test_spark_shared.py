@@ -132,9 +132,8 @@ def test_arrow_schema_and_record_batch():
 
 def test_replay_filter_keeps_first_occurrences_and_unstamped_items():
     replays = ReplayFilter()
-    items = [("a", 1), (None, 2), ("a", 3), ("b", 4), (None, 5)]
-    assert replays.keep(items, lambda item: item[0]) == [("a", 1), (None, 2), ("b", 4), (None, 5)]
-    assert replays.keep([("b", 6), ("c", 7)], lambda item: item[0]) == [("c", 7)]  # remembered across fetches
+    assert [replays.first_time(stamp) for stamp in ("a", None, "a", "b", None)] == [True, True, False, True, True]
+    assert [replays.first_time(stamp) for stamp in ("b", "c")] == [False, True]  # remembered across fetches
 
 
 # --- writers ---------------------------------------------------------------------------------------

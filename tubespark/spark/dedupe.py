@@ -6,11 +6,6 @@ rows a retried task sends again carry the ids of the first attempt. Messages wit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TypeVar
-
-T = TypeVar("T")
-
 
 class ReplayFilter:
     """Remembers the stamps seen so far (one per read task) and lets each through once."""
@@ -25,7 +20,3 @@ class ReplayFilter:
             return False
         self.seen.add(stamp)
         return True
-
-    def keep(self, items: Iterable[T], stamp_of: Callable[[T], str | None]) -> list[T]:
-        """The items whose stamp is new (or absent), in order."""
-        return [item for item in items if self.first_time(stamp_of(item))]

@@ -19,7 +19,7 @@ from tubespark.tubemq.client.common import ClientSettings, check
 from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import ReceivedMessage, decode_messages
+from tubespark.tubemq.wire.message import MessageColumns, ReceivedMessage, decode_columns
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
 M = TypeVar("M", bound=Message)
@@ -43,13 +43,17 @@ class Fetch:
     max_offset: int
     messages: list[bpb.TransferedMessage]
 
-    def decode(self, verify: bool = True) -> list[ReceivedMessage]:
-        """The batch's messages, each with its index offset: ``start + 28*k`` for the k-th.
+    def columns(self, verify: bool = True) -> MessageColumns:
+        """The batch's messages as columns, each with its index offset: ``start + 28*k`` for the k-th.
 
         Exact when the batch's records are contiguous in the store; otherwise (several partitions in
         one store, a filter skipped records) a lower bound that still increases within the partition.
         """
-        return decode_messages(self.messages, self.start, verify=verify, step=INDEX_RECORD_SIZE)
+        return decode_columns(self.messages, self.start, verify=verify, step=INDEX_RECORD_SIZE)
+
+    def decode(self, verify: bool = True) -> list[ReceivedMessage]:
+        """:meth:`columns` as one :class:`ReceivedMessage` per message."""
+        return self.columns(verify).messages()
 
 
 class PendingCall(Generic[M]):

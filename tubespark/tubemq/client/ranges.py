@@ -44,7 +44,7 @@ from tubespark.errors import (
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import ReceivedMessage
+from tubespark.tubemq.wire.message import MessageColumns, ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class _Cursor:
     end: int
     next_offset: int
     pending: Fetch | None = None
-    decoded: list[ReceivedMessage] | None = None
+    decoded: MessageColumns | None = None
     open: bool = False
     done: bool = False
     yielded: int = 0
@@ -171,7 +171,12 @@ class RangeReader:
             yield from batch
 
     def read_batches(self, part: PartitionRef, start: int, end: int) -> Iterator[list[ReceivedMessage]]:
-        """Like :meth:`read`, one list per broker fetch (nothing is buffered beyond one fetch).
+        """Like :meth:`read`, one list per broker fetch (nothing is buffered beyond one fetch)."""
+        for columns in self.read_columns(part, start, end):
+            yield columns.messages()
+
+    def read_columns(self, part: PartitionRef, start: int, end: int) -> Iterator[MessageColumns]:
+        """Like :meth:`read_batches`, each fetch's messages as columns (the Spark read's fast path).
 
         Each step to the next batch is retried on retriable faults for ``retry_s``, resuming at the end
         of the last yielded batch; see the module docstring.
@@ -190,7 +195,7 @@ class RangeReader:
         finally:
             _release(self.broker, part, self.read_group)
 
-    def _next_batch(self, cursor: _Cursor) -> list[ReceivedMessage] | None:
+    def _next_batch(self, cursor: _Cursor) -> MessageColumns | None:
         """The next batch (``None`` at the end), retrying faults; RangeReadError once they persist."""
         started = time.monotonic()
         try:
@@ -212,7 +217,7 @@ class RangeReader:
                                  partition=part.key, start=cursor.start, end=cursor.end, reached=cursor.next_offset,
                                  messages=cursor.yielded, tries=cursor.faults) from exc
 
-    def _step(self, cursor: _Cursor) -> list[ReceivedMessage] | None:
+    def _step(self, cursor: _Cursor) -> MessageColumns | None:
         """One try at the next batch. A failure forgets the registration and the unyielded batch, so the
         next try registers again at ``cursor.next_offset``: the end of what was yielded."""
         try:
@@ -243,7 +248,7 @@ class RangeReader:
                                 f"{position}; the partition was truncated or recreated")
         cursor.open, cursor.pending, cursor.decoded = True, None, None
 
-    def _advance(self, cursor: _Cursor) -> list[ReceivedMessage] | None:
+    def _advance(self, cursor: _Cursor) -> MessageColumns | None:
         if cursor.done:
             return None
         if not cursor.open:
@@ -286,7 +291,7 @@ class RangeReader:
         pending_fetch = self.broker.fetch_async(cursor.part, self.read_group, last_consumed=True)
         if cursor.pending is not None and cursor.decoded is None:
             try:
-                cursor.decoded = cursor.pending.decode(self.verify_checksums)
+                cursor.decoded = cursor.pending.columns(self.verify_checksums)
             except BaseException:
                 pending_fetch.cancel()
                 raise
@@ -295,10 +300,10 @@ class RangeReader:
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 
-    def _emit(self, cursor: _Cursor, batch_end: int) -> list[ReceivedMessage]:
+    def _emit(self, cursor: _Cursor, batch_end: int) -> MessageColumns:
         """Cut the pending batch at ``batch_end``/``end``; from now on the read resumes at ``batch_end``."""
         assert cursor.pending is not None
-        messages = cursor.decoded if cursor.decoded is not None else cursor.pending.decode(self.verify_checksums)
+        messages = cursor.decoded if cursor.decoded is not None else cursor.pending.columns(self.verify_checksums)
         messages = self._cut(cursor.part, cursor.pending, messages, batch_end, cursor.end)
         cursor.pending, cursor.decoded, cursor.next_offset = None, None, batch_end
         return messages
@@ -314,16 +319,15 @@ class RangeReader:
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 
-    def _cut(self, part: PartitionRef, batch: Fetch, messages: list[ReceivedMessage], batch_end: int,
-             end: int) -> list[ReceivedMessage]:
+    def _cut(self, part: PartitionRef, batch: Fetch, messages: MessageColumns, batch_end: int,
+             end: int) -> MessageColumns:
         """The ``messages`` of ``batch`` (which spans ``[batch.start, batch_end)``) that lie below ``end``."""
         if batch_end <= end:
             return messages
         if batch_end - batch.start == INDEX_RECORD_SIZE * len(messages):  # dense: message k is at start + 28k
             # message k is in range when start + 28k < end: round up, or an unaligned end drops a message
-            return messages[: (_align_up(end) - batch.start) // INDEX_RECORD_SIZE]
-        beyond = self._message_ids_between(part, _align_up(end), batch_end)
-        return [m for m in messages if m.message_id not in beyond]
+            return messages.head((_align_up(end) - batch.start) // INDEX_RECORD_SIZE)
+        return messages.without_ids(self._message_ids_between(part, _align_up(end), batch_end))
 
     def _message_ids_between(self, part: PartitionRef, low: int, high: int) -> set[int]:
         """Ids of this partition's messages at index positions in ``[low, high)`` (via a second read).

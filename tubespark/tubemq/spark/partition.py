@@ -147,11 +147,11 @@ def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBa
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
     try:
-        for messages in reader.read_batches(ref, task.start, task.end):
+        for columns in reader.read_columns(ref, task.start, task.end):
             if dedup_attribute:
-                messages = replays.keep(messages, lambda m: m.attributes.get(dedup_attribute))
-            if messages:
-                yield to_record_batch(messages, topic=task.topic, partition_key=ref.key, broker_id=task.broker_id,
+                columns = columns.where([replays.first_time(a.get(dedup_attribute)) for a in columns.attributes])
+            if columns:
+                yield to_record_batch(columns, topic=task.topic, partition_key=ref.key, broker_id=task.broker_id,
                                       partition_id=task.partition_id, schema=schema)
     except UnknownTopicError as exc:
         if options.fail_on_data_loss:

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 
 from tubespark.formats import Record
 from tubespark.spark.arrow import arrow_schema_for, record_batch
-from tubespark.tubemq.wire.message import ReceivedMessage, parse_msg_time
+from tubespark.tubemq.wire.message import RESERVED_ATTRIBUTES, MessageColumns, ReceivedMessage, parse_msg_time
 
 STREAM_ID_ATTRIBUTES = ("streamId", "inlongStreamId", "iname")
 """Where a record's stream id is, first match wins (InLong's names: ``streamId`` as InLongMsg v4's parser and
@@ -55,23 +55,33 @@ def arrow_schema(include_attributes: bool, inlongmsg: bool = False) -> pa.Schema
     return arrow_schema_for(read_schema(include_attributes, inlongmsg))
 
 
-def to_record_batch(messages: Sequence[ReceivedMessage], *, topic: str, partition_key: str, broker_id: int,
-                    partition_id: int, schema: pa.Schema) -> pa.RecordBatch:
-    """One Arrow batch for the messages of one fetch."""
-    n = len(messages)
-    columns: list[list] = [
-        [m.data for m in messages],
-        [topic] * n,
-        [partition_key] * n,
-        [broker_id] * n,
-        [partition_id] * n,
-        [m.offset for m in messages],
-        [parse_msg_time(m.msg_time) for m in messages],
-        [m.msg_type or None for m in messages],
+def to_record_batch(columns: MessageColumns, *, topic: str, partition_key: str, broker_id: int, partition_id: int,
+                    schema: pa.Schema) -> pa.RecordBatch:
+    """One Arrow batch for the messages of one fetch, built column by column.
+
+    Why this shape: per-row Python work is what limits a Python source, so the columns the fetch shares
+    (topic, partition, broker) are Arrow repeats, and ``msgTime`` is parsed once per distinct minute.
+    """
+    n = len(columns)
+    times = {text: _micros(parse_msg_time(text)) for text in set(columns.msg_times)}
+    arrays = [
+        pa.array(columns.data, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition_key, pa.string()), n),
+        pa.repeat(pa.scalar(broker_id, pa.int32()), n),
+        pa.repeat(pa.scalar(partition_id, pa.int32()), n),
+        pa.array(columns.offsets, pa.int64()),
+        pa.array([times[text] for text in columns.msg_times], schema.field("msgTime").type),
+        pa.array([msg_type or None for msg_type in columns.msg_types], pa.string()),
     ]
-    if len(schema) > len(columns):
-        columns.append([list(m.user_attributes.items()) for m in messages])
-    return record_batch(schema, columns)
+    if len(schema) > len(arrays):
+        user: dict[int, list[tuple[str, str]]] = {}
+        for attributes in columns.attributes:
+            if id(attributes) not in user:
+                user[id(attributes)] = [(k, v) for k, v in attributes.items() if k not in RESERVED_ATTRIBUTES]
+        arrays.append(pa.array([user[id(attributes)] for attributes in columns.attributes],
+                               schema.field("attributes").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 _MIN_MS, _MAX_MS = -62135596800000, 253402300799999  # Spark's timestamp range, years 1..9999 (a data time

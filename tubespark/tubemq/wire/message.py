@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Protocol
 
 from tubespark.errors import ChecksumMismatchError, MessageFormatError
@@ -22,6 +23,8 @@ from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, MSG_FL
 _ATTR_LEN = struct.Struct(">i")
 _MSG_TIME = re.compile(r"[0-9]{12}")  # not \d: that also matches non-ASCII digits
 MSG_TIME_FORMAT = "%Y%m%d%H%M"
+RESERVED_ATTRIBUTES = frozenset((ATTR_MSG_TYPE, ATTR_MSG_TIME))
+"""The attribute keys TubeMQ keeps for itself: the rest are the user's."""
 
 
 def checksum(payload: bytes) -> int:
@@ -134,14 +137,14 @@ class ReceivedMessage:
 
     @property
     def user_attributes(self) -> dict[str, str]:
-        return {k: v for k, v in self.attributes.items() if k not in (ATTR_MSG_TYPE, ATTR_MSG_TIME)}
+        return {k: v for k, v in self.attributes.items() if k not in RESERVED_ATTRIBUTES}
 
 
 def decode_payload(message_id: int, payload: bytes, flag: int, crc: int, *, verify: bool = True,
                    offset: int = -1) -> ReceivedMessage:
     """Decode one TransferedMessage. A checksum mismatch raises instead of being skipped.
 
-    :func:`decode_messages` does the same for a whole fetch, faster.
+    :func:`decode_columns` does the same for a whole fetch, faster.
     """
     if verify and checksum(payload) != crc:
         raise ChecksumMismatchError(f"message {message_id}: checksum {crc} does not match payload "
@@ -173,7 +176,7 @@ def decode_payload(message_id: int, payload: bytes, flag: int, crc: int, *, veri
 
 
 class Transfered(Protocol):
-    """What :func:`decode_messages` reads of a message: ``broker_service_pb2.TransferedMessage``'s fields."""
+    """What :func:`decode_columns` reads of a message: ``broker_service_pb2.TransferedMessage``'s fields."""
 
     @property
     def messageId(self) -> int: ...  # noqa: N802 - protobuf's names
@@ -190,28 +193,83 @@ class Transfered(Protocol):
 
 _new = object.__new__
 _ATTR_CACHE_MAX = 1024  # distinct attribute texts remembered within one batch
+_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
 
 
-def decode_messages(messages: Iterable[Transfered], start: int, *, verify: bool = True,
-                    step: int = 0) -> list[ReceivedMessage]:
-    """Decode a fetch's messages: the same result as :func:`decode_payload` for each, with ``offset``
-    ``start + step*k`` for the k-th (``step`` 0 gives every message ``offset`` -1, as decode_payload does).
+@dataclass(frozen=True)
+class MessageColumns:
+    """A fetch's messages as columns, without an object per message: what the Spark read turns into
+    Arrow arrays directly (building a :class:`ReceivedMessage` per message cost more than the rest of
+    the read). Row ``k`` of every list is the k-th message.
 
-    The fast path of the read: no per-message call into the per-message helpers, the attribute text
-    decoded once per distinct text in the batch (messages of one producer share it; each message
-    still gets its own ``attributes`` dict), the frozen dataclass filled without its ``__init__``.
-    Errors are the same as decode_payload's, raised at the first bad message.
+    ``attributes[k]`` is shared by every message of the batch with the same attribute text: read it,
+    never change it (:meth:`messages` gives each message its own copy).
+    """
+
+    message_ids: list[int]
+    data: list[bytes]
+    attributes: list[Mapping[str, str]]
+    msg_types: list[str]
+    msg_times: list[str]
+    offsets: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.message_ids)
+
+    def head(self, count: int) -> MessageColumns:
+        """The first ``count`` rows."""
+        return MessageColumns(self.message_ids[:count], self.data[:count], self.attributes[:count],
+                              self.msg_types[:count], self.msg_times[:count], self.offsets[:count])
+
+    def without_ids(self, drop: set[int]) -> MessageColumns:
+        """The rows whose message id is not in ``drop``, in order."""
+        return self.where([message_id not in drop for message_id in self.message_ids])
+
+    def where(self, keep: list[bool]) -> MessageColumns:
+        """The rows whose ``keep`` flag is true, in order."""
+        if all(keep):
+            return self
+        rows = [k for k, kept in enumerate(keep) if kept]
+        return MessageColumns([self.message_ids[k] for k in rows], [self.data[k] for k in rows],
+                              [self.attributes[k] for k in rows], [self.msg_types[k] for k in rows],
+                              [self.msg_times[k] for k in rows], [self.offsets[k] for k in rows])
+
+    def messages(self) -> list[ReceivedMessage]:
+        """One :class:`ReceivedMessage` per row (each with its own ``attributes`` dict)."""
+        out: list[ReceivedMessage] = []
+        append = out.append
+        for message_id, data, attributes, msg_type, msg_time, offset in zip(
+                self.message_ids, self.data, self.attributes, self.msg_types, self.msg_times, self.offsets,
+                strict=True):
+            msg = _new(ReceivedMessage)  # the frozen dataclass filled without its __init__ (the hot path)
+            msg.__dict__.update(message_id=message_id, data=data, attributes=dict(attributes), msg_type=msg_type,
+                                msg_time=msg_time, offset=offset)
+            append(msg)
+        return out
+
+
+def decode_columns(messages: Iterable[Transfered], start: int, *, verify: bool = True,
+                   step: int = 0) -> MessageColumns:
+    """Decode a fetch's messages into columns: for each message what :func:`decode_payload` gives, with
+    ``offset`` ``start + step*k`` for the k-th (``step`` 0 gives every message ``offset`` -1, as
+    decode_payload does). Errors are decode_payload's, raised at the first bad message.
+
+    The fast path of the read: no call into the per-message helpers, the attribute text decoded once
+    per distinct text in the batch (messages of one producer share it).
     """
     crc, attr_len_of = checksum, _ATTR_LEN.unpack_from  # the module's one CRC rule, looked up per batch
-    cache: dict[bytes, tuple[dict[str, str], str, str]] = {}
-    out: list[ReceivedMessage] = []
-    append = out.append
-    offset = start if step else -1
+    cache: dict[bytes, tuple[Mapping[str, str], str, str]] = {}
+    ids: list[int] = []
+    data: list[bytes] = []
+    attributes: list[Mapping[str, str]] = []
+    msg_types: list[str] = []
+    msg_times: list[str] = []
     for m in messages:
         payload = m.payLoadData
         if verify and crc(payload) != m.checkSum:
             raise ChecksumMismatchError(f"message {m.messageId}: checksum {m.checkSum} does not match payload "
                                         f"(computed {checksum(payload)})")
+        ids.append(m.messageId)
         if m.flag & MSG_FLAG_HAS_ATTRIBUTES:
             size = len(payload)
             if size < 4:
@@ -225,20 +283,26 @@ def decode_messages(messages: Iterable[Transfered], start: int, *, verify: bool 
             known = cache.get(text)
             if known is None:
                 try:
-                    attributes = decode_attributes(text.decode("utf-8"))
+                    decoded = decode_attributes(text.decode("utf-8"))
                 except UnicodeDecodeError as exc:
                     raise MessageFormatError(f"message {m.messageId}: attributes are not UTF-8") from exc
-                known = (attributes, attributes.get(ATTR_MSG_TYPE, ""), attributes.get(ATTR_MSG_TIME, ""))
+                known = (decoded, decoded.get(ATTR_MSG_TYPE, ""), decoded.get(ATTR_MSG_TIME, ""))
                 if len(cache) < _ATTR_CACHE_MAX:
                     cache[text] = known
-            msg = _new(ReceivedMessage)
-            msg.__dict__.update(message_id=m.messageId, data=payload[4 + attr_len:], attributes=known[0].copy(),
-                                msg_type=known[1], msg_time=known[2], offset=offset)
+            data.append(payload[4 + attr_len:])
+            attributes.append(known[0])
+            msg_types.append(known[1])
+            msg_times.append(known[2])
         else:
-            msg = _new(ReceivedMessage)
-            msg.__dict__.update(message_id=m.messageId, data=payload, attributes={}, msg_type="", msg_time="",
-                                offset=offset)
-        append(msg)
-        if step:
-            offset += step
-    return out
+            data.append(payload)
+            attributes.append(_NO_ATTRIBUTES)
+            msg_types.append("")
+            msg_times.append("")
+    offsets: Sequence[int] = range(start, start + step * len(ids), step) if step else [-1] * len(ids)
+    return MessageColumns(ids, data, attributes, msg_types, msg_times, offsets)
+
+
+def decode_messages(messages: Iterable[Transfered], start: int, *, verify: bool = True,
+                    step: int = 0) -> list[ReceivedMessage]:
+    """:func:`decode_columns` as one :class:`ReceivedMessage` per message."""
+    return decode_columns(messages, start, verify=verify, step=step).messages()

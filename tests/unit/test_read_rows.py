@@ -1,0 +1,49 @@
+"""The rows a TubeMQ read hands to Spark: one Arrow batch per fetch, built column by column."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tubespark.tubemq.spark.schema import arrow_schema, to_record_batch
+from tubespark.tubemq.wire.message import OutgoingMessage, checksum, decode_columns
+from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
+
+
+def fetched(*messages: OutgoingMessage):
+    out = []
+    for k, message in enumerate(messages):
+        payload, flag = message.encode()
+        out.append(bpb.TransferedMessage(messageId=k, checkSum=checksum(payload), payLoadData=payload, flag=flag))
+    return decode_columns(out, 280, step=28)
+
+
+def test_each_row_carries_its_message_and_the_fetchs_partition():
+    columns = fetched(OutgoingMessage(b"a", msg_type="s1", msg_time="202401021530", attributes={"k": "v"}),
+                      OutgoingMessage(b"b"),
+                      OutgoingMessage(b"c", msg_time="202401021531"))
+    batch = to_record_batch(columns, topic="t", partition_key="7:t:3", broker_id=7, partition_id=3,
+                            schema=arrow_schema(True))
+    assert batch.schema == arrow_schema(True)
+    utc = dt.UTC
+    assert batch.to_pylist() == [
+        {"value": b"a", "topic": "t", "partitionKey": "7:t:3", "brokerId": 7, "partitionId": 3, "offset": 280,
+         "msgTime": dt.datetime(2024, 1, 2, 15, 30, tzinfo=utc), "streamId": "s1", "attributes": [("k", "v")]},
+        {"value": b"b", "topic": "t", "partitionKey": "7:t:3", "brokerId": 7, "partitionId": 3, "offset": 308,
+         "msgTime": None, "streamId": None, "attributes": []},
+        {"value": b"c", "topic": "t", "partitionKey": "7:t:3", "brokerId": 7, "partitionId": 3, "offset": 336,
+         "msgTime": dt.datetime(2024, 1, 2, 15, 31, tzinfo=utc), "streamId": None, "attributes": []},
+    ]
+
+
+def test_without_attributes_the_batch_has_the_eight_columns():
+    batch = to_record_batch(fetched(OutgoingMessage(b"x", attributes={"k": "v"})), topic="t", partition_key="1:t:0",
+                            broker_id=1, partition_id=0, schema=arrow_schema(False))
+    assert batch.schema.names == ["value", "topic", "partitionKey", "brokerId", "partitionId", "offset", "msgTime",
+                                  "streamId"]
+    assert batch.num_rows == 1
+
+
+def test_an_empty_fetch_gives_an_empty_batch():
+    batch = to_record_batch(fetched(), topic="t", partition_key="1:t:0", broker_id=1, partition_id=0,
+                            schema=arrow_schema(True))
+    assert batch.num_rows == 0 and batch.schema == arrow_schema(True)
