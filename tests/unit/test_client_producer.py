@@ -80,6 +80,18 @@ def test_flush_waits_for_every_pending_send_in_order(broker, producer):
     assert producer.flush() == []  # nothing pending any more
 
 
+def test_deferred_sends_are_acknowledged_at_flush_even_beyond_the_in_flight_limit(master, broker):
+    part = broker.ref(TOPIC, 0)
+    with Producer(master.address, fast_settings(heartbeat_interval_s=30.0), max_in_flight=4) as producer:
+        producer.publish([TOPIC], timeout_s=5)
+        # 10 deferred sends through 4 slots: waiting for a slot writes out what is deferred, so no deadlock
+        futures = [producer.send_async(TOPIC, OutgoingMessage(f"m{i}".encode()), part, defer=True) for i in range(10)]
+        results = producer.flush()
+    assert [r.append_offset for r in results] == [28 * i for i in range(10)]
+    assert all(f.done() for f in futures)
+    assert broker.bodies(part) == [f"m{i}".encode() for i in range(10)]
+
+
 def test_retriable_error_then_success(broker, producer):
     part = broker.ref(TOPIC, 0)
     broker.inject(Method.SEND_MESSAGE, 503)

@@ -213,6 +213,24 @@ def test_round_trip_with_a_non_tubemq_framing(peer: ToyPeer, conn: FramedConnect
     assert conn.call("héllo wörld", text, 1.0) == "héllo wörld"
 
 
+def test_deferred_calls_go_out_together_in_call_order(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    deferred = [conn.call_async(f"d{k}", text, defer=True) for k in range(3)]
+    time.sleep(0.2)
+    assert peer.requests == [], "a deferred frame waits in the outbox"
+    conn.send_deferred()
+    assert [f.result(timeout=2) for f in deferred] == ["d0", "d1", "d2"]
+    conn.call_async("d3", text, defer=True)
+    assert conn.call_async("now", text).result(timeout=2) == "now"  # an undeferred call writes the outbox first
+    assert [payload for _cid, payload in peer.requests] == [b"d0", b"d1", b"d2", b"d3", b"now"]
+
+
+def test_a_full_outbox_is_written_without_being_asked(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    from tubespark.core.framed import MAX_DEFERRED_FRAMES
+
+    futures = [conn.call_async(f"d{k}", text, defer=True) for k in range(MAX_DEFERRED_FRAMES)]
+    assert [f.result(timeout=2) for f in futures] == [f"d{k}" for k in range(MAX_DEFERRED_FRAMES)]
+
+
 def test_the_decoder_shapes_each_result(conn: FramedConnection[str]) -> None:
     assert conn.call("12", int, 1.0) == 12
     assert conn.call("abc", len, 1.0) == 3

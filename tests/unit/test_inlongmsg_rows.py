@@ -200,7 +200,7 @@ class FakeProducer:
     def max_message_size(self, topic):
         return self.max_size
 
-    def send_async(self, topic, message, partition=None):
+    def send_async(self, topic, message, partition=None, *, defer=False):
         message.encode()  # the producer's own checks of msgType/msgTime/attributes
         self.sent.append((topic, message, partition))
 

@@ -96,6 +96,7 @@ class Producer:
         self._pool = self.settings.connection_pool()
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._in_flight: list[_InFlight] = []
+        self._deferred: set[str] = set()  # broker addresses whose connection holds deferred requests
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
@@ -216,12 +217,16 @@ class Producer:
             counter = self._round_robin.setdefault(topic, itertools.count(random.randrange(len(partitions))))
             return partitions[next(counter) % len(partitions)]
 
-    def send_async(self, topic: str, message: OutgoingMessage,
-                   partition: PartitionRef | None = None) -> Future[SendResult]:
-        """Queue one message; blocks only while ``max_in_flight`` requests to that broker are pending."""
+    def send_async(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None, *,
+                   defer: bool = False) -> Future[SendResult]:
+        """Queue one message; blocks only while ``max_in_flight`` requests to that broker are pending.
+
+        ``defer``: the request may wait to be written together with the next ones (far fewer socket
+        writes for a burst of small messages) until :meth:`flush`, which a caller that defers must call.
+        """
         part = partition or self.choose_partition(topic)
         request = self._request(topic, message, part)
-        future = self._transmit(request, part)
+        future = self._transmit(request, part, defer=defer)
         with self._lock:
             self._in_flight.append(_InFlight(request, part, future))
         return future
@@ -239,6 +244,9 @@ class Producer:
         """
         with self._lock:
             records, self._in_flight = self._in_flight, []
+            deferred, self._deferred = self._deferred, set()
+        for address in deferred:
+            self._send_deferred(address)
         results: list[SendResult] = []
         first_error: TubeSparkError | None = None
         for record in records:
@@ -295,19 +303,28 @@ class Producer:
             request.msgTime = message.msg_time
         return request
 
-    def _transmit(self, request: bpb.SendMessageRequestP2B, part: PartitionRef) -> Future[SendResult]:
+    def _transmit(self, request: bpb.SendMessageRequestP2B, part: PartitionRef, *,
+                  defer: bool = False) -> Future[SendResult]:
         self.settings.add_broker_auth(request, self._visit_token)
         address = part.broker.address
         result: Future[SendResult] = Future()
         slot = self._slot(address)
-        if not slot.acquire(timeout=self.settings.call_timeout_s):
+        if not slot.acquire(blocking=False):
+            self._send_deferred(address)  # the answers that free a slot may belong to deferred requests
+            acquired = slot.acquire(timeout=self.settings.call_timeout_s)
+        else:
+            acquired = True
+        if not acquired:
             result.set_exception(BrokerConnectionError(f"broker {address} did not acknowledge in-flight sends "
                                                      f"within {self.settings.call_timeout_s}s"))
             return result
         try:
             inner = self._pool.get(address).call_async(Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
                                                          request, bpb.SendMessageResponseB2P,
-                                                         self.settings.call_timeout_s)
+                                                         self.settings.call_timeout_s, defer=defer)
+            if defer:
+                with self._lock:
+                    self._deferred.add(address)
         except TubeSparkError as exc:
             slot.release()
             result.set_exception(exc)
@@ -326,6 +343,13 @@ class Producer:
 
         inner.add_done_callback(done)
         return result
+
+    def _send_deferred(self, address: str) -> None:
+        """Write the requests deferred on ``address``'s connection (a failed one has failed them already)."""
+        try:
+            self._pool.get(address).send_deferred()
+        except TubeSparkError as exc:  # cannot reconnect: the deferred calls failed with the old connection
+            log.debug("no deferred sends written to %s: %s", address, exc)
 
     def _slot(self, address: str) -> threading.BoundedSemaphore:
         with self._lock:

@@ -57,13 +57,18 @@ class Connection:
         return self._framed.closed
 
     def call_async(self, method: int, service_type: int, request: Message, response_cls: type[M],
-                   timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> Future[M]:
+                   timeout_s: float = DEFAULT_CALL_TIMEOUT_S, *, defer: bool = False) -> Future[M]:
         """Send one request; the future resolves to the parsed response or an error.
 
-        ``timeout_s`` also goes into the envelope: the server drops a request older than that.
+        ``timeout_s`` also goes into the envelope: the server drops a request older than that. ``defer``:
+        see :meth:`tubespark.core.framed.FramedConnection.call_async`.
         """
         payload = encode_request(method, service_type, request, max(1, int(timeout_s * 1000)))
-        return self._framed.call_async(payload, functools.partial(_response_decoder, response_cls))
+        return self._framed.call_async(payload, functools.partial(_response_decoder, response_cls), defer=defer)
+
+    def send_deferred(self) -> None:
+        """Write the deferred requests now."""
+        self._framed.send_deferred()
 
     def call(self, method: int, service_type: int, request: Message, response_cls: type[M],
              timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> M:

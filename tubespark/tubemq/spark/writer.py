@@ -6,10 +6,11 @@ option wins), ``streamId`` (sent as msgType, so server-side filters match), ``ms
 same key go to the same partition; otherwise round-robin).
 
 Each executor process keeps one producer per cluster and pipelines many SendMessage requests per
-broker; a task returns only after the broker acknowledged every row, and fails (after retries) on
-any send error, so nothing is dropped silently. Delivery is at-least-once: a retried task sends its
-rows again. With ``dedupAttribute`` every message carries a stable id (write, task, row), and a
-tubespark reader with ``dedupe=true`` drops the replays.
+broker, written to the socket in groups (``defer``: one write for up to 32 requests); a task returns
+only after the broker acknowledged every row, and fails (after retries) on any send error, so nothing
+is dropped silently. Delivery is at-least-once: a retried task sends its rows again. With
+``dedupAttribute`` every message carries a stable id (write, task, row), and a tubespark reader
+with ``dedupe=true`` drops the replays.
 
 ``payloadFormat=inlongmsg`` packs the rows into InLong bundles (InLongMsg v1, see
 :mod:`tubespark.formats.inlongmsg` for why v1) instead: one open bundle per (topic, partition,
@@ -136,7 +137,7 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
             partitions = layouts[topic]
             part = partitions[zlib.crc32(route.encode()) % len(partitions)] if route is not None else None
             try:
-                producer.send_async(topic, message, part)
+                producer.send_async(topic, message, part, defer=True)
             except MessageFormatError as exc:  # too large or empty: nothing of this row was sent
                 raise type(exc)(f"row {rows} of this task (topic {topic!r}, value of {len(data)} bytes) cannot be "
                                 f"sent: {exc}; the {rows} rows before it were sent") from exc
@@ -261,7 +262,7 @@ class BundledSend:
                 message = OutgoingMessage(payload, msg_type=stream_id, msg_time=minute,
                                           attributes=dict(_BUNDLE_ATTRIBUTES))
                 try:
-                    self.producer.send_async(topic, message, partitions[index] if index >= 0 else None)
+                    self.producer.send_async(topic, message, partitions[index] if index >= 0 else None, defer=True)
                 except MessageFormatError as exc:
                     raise type(exc)(f"the bundle of rows {rows[0]}..{rows[-1]} of this task (topic {topic!r}, "
                                     f"{len(rows)} rows) cannot be sent: {exc}; rows in bundles before it were "
