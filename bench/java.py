@@ -2,25 +2,23 @@
 
 Why a separate program from ``tests/interop``: the interop CLI prints every message as JSON, which
 measures Gson, not TubeMQ. TubeBench only counts, and prints one JSON line of totals. It is built like
-the interop CLI (Maven resolves, javac compiles, into a cache dir keyed by the sources' hash) and runs
-with the JVM's default flags, as a user's application would.
+the interop CLI (:class:`tubespark_testbed.javatool.JavaTool`) and runs with the JVM's default flags, as a
+user's application would.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.maven import BuildError, cache_root, content_hash, resolve_classpath, run_checked, which
+from tubespark_testbed.javatool import JavaTool, JavaToolError, tail
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 MAIN_CLASS = "org.tubespark.bench.TubeBench"
+QUIET = ("-Dorg.apache.logging.log4j.level=WARN",)
 
 
 @dataclass(frozen=True)
@@ -33,45 +31,25 @@ class JavaResult:
     setup_seconds: float
 
 
-def _sources() -> list[Path]:
-    return sorted((JAVA_DIR / "src").rglob("*.java"))
-
-
 class TubeBench:
     """Build-once wrapper around TubeBench (consume / produce)."""
 
     def __init__(self) -> None:
-        self.classes = cache_root() / f"tubebench-{content_hash([JAVA_DIR / 'pom.xml', *_sources()], JAVA_DIR)}"
-        self._classpath: str | None = None
+        self.tool = JavaTool(JAVA_DIR, "tubebench", MAIN_CLASS, required_jars=("tubemq-client",))
 
     def build(self) -> None:
         """Resolve tubemq-client 1.13.0 from Maven Central and compile TubeBench (no-op when cached)."""
-        jars = resolve_classpath(JAVA_DIR / "pom.xml", "tubebench-deps")
-        if not (self.classes / "BUILD_OK").exists():
-            work = Path(tempfile.mkdtemp(prefix=".tubebench-", dir=self.classes.parent))
-            try:
-                run_checked([which("javac"), "--release", "17", "-nowarn", "-encoding", "UTF-8", "-d",
-                             str(work / "classes"), "-cp", os.pathsep.join(jars), *map(str, _sources())],
-                            cwd=work, timeout=300, what="javac TubeBench")
-                (work / "BUILD_OK").write_text("ok\n")
-                shutil.rmtree(self.classes, ignore_errors=True)
-                work.rename(self.classes)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-        self._classpath = os.pathsep.join([str(self.classes / "classes"), *jars])
+        self.tool.build()
 
     def _command(self, *args: str) -> list[str]:
-        if self._classpath is None:
-            self.build()
-        assert self._classpath is not None
-        return [which("java"), "-Dorg.apache.logging.log4j.level=WARN", "-cp", self._classpath, MAIN_CLASS, *args]
+        return self.tool.command(*args, jvm_flags=QUIET)
 
     def _run(self, *args: str, timeout_s: float) -> JavaResult:
         cmd = self._command(*args, "--timeout-ms", str(int(timeout_s * 1000)))
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 60, check=False)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         if proc.returncode != 0 or not lines:
-            raise BuildError(f"TubeBench {args[0]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+            raise JavaToolError(f"TubeBench {args[0]} failed (exit {proc.returncode}):\n{tail(proc.stderr)}")
         data: dict[str, Any] = json.loads(lines[-1])
         return JavaResult(int(data["messages"]), int(data["bytes"]), float(data["seconds"]),
                           float(data["setup_seconds"]))

@@ -22,11 +22,12 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from bench.maven import HERE, BuildError, resolve_classpath, which
+from tubespark_testbed.javatool import JavaToolError, resolve_classpath, which
 
 KAFKA_VERSION = "4.3.1"
 SPARK_KAFKA_VERSION = "4.2.0"
 START_TIMEOUT_S = 90.0
+POMS = Path(__file__).resolve().parent / "maven"
 
 
 def _free_port() -> int:
@@ -45,7 +46,7 @@ def spark_kafka_jars() -> list[str]:
     import pyspark
 
     shipped = {_artifact(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    jars = resolve_classpath(HERE / "maven" / "spark-sql-kafka.pom.xml", "spark-sql-kafka")
+    jars = resolve_classpath(POMS / "spark-sql-kafka.pom.xml", "spark-sql-kafka")
     return [j for j in jars if _artifact(j) not in shipped]
 
 
@@ -73,7 +74,7 @@ class KafkaBroker:
 
     def start(self) -> KafkaBroker:
         """Resolve the jars (cached), format the log dir and start; return once it serves clients."""
-        jars = resolve_classpath(HERE / "maven" / "kafka-server.pom.xml", "kafka-server")
+        jars = resolve_classpath(POMS / "kafka-server.pom.xml", "kafka-server")
         classpath = ":".join(jars)
         self.port, self.controller_port = _free_port(), _free_port()
         props = self.work_dir / "server.properties"
@@ -120,7 +121,7 @@ class KafkaBroker:
                               cluster_id, "-c", str(props)], capture_output=True, text=True, timeout=120,
                              check=False)
         if fmt.returncode != 0:
-            raise BuildError(f"kafka storage format failed:\n{fmt.stdout[-2000:]}\n{fmt.stderr[-2000:]}")
+            raise JavaToolError(f"kafka storage format failed:\n{fmt.stdout[-2000:]}\n{fmt.stderr[-2000:]}")
         self.jvm_flags = common
         atexit.register(self.stop)  # no broker JVM outlives the benchmark
         out = open(self.work_dir / "kafka.out", "wb")  # noqa: SIM115 - lives as long as the process
@@ -130,12 +131,12 @@ class KafkaBroker:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BuildError(f"kafka exited ({self.proc.returncode}):\n{self._tail()}")
+                raise JavaToolError(f"kafka exited ({self.proc.returncode}):\n{self._tail()}")
             if log_file.exists() and "Kafka Server started" in log_file.read_text(errors="replace"):
                 return self
             time.sleep(0.25)
         self.stop()
-        raise BuildError(f"kafka did not start within {START_TIMEOUT_S:.0f} s:\n{self._tail()}")
+        raise JavaToolError(f"kafka did not start within {START_TIMEOUT_S:.0f} s:\n{self._tail()}")
 
     def _tail(self) -> str:
         texts = []

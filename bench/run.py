@@ -4,9 +4,9 @@ Why one session: these machines are noisy (2 cores shared with other jobs), so e
 between runs that alternate (A, B, A, B, ...) in the same process, against the same brokers, and
 reported as a ratio of medians. The session:
 
-1. starts, in parallel, a TubeMQ cluster (``bench/cluster.py``: the testbed's, broker on Java's default
-   flags; skipped with ``--tubemq-master``), a Kafka 4.3.1 broker (``bench/kafka.py``) and the build of
-   the Java tool (``bench/java.py``);
+1. starts, in parallel, a TubeMQ cluster (the testbed's ``LocalCluster``, its broker on Java's default
+   flags, ``broker_jvm="default"``; skipped with ``--tubemq-master``), a Kafka 4.3.1 broker
+   (``bench/kafka.py``) and the build of the Java tool (``bench/java.py``);
 2. fills each size's read topic (TubeMQ with the Java producer, Kafka with Spark's Kafka sink) and
    checks both hold the expected N;
 3. per core count (a fresh Spark session each): per size, the read group, then the write group,
@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
-    from bench.cluster import BenchCluster, testbed_broker_flags
+    from tubespark_testbed import LocalCluster
+
     from bench.java import TubeBench
     from bench.kafka import KAFKA_VERSION, SPARK_KAFKA_VERSION, KafkaBroker, spark_kafka_jars
 
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     bundled_topics = {s: f"bench_bundled_{s}" for s in sizes}  # the read backlog again, as InLong bundles
     topics = [*read_topics.values(), *write_topics.values(), *bundled_topics.values(), "bench_latency",
               "bench_memory"]
-    cluster: BenchCluster | None = None
+    cluster: LocalCluster | None = None
     kafka: KafkaBroker | None = None
     java = TubeBench()
     all_cases: list[C.Case] = []
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             fut_cluster = None
             if args.tubemq_master is None:
-                cluster = BenchCluster(broker_jvm=args.broker_jvm, topics=[(t, *profile.topic_shape) for t in topics])
+                cluster = LocalCluster(broker_jvm=args.broker_jvm, topics=[(t, *profile.topic_shape) for t in topics])
                 fut_cluster = pool.submit(cluster.start)
             fut_kafka = pool.submit(KafkaBroker(partitions=partitions).start) if want_kafka else None
             fut_jars = pool.submit(spark_kafka_jars) if want_kafka else None
@@ -176,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             "master": master,
             "local_cluster": cluster is not None,
             "broker_jvm": args.broker_jvm if cluster else "external (unknown)",
-            "broker_jvm_flags": cluster.broker_flags() if cluster else [],
-            "testbed_broker_jvm_flags": testbed_broker_flags(),
+            "broker_jvm_flags": cluster.jvm_flags("broker") if cluster else [],
+            "testbed_broker_jvm_flags": LocalCluster(broker_jvm="testbed").jvm_flags("broker"),
             "topic_shape": {"partitions": profile.topic_shape[0], "stores": profile.topic_shape[1]},
             "server_version": "2.4.0" if cluster else "?",
             "java_client": "org.apache.inlong:tubemq-client:1.13.0 (wire-equal to 2.4.0)",

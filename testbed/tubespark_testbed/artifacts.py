@@ -141,11 +141,15 @@ def render_pom() -> str:
     )
 
 
-def cache_dir() -> Path:
-    """Root of the artifact cache: ``$TUBESPARK_CACHE`` or ``~/.cache/tubespark``."""
+def cache_root() -> Path:
+    """Root of every build cache: ``$TUBESPARK_CACHE`` or ``~/.cache/tubespark``."""
     root = os.environ.get("TUBESPARK_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "tubespark"
-    return base / f"tubemq-{TUBEMQ_VERSION}"
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "tubespark"
+
+
+def cache_dir() -> Path:
+    """Where the TubeMQ server's jars are cached."""
+    return cache_root() / f"tubemq-{TUBEMQ_VERSION}"
 
 
 def lib_dir() -> Path:

@@ -49,11 +49,7 @@ JAVA_ENV = "TUBESPARK_JAVA"
 
 # Flags valid on JDK 17 and later. The shipped env.sh uses CMS / Java 8 GC-logging flags that
 # JDK 17 rejects ("Unrecognized VM option"), so none of them are reused.
-_COMMON_JVM_FLAGS = (
-    "-XX:+UseSerialGC",  # one small heap per JVM; no GC threads to spare on a CI box
-    "-XX:TieredStopAtLevel=1",  # C1 only: start-up speed matters more than peak throughput here
-    "-XX:+ExitOnOutOfMemoryError",
-    "-Xss512k",
+REQUIRED_JVM_FLAGS = (  # what TubeMQ needs to run on JDK 17+, and nothing that tunes the JVM
     "-Djava.net.preferIPv4Stack=true",
     "-Dfile.encoding=UTF-8",
     "-Dio.netty.tryReflectionSetAccessible=true",
@@ -61,6 +57,12 @@ _COMMON_JVM_FLAGS = (
     "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
     "--add-opens=java.base/java.lang=ALL-UNNAMED",
     "--add-opens=java.base/java.util=ALL-UNNAMED",
+)
+_TUNING_JVM_FLAGS = (
+    "-XX:+UseSerialGC",  # one small heap per JVM; no GC threads to spare on a CI box
+    "-XX:TieredStopAtLevel=1",  # C1 only: start-up speed matters more than peak throughput here
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Xss512k",
 )
 _ZK_JVM_FLAGS = (
     "-Xms32m",
@@ -143,9 +145,13 @@ class LocalCluster:
         java: str | None = None,
         topics: Iterable[str | tuple[str, int, int]] = (),
         masters: int = 1,
+        broker_jvm: str = "testbed",
     ) -> None:
         if not 1 <= masters <= 5:
             raise ClusterError(f"masters must be 1-5, got {masters}")
+        if broker_jvm not in ("testbed", "default"):
+            raise ClusterError(f"broker_jvm must be 'testbed' or 'default', got {broker_jvm!r}")
+        self.broker_jvm = broker_jvm
         self.settings = settings or ClusterSettings()
         self.masters = masters
         self.initial_topics = [parse_topic_spec(t) for t in topics]
@@ -263,7 +269,7 @@ class LocalCluster:
         del lib
 
         t0 = time.monotonic()
-        zk = self._spawn(java, classpath, "zookeeper", _ZK_JVM_FLAGS, ZK_MAIN, [str(self.files.zoo_cfg)])
+        zk = self._spawn(java, classpath, "zookeeper", ZK_MAIN, [str(self.files.zoo_cfg)])
         wait_until(
             "ZooKeeper to serve requests",
             lambda: _zk_ok(self.ports.zk),  # type: ignore[union-attr]
@@ -274,7 +280,7 @@ class LocalCluster:
 
         log.info("ZooKeeper up on %s after %.1fs", self.zk_address, time.monotonic() - t0)
         master = self._spawn(
-            java, classpath, "master", _MASTER_JVM_FLAGS, MASTER_MAIN, ["-f", str(self.files.master_ini)]
+            java, classpath, "master", MASTER_MAIN, ["-f", str(self.files.master_ini)]
         )
         self._active_master = "master"
         # A modify call is the real readiness test: the web port answers queries before the
@@ -296,7 +302,7 @@ class LocalCluster:
         log.info("master up on %s after %.1fs", self.master_address, time.monotonic() - t0)
         # The standbys start once the first master holds the election node, so the first one is active.
         standbys = [
-            self._spawn(java, classpath, name, _MASTER_JVM_FLAGS, MASTER_MAIN, ["-f", str(ini)])
+            self._spawn(java, classpath, name, MASTER_MAIN, ["-f", str(ini)])
             for name, ini in zip(self.master_names[1:], self.files.master_inis[1:], strict=True)
         ]
         for name, proc in zip(self.master_names[1:], standbys, strict=True):
@@ -310,7 +316,7 @@ class LocalCluster:
             )
 
         broker = self._spawn(
-            java, classpath, "broker", _BROKER_JVM_FLAGS, BROKER_MAIN, ["-f", str(self.files.broker_ini)]
+            java, classpath, "broker", BROKER_MAIN, ["-f", str(self.files.broker_ini)]
         )
         # Without initial topics, registered + online is all a client can observe; waiting out the
         # registration's 30 s wait_sub would only delay start-up (a topic created meanwhile queues
@@ -330,14 +336,23 @@ class LocalCluster:
         )
         log.info("broker up on %s after %.1fs", self.broker_address, time.monotonic() - t0)
 
-    def _spawn(
-        self, java: str, classpath: str, name: str, flags: tuple[str, ...], main: str, args: list[str]
-    ) -> JavaProcess:
+    def jvm_flags(self, name: str) -> list[str]:
+        """The JVM flags process ``name`` runs with, per-run paths aside.
+
+        Start-up-speed tuning (serial GC, C1 only, small heaps) suits tests; with ``broker_jvm="default"``
+        the broker gets only :data:`REQUIRED_JVM_FLAGS` and otherwise Java's defaults (G1, C2, heap sized
+        from RAM), which is what throughput figures users compare with their own clusters need.
+        """
+        if name == "broker" and self.broker_jvm == "default":
+            return list(REQUIRED_JVM_FLAGS)
+        own = {"zookeeper": _ZK_JVM_FLAGS, "broker": _BROKER_JVM_FLAGS}.get(name, _MASTER_JVM_FLAGS)
+        return [*_TUNING_JVM_FLAGS, *REQUIRED_JVM_FLAGS, *own]
+
+    def _spawn(self, java: str, classpath: str, name: str, main: str, args: list[str]) -> JavaProcess:
         assert self.files is not None and self.work_dir is not None
         argv = [
             java,
-            *_COMMON_JVM_FLAGS,
-            *flags,
+            *self.jvm_flags(name),
             f"-Dtubemq.home={self.work_dir}",
             f"-Dtubemq.log.path={self.files.log_dir}",
             f"-Dtubemq.log.prefix={name}",

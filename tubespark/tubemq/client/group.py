@@ -214,11 +214,14 @@ class GroupSession:
         return held
 
     def close(self) -> None:
-        """Release every partition and leave the group, so the master re-assigns them at once."""
+        """Release every partition and leave the group, so the master re-assigns them at once.
+
+        The session thread is joined last: it may be in the middle of a call for up to the call timeout,
+        and a process being shut down (Spark ends a stream reader's with SIGTERM) may not live that long,
+        while the partitions and the membership must be given back first.
+        """
         self._stop.set()
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.settings.call_timeout_s * 2)
         with self._lock:
             held, self._held = list(self._held.values()), {}
             self._assigned.clear()
@@ -234,6 +237,8 @@ class GroupSession:
             self._master.call(Method.CONSUMER_CLOSE, request, mpb.CloseResponseM2C)
         except TubeSparkError as exc:
             log.debug("consumer close on master failed: %s", exc)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.settings.call_timeout_s * 2)
         self._master.close()
         self.brokers.close()
 
