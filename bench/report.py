@@ -8,6 +8,7 @@ cancels out. MB/s counts message bodies only (10^6 bytes).
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,8 @@ def case_record(case: Case, min_run_s: float) -> dict[str, Any]:
 
 
 def ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The named ratios of median rows/s, per (size, cores)."""
+    """The named ratios of median rows/s, per (size, cores); and the AvailableNow drain without its start
+    (``tubespark_stream_drain``: rows over the median of the runs' micro-batch time) against the batch read."""
     by_key = {(r["case"], r["size"], r["cores"]): r for r in records if r["rows_per_s"]}
     out = []
     for size, cores in sorted({(r["size"], r["cores"]) for r in records}):
@@ -62,6 +64,12 @@ def ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if ra and rb:
                 out.append({"name": f"{a}/{b}", "size": size, "cores": cores,
                             "value": round(ra["rows_per_s"] / rb["rows_per_s"], 3)})
+        stream, batch = by_key.get(("tubespark_stream", size, cores)), by_key.get(("tubespark_batch", size, cores))
+        drains = [run["drain_seconds"] for run in stream["runs"] if run.get("drain_seconds")] if stream else []
+        if stream and batch and drains:
+            drain_rate = stream["rows"] / statistics.median(drains)
+            out.append({"name": "tubespark_stream_drain/tubespark_batch", "size": size, "cores": cores,
+                        "value": round(drain_rate / batch["rows_per_s"], 3)})
     return out
 
 

@@ -286,29 +286,23 @@ def check_sink_reachable(options: TubeMQOptions) -> None:
         producer.close()
 
 
-class TubeBatchWriter(StampedBatchWriter):
+class _TubeSink:
+    """What the batch and the stream sink share: a reachable cluster checked on the driver, and the send."""
+
+    broker = "TubeMQ"
+    options: TubeMQOptions
+
+    def __init__(self, options: TubeMQOptions) -> None:
+        super().__init__(options)  # type: ignore[call-arg]  # the Stamped*Writer next in the MRO
+        check_sink_reachable(options)
+
+    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
+        return send_batches(batches, self.options, stamp)
+
+
+class TubeBatchWriter(_TubeSink, StampedBatchWriter):
     """``df.write.format("tubemq")``: each task sends its rows, stamped ``<write id>-<task>``."""
 
-    broker = "TubeMQ"
-    options: TubeMQOptions
 
-    def __init__(self, options: TubeMQOptions) -> None:
-        super().__init__(options)
-        check_sink_reachable(options)
-
-    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
-        return send_batches(batches, self.options, stamp)
-
-
-class TubeStreamWriter(StampedStreamWriter):
+class TubeStreamWriter(_TubeSink, StampedStreamWriter):
     """``df.writeStream.format("tubemq")``: each task sends its rows, stamped ``<query>-<batch>-<task>``."""
-
-    broker = "TubeMQ"
-    options: TubeMQOptions
-
-    def __init__(self, options: TubeMQOptions) -> None:
-        super().__init__(options)
-        check_sink_reachable(options)
-
-    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
-        return send_batches(batches, self.options, stamp)
