@@ -99,6 +99,21 @@ def test_connect_event_holds_partitions_and_is_acknowledged(broker, master, part
     wait_until(master.idle, what="the master to see the ack")
 
 
+def test_the_first_assignment_is_picked_up_without_waiting_a_heartbeat_interval(master, parts):
+    """A starting query waits for the master's first event: it must not wait a whole (3 s) interval for it."""
+    s = GroupSession(master.address, GROUP, [TOPIC], settings=fast_settings(heartbeat_interval_s=3.0),
+                     client_id="member-2")
+    s.start()
+    try:
+        time.sleep(0.3)  # the first heartbeat went out with nothing to hand out yet
+        master.push_event(EventType.CONNECT, parts)
+        started = time.monotonic()
+        assert set(s.wait_for_assignment(timeout_s=5.0)) == {p.key for p in parts}
+        assert time.monotonic() - started < 1.5
+    finally:
+        s.close()
+
+
 def test_held_partitions_report_the_brokers_offsets(broker, master, parts, session):
     broker.append(parts[0], b"a", b"b")
     broker.set_stored_offset(GROUP, parts[0], 28)

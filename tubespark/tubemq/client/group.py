@@ -40,6 +40,8 @@ AssignmentListener = Callable[[list[PartitionRef], list[PartitionRef]], None]
 
 _CONNECT_EVENTS = (EventType.CONNECT, EventType.ONLY_CONNECT)
 _DISCONNECT_EVENTS = (EventType.DISCONNECT, EventType.ONLY_DISCONNECT)
+FIRST_EVENT_POLL_S = 0.5
+"""How often a member that has no assignment yet heart-beats the master (then ``heartbeat_interval_s``)."""
 
 
 @dataclass(frozen=True)
@@ -450,5 +452,10 @@ class GroupSession:
                 self._heartbeat_brokers()
                 self._retry_pending()
                 next_broker_beat = now + self.settings.heartbeat_interval_s
-            self._wake.wait(self.settings.heartbeat_interval_s)
+            with self._lock:
+                waiting_for_first = not self._events_applied
+            # Until the master's first rebalance event arrives (what a starting query waits for), ask
+            # often: the event comes with a heartbeat's answer, so this saves up to an interval per start.
+            self._wake.wait(min(FIRST_EVENT_POLL_S, self.settings.heartbeat_interval_s) if waiting_for_first
+                            else self.settings.heartbeat_interval_s)
             self._wake.clear()
