@@ -222,6 +222,7 @@ class GroupSession:
         and a process being shut down (Spark ends a stream reader's with SIGTERM) may not live that long,
         while the partitions and the membership must be given back first.
         """
+        started = time.monotonic()
         self._stop.set()
         self._wake.set()
         with self._lock:
@@ -237,8 +238,10 @@ class GroupSession:
             request = mpb.CloseRequestC2M(clientId=self.client_id, groupName=self.group)
             self.settings.add_master_auth(request)
             self._master.call(Method.CONSUMER_CLOSE, request, mpb.CloseResponseM2C)
-        except TubeSparkError as exc:
-            log.debug("consumer close on master failed: %s", exc)
+            log.info("member %s left group %s (released %d partitions) in %.1f s", self.client_id, self.group,
+                     len(held), time.monotonic() - started)
+        except TubeSparkError as exc:  # the master counts this member until its session times out
+            log.warning("member %s could not leave group %s: %s", self.client_id, self.group, exc)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.settings.call_timeout_s * 2)
         self._master.close()
