@@ -6,6 +6,7 @@ import pytest
 
 from tubespark.errors import MessageFormatError
 from tubespark.tubemq.wire.formats import (
+    MAX_TOPIC_PARTITIONS,
     BrokerInfo,
     PartitionRef,
     TopicLayout,
@@ -31,6 +32,19 @@ def test_broker_info_blank_port_means_8123(text: str) -> None:
 def test_bad_broker_info(text: str) -> None:
     with pytest.raises(MessageFormatError):
         BrokerInfo.parse(text)
+
+
+@pytest.mark.parametrize("text", ["1:127.0.0.1:65536", "1:127.0.0.1:-1", "1:h:2147483648"])
+def test_broker_info_with_a_port_outside_0_65535_is_refused(text: str) -> None:
+    # issue 13 fuzzing: such a port used to parse, then failed as a plain ValueError when connecting
+    with pytest.raises(MessageFormatError, match=r"outside 0\.\.65535"):
+        BrokerInfo.parse(text)
+    with pytest.raises(MessageFormatError):
+        PartitionRef.parse_wire(f"{text}#t:0")
+
+
+def test_broker_info_port_bounds_are_accepted() -> None:
+    assert [BrokerInfo.parse(f"1:h:{port}").port for port in (0, 65535)] == [0, 65535]
 
 
 # --- partitions -------------------------------------------------------------------------------------
@@ -127,3 +141,17 @@ def test_topic_layout_with_unknown_broker_keeps_its_partitions() -> None:
 def test_bad_topic_layouts(text: str) -> None:
     with pytest.raises(MessageFormatError):
         TopicLayout.parse(text, BROKERS)
+
+
+@pytest.mark.parametrize("text", [
+    "t#1:10000:10#",              # issue 13 fuzzing: 13 characters made 100,000 partitions (137 ms)
+    "t#1:10000:2147483647#",      # ... or 2e13 of them (memory exhausted)
+    "t#1:10000:1,2:1:1#",         # the bound is on the whole line, not per broker
+])
+def test_topic_layout_expanding_past_the_partition_limit_is_refused(text: str) -> None:
+    with pytest.raises(MessageFormatError, match="more than 10000 partitions"):
+        TopicLayout.parse(text, BROKERS)
+
+
+def test_topic_layout_at_the_partition_limit_is_accepted() -> None:
+    assert len(TopicLayout.parse("t#1:5000:1,2:5000:1#", BROKERS).partitions) == MAX_TOPIC_PARTITIONS

@@ -8,6 +8,9 @@ from tubespark.errors import MessageFormatError
 from tubespark.tubemq.wire.constants import PARTITION_STORE_BASE
 
 DEFAULT_BROKER_PORT = 8123
+MAX_TOPIC_PARTITIONS = 10_000
+"""Most partitions one topic info line may expand to: its counts are multiplied out, so a few digits from
+the peer would otherwise make millions of objects (far more than any real topic has)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -28,6 +31,8 @@ class BrokerInfo:
             raise MessageFormatError(f"bad broker info {text!r}, expected brokerId:ip:port")
         try:
             port = int(parts[2]) if parts[2].strip() else DEFAULT_BROKER_PORT
+            if not 0 <= port <= 0xFFFF:  # else it fails far from the wire, as an untyped ValueError on connect
+                raise MessageFormatError(f"bad broker info {text!r}: port {port} is outside 0..65535")
             return cls(int(parts[0]), parts[1], port)
         except ValueError as exc:
             raise MessageFormatError(f"bad broker info {text!r}") from exc
@@ -130,6 +135,9 @@ class TopicLayout:
             if not 0 <= part_num <= PARTITION_STORE_BASE or store_num < 0:
                 # ids are store * 10000 + index: more than 10000 partitions per store would collide
                 raise MessageFormatError(f"bad partition/store count in {item!r} of {text!r}")
+            if len(parts) + part_num * store_num > MAX_TOPIC_PARTITIONS:
+                raise MessageFormatError(f"topic info {text[:200]!r} expands to more than {MAX_TOPIC_PARTITIONS} "
+                                         f"partitions (at {item!r})")
             broker = brokers.get(broker_id, BrokerInfo(broker_id, "", 0))
             parts.extend(
                 PartitionRef(broker_id, topic, store * PARTITION_STORE_BASE + index, broker.host, broker.port)
