@@ -86,6 +86,7 @@ def table(doc: dict[str, Any]) -> str:
     flags = " ".join(doc["tubemq"].get("broker_jvm_flags") or []) or "(none)"
     lines = [f"tubespark benchmark ({doc['profile']}) - medians of {doc['config']['repeats']} alternating runs",
              f"TubeMQ broker JVM ({doc['tubemq'].get('broker_jvm')}): {flags}",
+             f"protobuf backend: {doc['host'].get('protobuf_backend', '?')}",
              ""]
     header = f"{'kind':5} {'case':17} {'size':>5} {'cores':>5} {'rows':>10} {'sec':>7} {'rows/s':>11} " \
              f"{'MB/s':>8} {'rows/s/core':>11} note"

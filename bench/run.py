@@ -260,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                    "write_rows": profile.write_rows, "ceiling_factor": profile.ceiling_factor,
                    "min_run_s": MIN_RUN_S, "alternation": "A,B,C,A,B,C,... per (size, cores) group"},
         "host": {"cpus": os.cpu_count(), "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                 "protobuf_backend": _protobuf_backend(),
                  "python": platform.python_version(), "java": _java_version(), "platform": platform.platform()},
         "spark": {"master": args.spark_master, "version": spark_version},
         "tubemq": doc_tubemq,
@@ -283,6 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(doc))
     print(f"\nJSON: {out}\nchart: {args.chart}")
     return 1 if doc["errors"] else 0
+
+
+def _protobuf_backend() -> str:
+    """``upb`` (C) or ``python``: the pure-Python protobuf backend decodes fetches many times slower."""
+    from google.protobuf.internal import api_implementation
+
+    return str(api_implementation.Type())
 
 
 def _memory_case(env: C.Env, profile: Profile) -> dict[str, Any]:
