@@ -191,6 +191,36 @@ def test_shutdown_hooks_stop_then_chain(monkeypatch):
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_a_second_sigterm_does_not_cut_the_first_ones_stop_short(monkeypatch):
+    """Spark sends SIGTERM twice; the group must still be left (the flaky re-run that missed partitions)."""
+    import os
+    import time
+
+    monkeypatch.setattr(shutdown.atexit, "register", lambda fn: None)
+    previous = signal.getsignal(signal.SIGTERM)
+    steps: list[str] = []
+
+    def stop():
+        steps.append("stop")
+        if len(steps) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # the second one, while this stop() is still at work
+            time.sleep(0.05)  # the handler runs here, between two bytecodes of this thread
+            steps.append("left the group")
+
+    def terminate() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)
+
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        shutdown.install_shutdown_hooks(stop)
+        with pytest.raises(SystemExit):
+            terminate()
+        assert steps == ["stop", "left the group"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_shutdown_hooks_off_the_main_thread_register_atexit_only(monkeypatch):
     registered = []
     monkeypatch.setattr(shutdown.atexit, "register", registered.append)

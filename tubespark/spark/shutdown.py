@@ -19,8 +19,16 @@ def install_shutdown_hooks(stop: Callable[[], None]) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
+    stopping = threading.Event()
 
     def on_term(signum: int, frame: Any) -> None:
+        # Spark stops the process twice (stopWorker, then the factory's stop): a second SIGTERM arrives
+        # while the first one's stop() is still leaving the group. Handled like the first, it would raise
+        # SystemExit inside that stop() and cut it short, and the master would count the gone member
+        # until its session timed out (the next run of the query then gets only part of its partitions).
+        if stopping.is_set():
+            return
+        stopping.set()
         stop()
         if callable(previous):
             previous(signum, frame)

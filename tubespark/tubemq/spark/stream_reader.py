@@ -106,7 +106,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         """``(partition, query offset, broker max offset)`` of each of those events."""
         self.skipped_bundles = 0
         """Messages read tasks skipped as unparseable so far (``skippedBundlesPath``; ``ignoreParseErrors``)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: the SIGTERM hook calls stop() in the thread that may hold it
 
     # --- pickling: executors get options only, never sockets or threads -------------------------
 
