@@ -111,6 +111,22 @@ class ClusterSettings:
         bound a machine crash, not a process kill.
 
     :meth:`tight_flush` returns the settings with the smallest window the server allows.
+
+    **Client authentication** (``master.ini``; the broker takes the same switches from the master's
+    answer to its registration). All off by default, as in the server; :meth:`with_client_auth` turns
+    them on. What 2.4.0 really checks when they are on is in ``docs/tubemq/auth.md``; in short:
+
+    * ``produce_authenticate`` / ``consume_authenticate`` (``startProduceAuthenticate`` /
+      ``startConsumeAuthenticate``): the master refuses producer / consumer calls without a user name
+      and a signature, or whose timestamp is more than ``auth_timestamp_valid_ms`` off its clock
+      (``authValidTimeStampPeriodMs``, default 20000, clamped to 5000-120000); the broker refuses sends /
+      consumer registrations without a token. Neither verifies the signature nor knows any user.
+    * ``produce_authorize`` / ``consume_authorize`` (``startProduceAuthorize`` /
+      ``startConsumeAuthorize``): accepted, each needs its ``*_authenticate`` (else the master does not
+      start), and the open-source 2.4.0 server then authorizes everything.
+    * ``visit_token_check`` (``startVisitTokenCheck``): the broker refuses a request whose visit token
+      is not one the master handed out, once it has been registered for ``visit_token_grace_ms``
+      (``broker.ini`` ``visitTokenCheckInValidTimeMs``, default 120000, clamped to 60000-300000).
     """
 
     balance_period_ms: int = 2000
@@ -136,6 +152,31 @@ class ClusterSettings:
     unflush_threshold: int | None = None
     unflush_interval_ms: int | None = None
     unflush_data_hold: int | None = None
+    produce_authenticate: bool = False
+    produce_authorize: bool = False
+    consume_authenticate: bool = False
+    consume_authorize: bool = False
+    visit_token_check: bool = False
+    auth_timestamp_valid_ms: int = 20000
+    visit_token_grace_ms: int = 120000
+
+    def __post_init__(self) -> None:
+        # The master exits at start-up with an IllegalArgumentException otherwise (MasterConfig): fail
+        # here, with the setting's name, instead of after a JVM start and a timeout.
+        for kind in ("produce", "consume"):
+            if getattr(self, f"{kind}_authorize") and not getattr(self, f"{kind}_authenticate"):
+                key = kind.title()
+                raise ClusterError(f"{kind}_authorize=True needs {kind}_authenticate=True (the master refuses "
+                                   f"to start with start{key}Authorize but not start{key}Authenticate)")
+
+    def with_client_auth(self, *, visit_token_check: bool = False) -> ClusterSettings:
+        """These settings with every client authentication and authorization switch of the master on.
+
+        ``visit_token_check`` stays off unless asked: it makes the broker refuse requests without a
+        visit token from the master (see ``docs/tubemq/auth.md``).
+        """
+        return replace(self, produce_authenticate=True, produce_authorize=True, consume_authenticate=True,
+                       consume_authorize=True, visit_token_check=visit_token_check)
 
     def tight_flush(self, *, mem_store: bool = True) -> ClusterSettings:
         """These settings with the smallest durability window 2.4.0 allows.
@@ -213,12 +254,12 @@ def render_cluster_files(work_dir: Path, ports: ClusterPorts, settings: ClusterS
         d.mkdir(parents=True, exist_ok=True)
     values: dict[str, object] = {
         **{f"{k}_port": v for k, v in asdict(ports).items()},
-        **asdict(settings),
+        # booleans as the servers' ini parsers spell them
+        **{k: str(v).lower() if isinstance(v, bool) else v for k, v in asdict(settings).items()},
         "web_resource_path": files.web_dir,
         "zk_data_dir": work_dir / "zk",
         "data_path": work_dir / "broker-data",
         "master_address_list": ",".join(f"127.0.0.1:{rpc}" for rpc, _web, _prom in ports.masters),
-        "enable_mem_store": str(settings.enable_mem_store).lower(),
     }
     _render(src / "zoo.cfg", files.zoo_cfg, values)
     for path, (rpc, web, prom) in zip(files.master_inis, ports.masters, strict=True):

@@ -259,6 +259,13 @@ def test_unknown_option_warns():
         parse(maxOffsetPerTrigger="5")
 
 
+def test_options_spark_passes_itself_do_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a streaming sink gets checkpointLocation from Spark, not the user
+        TubeMQOptions.from_raw({"master": "127.0.0.1:8715", "topic": "events", "checkpointLocation": "/tmp/ck",
+                                "path": "x"}, mode="write")
+
+
 def test_option_error_is_a_tubespark_error_and_a_value_error():
     assert issubclass(OptionError, TubeSparkError) and issubclass(OptionError, ValueError)
 

@@ -123,6 +123,11 @@ def parse_attribute_name(name: str, value: str) -> str:
 # --- parsing a Spark option map --------------------------------------------------------------------
 
 
+SPARK_OWN_OPTIONS = frozenset({"checkpointlocation", "path"})
+"""Options Spark itself passes to every source or sink (a streaming write's ``checkpointLocation``, a
+``load(path)``/``save(path)``): not the user's mistake, so no "unknown option" warning for them."""
+
+
 def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str, required: Iterable[str] = (),
               defaults: Mapping[str, str] | None = None, protected: Mapping[str, str] | None = None,
               source: str = "") -> dict[str, Any]:
@@ -148,7 +153,7 @@ def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str,
         if lowered in protected:
             raise OptionError(f"option {key} cannot be passed through: tubespark sets it itself; "
                               f"use {protected[lowered]} instead")
-        if lowered not in by_name:
+        if lowered not in by_name and lowered not in SPARK_OWN_OPTIONS:
             warnings.warn(f"{prefix}unknown option {key!r} is ignored", stacklevel=4)
             log.warning("%sunknown option %r is ignored", prefix, key)
         given[lowered] = (key, value)

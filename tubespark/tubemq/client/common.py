@@ -12,7 +12,7 @@ import socket
 import ssl
 import time
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
@@ -30,10 +30,14 @@ _counter = itertools.count(1)
 
 @dataclass(frozen=True)
 class Credentials:
-    """TubeMQ user name and password for authenticated clusters (the signature is HMAC-SHA1)."""
+    """TubeMQ user name and password for authenticated clusters (the signature is HMAC-SHA1).
+
+    The password is left out of ``repr`` (and so of ``ClientSettings``' repr), because settings and
+    the objects holding them end up in log lines, tracebacks and debugger output.
+    """
 
     user: str
-    password: str
+    password: str = field(repr=False)
 
     def signature(self, timestamp_ms: int, nonce: int) -> str:
         mac = hmac.new(self.password.encode(), f"{self.user}{timestamp_ms}{nonce}".encode(), hashlib.sha1)
@@ -93,9 +97,15 @@ def during_election(exc: BaseException) -> bool:
     return isinstance(exc, NoMasterAvailableError) and exc.electing
 
 
+# The server's 415 texts ("authInfo.userName is Blank!") name the protocol field, not what to change.
+_CREDENTIALS_HINT = "authentication refused: see the auth.user / auth.password options and docs/tubemq/auth.md"
+
+
 def check(response: Message, context: str) -> Message:
     """Raise the typed TubeMQ error for ``success=false`` (or a non-200 errCode) responses."""
     if not response.success or response.errCode not in (0, ErrCode.SUCCESS):
+        if response.errCode == ErrCode.CERTIFICATE_FAILURE:
+            context = f"{context}; {_CREDENTIALS_HINT}"
         raise error_for_code(response.errCode, getattr(response, "errMsg", ""), context=context)
     return response
 

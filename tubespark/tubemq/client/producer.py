@@ -366,6 +366,7 @@ class Producer:
             self._stop.set()
             try:
                 request = mpb.CloseRequestP2M(clientId=self.client_id)
+                self.settings.add_master_auth(request)  # an authenticating master refuses it unsigned (415)
                 self._master.call(Method.PRODUCER_CLOSE, request, mpb.CloseResponseM2P)
             except TubeSparkError as exc:
                 log.debug("producer close on master failed: %s", exc)

@@ -16,7 +16,7 @@ import os
 import re
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from tubespark.core.options import (
     BOTH,
@@ -283,7 +283,7 @@ class TubeMQOptions(ParsedOptions):
     bundle_linger_ms: int
     bundle_compression: str
     auth_user: str | None
-    auth_password: str | None
+    auth_password: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
     tls_enable: bool
     tls_ca_file: str | None
 
