@@ -216,8 +216,11 @@ def _transfered(message_id: int, message: OutgoingMessage, *, crc: int | None = 
                                  payLoadData=payload, flag=flag)
 
 
-def test_decode_messages_equals_decode_payload_per_message() -> None:
-    from tubespark.tubemq.wire.message import decode_messages
+def test_decode_columns_equals_decode_payload_per_message() -> None:
+    from tubespark.tubemq.wire.message import decode_columns
+
+    def decode_messages(transfered, start, **kwargs):
+        return decode_columns(transfered, start, **kwargs).messages()
 
     sent = [OutgoingMessage(b"plain"), OutgoingMessage(b"t", msg_type="T", msg_time="202401021530"),
             OutgoingMessage(b"t2", msg_type="T", msg_time="202401021530"),
@@ -253,24 +256,24 @@ def test_columns_cut_and_filter_keep_each_rows_values_together() -> None:
     assert columns.where([True] * 5) is columns
 
 
-def test_decode_messages_raises_like_decode_payload() -> None:
-    from tubespark.tubemq.wire.message import decode_messages
+def test_decode_columns_raises_like_decode_payload() -> None:
+    from tubespark.tubemq.wire.message import decode_columns
     from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
     good = _transfered(1, OutgoingMessage(b"ok", msg_type="T"))
     with pytest.raises(ChecksumMismatchError, match="message 2"):
-        decode_messages([good, _transfered(2, OutgoingMessage(b"bad"), crc=1)], 0)
-    assert decode_messages([_transfered(2, OutgoingMessage(b"bad"), crc=1)], 0, verify=False)[0].data == b"bad"
+        decode_columns([good, _transfered(2, OutgoingMessage(b"bad"), crc=1)], 0)
+    assert decode_columns([_transfered(2, OutgoingMessage(b"bad"), crc=1)], 0, verify=False).data == [b"bad"]
     short = bpb.TransferedMessage(messageId=3, payLoadData=b"\x00\x00", flag=1, checkSum=checksum(b"\x00\x00"))
     with pytest.raises(MessageFormatError, match="message 3"):
-        decode_messages([short], 0)
+        decode_columns([short], 0)
     bad_len = struct.pack(">i", 99) + b"ab"
     with pytest.raises(MessageFormatError, match="attribute length 99"):
-        decode_messages([bpb.TransferedMessage(messageId=4, payLoadData=bad_len, flag=1,
+        decode_columns([bpb.TransferedMessage(messageId=4, payLoadData=bad_len, flag=1,
                                                checkSum=checksum(bad_len))], 0)
     not_utf8 = struct.pack(">i", 2) + b"\xff\xfe" + b"body"
     with pytest.raises(MessageFormatError, match="not UTF-8"):
-        decode_messages([bpb.TransferedMessage(messageId=5, payLoadData=not_utf8, flag=1,
+        decode_columns([bpb.TransferedMessage(messageId=5, payLoadData=not_utf8, flag=1,
                                                checkSum=checksum(not_utf8))], 0)
 
 

@@ -300,9 +300,3 @@ def decode_columns(messages: Iterable[Transfered], start: int, *, verify: bool =
             msg_times.append("")
     offsets: Sequence[int] = range(start, start + step * len(ids), step) if step else [-1] * len(ids)
     return MessageColumns(ids, data, attributes, msg_types, msg_times, offsets)
-
-
-def decode_messages(messages: Iterable[Transfered], start: int, *, verify: bool = True,
-                    step: int = 0) -> list[ReceivedMessage]:
-    """:func:`decode_columns` as one :class:`ReceivedMessage` per message."""
-    return decode_columns(messages, start, verify=verify, step=step).messages()
