@@ -144,13 +144,13 @@ def test_send_retries_and_max_in_flight_reach_the_sinks_producer(spark, tubemq_c
     real_transmit = Producer._transmit
     failures = {"left": 0}
 
-    def flaky_transmit(self, request, part):  # the broker answers "busy" to the next N sends (nothing stored)
+    def flaky_transmit(self, request, part, *, defer=False):  # "busy" for the next N sends (nothing stored)
         if failures["left"] > 0:
             failures["left"] -= 1
             failed: Future = Future()
             failed.set_exception(ServerBusyError(503, "injected: busy", broker="test"))
             return failed
-        return real_transmit(self, request, part)
+        return real_transmit(self, request, part, defer=defer)
 
     monkeypatch.setattr(Producer, "_transmit", flaky_transmit)
 
