@@ -145,6 +145,15 @@ def refused(fn) -> tuple[AuthError, float]:
     return info.value, time.monotonic() - started
 
 
+def registration_refused(part: PartitionRef, settings: ClientSettings) -> tuple[AuthError, float]:
+    """A fresh broker client's registration of ``part`` for a new group, which must fail with AuthError."""
+    broker = BrokerClient("auth_" + uuid.uuid4().hex[:8], settings)
+    try:
+        return refused(lambda: broker.register(part, new_group()))
+    finally:
+        broker.close()
+
+
 # --- the server really runs with authentication on --------------------------------------------------
 
 
@@ -189,11 +198,7 @@ def test_no_credentials_are_refused_at_once_by_master_and_broker(cluster):
 
     # the broker's own check: a registration or a send carrying no authAuthorizedToken
     part = topic_partitions(master, [CLIENT_TOPIC], creds())[CLIENT_TOPIC][0]
-    broker = BrokerClient("auth_" + uuid.uuid4().hex[:8], ClientSettings())
-    try:
-        error, took = refused(lambda: broker.register(part, new_group()))
-    finally:
-        broker.close()
+    error, took = registration_refused(part, ClientSettings())
     assert error.code == ErrCode.CERTIFICATE_FAILURE and "authAuthorizedToken is Blank" in str(error), str(error)
     with Producer(master, creds()) as producer:  # signed in at the master, then sends without a token
         producer.publish([CLIENT_TOPIC], timeout_s=20)
@@ -427,11 +432,7 @@ def test_visit_token_check_refuses_broker_calls_without_the_masters_token(cluste
         time.sleep(wait)
     host, port = token.broker_address.rsplit(":", 1)
     ref = PartitionRef(token.broker_id, "auth_no_such_topic", 0, host, int(port))  # auth comes before the topic
-    tokenless = BrokerClient("auth_" + uuid.uuid4().hex[:8], creds())
-    try:
-        error, took = refused(lambda: tokenless.register(ref, new_group()))
-    finally:
-        tokenless.close()
+    error, took = registration_refused(ref, creds())
     assert error.code == ErrCode.CERTIFICATE_FAILURE and "Visit Authorized Token is invalid" in str(error), str(error)
     assert took < AT_ONCE_S
     with Producer(token.master_address, creds()) as producer:

@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_envelope import varint
 from tubespark.errors import (
     FrameTooLargeError,
     MessageFormatError,
@@ -136,15 +137,6 @@ BOUNDARY_INTS = (0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x8
 """What a length or count field is overwritten with: the values off-by-one and sign bugs live at."""
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
 @st.composite
 def mutants(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
     """A seed with 1..6 random edits: the near-valid inputs that reach a decoder's deeper branches."""
@@ -165,7 +157,7 @@ def mutants(draw: st.DrawFn, seeds: list[bytes]) -> bytes:
             value = draw(st.sampled_from(BOUNDARY_INTS)) & ((1 << (8 * width)) - 1)
             data[pos:pos + width] = value.to_bytes(width, draw(st.sampled_from(("big", "little"))))
         elif op == "varint":
-            data[pos:pos + 1] = _varint(draw(st.sampled_from((*BOUNDARY_INTS, 2**35, 2**63, 2**64 - 1))))
+            data[pos:pos + 1] = varint(draw(st.sampled_from((*BOUNDARY_INTS, 2**35, 2**63, 2**64 - 1))))
         elif op == "truncate":
             del data[pos:]
     return bytes(data)
@@ -492,8 +484,8 @@ def test_truncated_frame_claiming_the_maximum_blocks_is_truncated_not_allocated(
 
 
 def test_envelope_length_prefix_claiming_2gb_is_refused() -> None:
-    refused_quickly(lambda: decode_response(_varint(HUGE) + b"\x08\x01"), ProtobufDecodeError)
-    refused_quickly(lambda: decode_request(_varint(2**64 - 1) + b"\x08\x00"), ProtobufDecodeError)
+    refused_quickly(lambda: decode_response(varint(HUGE) + b"\x08\x01"), ProtobufDecodeError)
+    refused_quickly(lambda: decode_request(varint(2**64 - 1) + b"\x08\x00"), ProtobufDecodeError)
 
 
 def test_attribute_length_claiming_2gb_is_refused() -> None:
@@ -516,7 +508,7 @@ def test_inlongmsg_lengths_claiming_2gb_are_refused(payload: bytes) -> None:
 
 
 def test_messageobjs_length_claiming_2gb_is_refused() -> None:
-    refused_quickly(lambda: decode_messageobjs(b"\x0a" + _varint(HUGE) + b"\x00"), PayloadFormatError)
+    refused_quickly(lambda: decode_messageobjs(b"\x0a" + varint(HUGE) + b"\x00"), PayloadFormatError)
 
 
 def test_gzip_bomb_stops_at_the_cap() -> None:
