@@ -34,12 +34,15 @@ from tubespark_testbed import ClusterSettings, LocalCluster
 
 from tests.integration.helpers import produce
 from tubespark.tubemq.client.broker import BrokerClient
+from tubespark.tubemq.client.common import ClientSettings
+from tubespark.tubemq.client.group import GroupSession
 from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 JOB = Path(__file__).with_name("stream_job.py")
-TOPICS = ["faults_restart", "faults_killed", "faults_stale", "faults_handover", "faults_loss", "faults_latest"]
+TOPICS = ["faults_restart", "faults_killed", "faults_stale", "faults_handover", "faults_loss", "faults_latest",
+          "faults_replay"]
 SLOW_FLUSH = ClusterSettings(mem_flush_check_period_ms=60000, mem_cache_flush_interval_ms=120000)
 
 
@@ -284,6 +287,41 @@ def test_latest_starting_offsets_skip_what_is_there(spark, cluster, tmp_path):
     second = available_now(frame, tmp_path / "out", tmp_path / "ck")
     assert second.exception() is None, second.exception()
     assert sorted(values_in(spark, tmp_path / "out")) == sorted(m.data for m in fresh)
+
+
+def test_a_first_batch_replayed_after_a_crash_reads_every_partition_it_planned(spark, cluster, tmp_path):
+    """The soak's data loss, made deterministic: a new query logged batch 0 (all 4 partitions, from
+    offset 0) and died before committing it. Spark runs batch 0 again from a fresh initialOffset(); by
+    then another member of the group holds 2 of the partitions, so that answer lists only 2. Batch 0
+    must still read all 4 from where it was planned: it carries its own start."""
+    topic, master, group = "faults_replay", cluster.master_address, new_group()
+    sent = {m.data for m in messages("r", 200)}
+    produce(master, topic, messages("r", 200))
+
+    def run(seen: list[bytes]):
+        query = (stream(spark, master, topic, group).writeStream
+                 .foreachBatch(lambda batch, _id: seen.extend(r.value for r in batch.select("value").collect()))
+                 .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        assert query.awaitTermination(240), "the AvailableNow run did not finish in time"
+        assert query.exception() is None, query.exception()
+        return query
+
+    first: list[bytes] = []
+    run(first)
+    assert set(first) == sent
+    for name in os.listdir(tmp_path / "ck" / "commits"):  # the crash: batch 0 logged, never committed
+        os.remove(tmp_path / "ck" / "commits" / name)
+    other = GroupSession(master, group, [topic], settings=ClientSettings(heartbeat_interval_s=1)).start()
+    try:
+        other.wait_for_partitions(4, timeout_s=60)
+        replayed: list[bytes] = []
+        run(replayed)
+        kept = sorted(other.assigned())
+        assert kept, "the other member gave every partition to the replay: nothing to test"
+        assert sorted(replayed) == sorted(first), (
+            f"batch 0 replayed {len(replayed)} of its {len(first)} messages (the other member kept {kept})")
+    finally:
+        other.close()
 
 
 # --- 4. a broker that comes back below the checkpoint ------------------------------------------------

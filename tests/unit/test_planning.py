@@ -27,6 +27,11 @@ FAST = {"connectTimeoutMs": "1000", "requestTimeoutMs": "2000", "heartbeatInterv
         "assignmentTimeoutMs": "5000"}
 
 
+def partitions_of(offsets: dict[str, int]) -> dict[str, int]:
+    """The partitions' offsets, without the reader's marks (``<key>#from``, ``<key>#skip``)."""
+    return {key: offset for key, offset in offsets.items() if "#" not in key}
+
+
 @pytest.fixture
 def broker() -> Iterator[FakeBroker]:
     with FakeBroker(batch_size=7) as fake:
@@ -78,6 +83,43 @@ def test_initial_offsets_latest_and_group(make_reader, broker, keys):
     assert first.initialOffset() == {keys[0]: 280, keys[1]: 840}
     first.stop()  # leaves the group and releases the partitions for the next reader
     assert make_reader(startingOffsets="group").initialOffset() == {keys[0]: 84, keys[1]: 0}
+
+
+def test_initial_offsets_do_not_move_while_spark_asks_again(make_reader, broker, keys):
+    """Spark calls initialOffset() on every trigger until batch 0 has data: with startingOffsets=latest,
+    messages sent between two calls must not fall into a gap."""
+    reader = make_reader(startingOffsets="latest")
+    first = reader.initialOffset()
+    assert first == {keys[0]: 280, keys[1]: 840}
+    assert reader.latestOffset(first, ReadAllAvailable()) == first  # nothing new yet: no batch
+    broker.append(broker.partitions(TOPIC)[0], b"new")
+    assert reader.initialOffset() == first
+    end = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    [task] = reader.partitions(reader.initialOffset(), end)
+    assert (task.start, task.end) == (280, 308)
+
+
+def test_a_replayed_first_batch_reads_what_the_killed_run_planned(make_reader, master, broker, keys):
+    """The soak's loss: a query killed after logging batch 0 and before committing it is restarted; Spark
+    runs batch 0 again from a fresh initialOffset(), in which a partition the killed member still occupies
+    is missing. Batch 0 must still read that partition from where the first run planned it."""
+    p0, p1 = broker.partitions(TOPIC)
+    first = make_reader(startingOffsets="earliest")
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadAllAvailable())  # Spark logs this as batch 0 ... then the kill
+    assert partitions_of(end) == {keys[0]: 280, keys[1]: 840}
+    first.stop()
+    broker.hold(GROUP, p1, "killed-member")  # the killed run's registration still occupies p1
+    restarted = make_reader(assign=False, startingOffsets="earliest")
+    master.push_event(EventType.CONNECT, [p0])  # the master hands p1 over only later
+    replay_start = restarted.initialOffset()
+    assert replay_start == {keys[0]: 0}
+    tasks = {(t.partition_id, t.start, t.end) for t in restarted.partitions(replay_start, end)}
+    assert tasks == {(p0.partition_id, 0, 280), (p1.partition_id, 0, 840)}
+    assert restarted.latestOffset(end, ReadAllAvailable()) == end  # nothing new: no (empty) batch 1
+    broker.append(p0, b"new")
+    after = restarted.latestOffset(end, ReadAllAvailable())  # batch 1 goes on from batch 0's end
+    assert after == {keys[0]: 308, keys[1]: 840}  # the marks belong to batch 0 alone
 
 
 def test_json_start_beyond_max_is_refused(make_reader, keys):
@@ -283,7 +325,7 @@ def test_available_now_fails_naming_a_partition_that_stays_occupied(make_reader,
     start = reader.initialOffset()
     reader.prepareForTriggerAvailableNow()
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == {keys[0]: 280, keys[1]: 0}
+    assert partitions_of(end) == {keys[0]: 280, keys[1]: 0}
     with pytest.raises(AssignmentUnavailableError, match=f"{keys[1]}: occupied on broker .* 410"):
         reader.latestOffset(end, ReadAllAvailable())
 
@@ -295,7 +337,7 @@ def test_group_starting_offsets_wait_for_an_occupied_partition(make_reader, brok
     reader = make_reader(startingOffsets="group")
     assert reader.initialOffset() == {keys[0]: 0}  # p1's committed offset is known once held
     end = reader.latestOffset({keys[0]: 0}, ReadAllAvailable())
-    assert end == {keys[0]: 280}
+    assert partitions_of(end) == {keys[0]: 280}
     broker.hold(GROUP, p1, None)
     wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held")
     assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 140}  # rule e

@@ -40,7 +40,7 @@ def parse_offsets(raw: Any) -> dict[str, int] | None:
     ``None`` for anything that is not a tubemq offset (another source's format, empty, unparsable).
     """
     offsets = shared_parse_offsets(raw, is_key=lambda key: key.count(":") >= 2)
-    # the stream reader's "<key>#skip" entries mark skipped ranges, they are no partitions
+    # the stream reader's "<key>#skip" and "<key>#from" entries are marks, not partitions
     return None if offsets is None else {key: value for key, value in offsets.items() if "#" not in key}
 
 

@@ -23,6 +23,9 @@ Where each partition starts (README "Reading a stream" states the same rule):
     is ahead of the query's own last end, else at its own;
 (e) ``startingOffsets=group`` uses the group's committed offsets for the initial partitions.
 
+The initial offsets are worked out once per process, and the first batch carries them (``FROM_MARK``):
+Spark replays a batch 0 that a crash interrupted from a fresh ``initialOffset()``, which may differ.
+
 A partition the master assigned but that is not usable this trigger (its broker is down or
 restarting, or a stale registration still occupies it) plans no new data and stays assigned; the group
 session registers it again and the query catches up. A Trigger.AvailableNow run covers every assigned
@@ -78,6 +81,17 @@ SKIP_MARK = "#skip"
 partition jumping ahead to the group's committed offset. It lives in the offsets themselves, so a batch
 Spark replays after a restart skips exactly as the first run did."""
 
+FROM_MARK = "#from"
+"""``end["<key>#from"]``: where a new query's first batch starts ``key``. Spark logs only batch ends: to
+replay batch 0 after a restart it asks ``initialOffset()`` again, in a new process whose answer can differ
+(the master may assign other partitions, ``latest`` has moved on). Batch 0 carries its own start instead.
+Keys with ``#`` (both marks) are no partitions: topic names cannot contain it."""
+
+def _unmarked(offsets: Offsets) -> Offsets:
+    """The partitions' offsets without the marks (``SKIP_MARK``, ``FROM_MARK``)."""
+    return {key: offset for key, offset in offsets.items() if "#" not in key}
+
+
 class AssignmentUnavailableError(TubeSparkError):
     """A Trigger.AvailableNow run cannot read a partition the master assigned to it (still occupied by a
     stale registration, or its broker down) within ``assignmentTimeoutMs``; finishing would skip it."""
@@ -98,6 +112,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         self._stored: Offsets = {}
         self._deferred: set[str] = set()  # initial partitions whose startingOffsets could not be resolved yet
         self._awaiting_first = False  # a new query that saw no assignment yet: the first one is initial
+        self._initial: Offsets | None = None  # initialOffset()'s answer, fixed once given
         self._own_end: Offsets = {}  # partitions this query held and dropped (revoked): where it had got to
         self._never_held: set[str] = set()  # initial partitions not held on their broker yet
         self.data_loss_events = 0
@@ -152,7 +167,14 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
     # --- offsets --------------------------------------------------------------------------------
 
     def initialOffset(self) -> Offsets:
-        """A new query: its initial partitions (the master's first assignment) start at startingOffsets."""
+        """A new query: its initial partitions (the master's first assignment) start at startingOffsets.
+
+        Spark asks again on every trigger until the first batch has data, and once more to run it: the
+        answer is worked out once, so data arriving in between is not skipped (``latest``) and the start
+        Spark reads batch 0 from is the one it was planned from.
+        """
+        if self._initial is not None:
+            return dict(self._initial)
         assigned = self._assigned()
         held = self._ensure_session().held()
         offsets: Offsets = {}
@@ -173,7 +195,8 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                 log.warning("startingOffsets names partitions not assigned to this query: %s", ", ".join(unknown))
         log.info("tubemq source for group %s starts at %s%s", self.group, offsets,
                  f" (to be resolved once readable: {sorted(self._deferred)})" if self._deferred else "")
-        return offsets
+        self._initial = offsets
+        return dict(offsets)
 
     def _starting_offset(self, key: str, ref: PartitionRef, held: HeldPartition | None) -> int | None:
         """Where ``startingOffsets`` starts ``key``; ``None`` when that cannot be known yet (the group's
@@ -209,9 +232,17 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
             self.skipped_bundles = total
 
     def _plan_end(self, start: Offsets, max_rows: int | None) -> Offsets:
+        end = self._plan_until_readable(start, max_rows)
+        if _unmarked(end) == _unmarked(start):
+            return start  # nothing new: the very same offsets, so Spark plans no (empty) batch
+        if start == self._initial:  # batch 0 of a new query: it carries its start
+            end.update({key + FROM_MARK: offset for key, offset in start.items()})
+        return end
+
+    def _plan_until_readable(self, start: Offsets, max_rows: int | None) -> Offsets:
         self._report_skips()
         end, stuck = self._plan_once(start, max_rows)
-        if self._target is None or end != start or not stuck:
+        if self._target is None or _unmarked(end) != _unmarked(start) or not stuck:
             return end
         # Trigger.AvailableNow would end here with a partition below its target: wait for it instead
         timeout_s = self.options.assignment_timeout_ms / 1000
@@ -229,7 +260,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                     f"assignmentTimeoutMs")
             self._ensure_session().wait_for_change(min(remaining, 1.0))
             end, stuck = self._plan_once(start, max_rows)
-            if end != start or not stuck:
+            if _unmarked(end) != _unmarked(start) or not stuck:
                 return end
 
     def _plan_once(self, start: Offsets, max_rows: int | None) -> tuple[Offsets, dict[str, str]]:
@@ -248,8 +279,8 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
             self._awaiting_first = False
         end: Offsets = {}
         for key, offset in start.items():
-            if SKIP_MARK in key:
-                continue  # the previous batch's jump marker: that batch is done
+            if "#" in key:
+                continue  # the previous batch's marks (SKIP_MARK, FROM_MARK): that batch is done
             # Every partition stays in the offsets, assigned or not, so the checkpoint never forgets
             # where this query stands on it (a restart resumes there, rule a).
             end[key] = offset
@@ -383,7 +414,8 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         tasks: list[InputPartition] = []
-        missing = [k for k in end if SKIP_MARK not in k and k not in self._refs and end[k] > start.get(k, end[k])]
+        start = {**start, **{k[:-len(FROM_MARK)]: v for k, v in end.items() if k.endswith(FROM_MARK)}}
+        missing = [k for k in end if "#" not in k and k not in self._refs and end[k] > start.get(k, end[k])]
         if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
             topics = {PartitionRef.parse_key(k)[1] for k in missing}
             # a master restarting right now must not fail the batch: wait for it like the session does
@@ -395,7 +427,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                 self._refs.update({p.key: p for p in parts})
         for key in sorted(end):
             low, high = start.get(key), end[key]
-            if SKIP_MARK in key or low is None or high <= low or end.get(key + SKIP_MARK) == high:
+            if "#" in key or low is None or high <= low or end.get(key + SKIP_MARK) == high:
                 continue  # nothing to read, or a jump to the group's committed offset (rule d)
             ref = self._refs.get(key)
             if ref is None:
