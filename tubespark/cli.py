@@ -3,8 +3,11 @@
     tubespark backfill export|publish ...   # see tubespark.tubemq.backfill
     tubespark lag --master M --group G --topic T [--broker-web URL]   # per-partition backlog
 
-The demo on an embedded cluster is ``python -m tubespark_testbed demo`` (``./dev demo``): the test bed
-starts JVMs, which the connector itself never does.
+    tubespark demo [--seconds N]            # streaming demo on an embedded local cluster (tubespark[cluster])
+
+The demo lives in the test bed (``tubespark_testbed``, the ``cluster`` extra): it starts JVMs, which the
+connector itself never does. The connector finds it as a plugin, the entry point ``demo`` of the group
+``tubespark.commands``, and never imports the test bed by name.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from importlib.metadata import entry_points
 
 from tubespark.errors import TubeSparkError
 
@@ -25,10 +29,27 @@ def lag(args: argparse.Namespace) -> int:
     return 0
 
 
+PLUGIN_GROUP = "tubespark.commands"
+
+
+def plugin(name: str, argv: list[str]) -> int:
+    """Run the command ``name`` another installed distribution provides (``demo``: tubespark[cluster])."""
+    found = entry_points(group=PLUGIN_GROUP, name=name)
+    if not found:
+        print(f"tubespark {name}: not installed here. It comes with the local TubeMQ cluster: "
+              f"pip install 'tubespark[cluster]' (which also needs Java 17+ and Maven on the PATH).",
+              file=sys.stderr)
+        return 2
+    command = next(iter(found)).load()
+    return int(command(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tubespark", description="Spark <-> Apache InLong TubeMQ")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("backfill", help="export a topic range to files, or publish files to a topic",
+                   add_help=False)
+    sub.add_parser("demo", help="streaming demo on an embedded local TubeMQ cluster (pip install 'tubespark[cluster]')",
                    add_help=False)
     lag_cmd = sub.add_parser("lag", help="per-partition min/max offsets and a consumer group's backlog")
     lag_cmd.add_argument("--master", required=True, help="TubeMQ master host:port[,host:port]")
@@ -41,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         from tubespark.tubemq.backfill import main as backfill
 
         return backfill(rest)
+    if args.command == "demo":
+        return plugin("demo", rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

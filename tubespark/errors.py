@@ -63,6 +63,17 @@ class RpcTimeoutError(BrokerConnectionError):
     """No response arrived within the call's timeout."""
 
 
+class TlsError(TubeSparkError):
+    """A TLS connection failed for a reason that trying again will not fix, named in the message.
+
+    The server's certificate is not trusted, has expired or names another host; the server refused the
+    client's certificate; one side speaks TLS and the other plain text. These are configuration errors
+    (client options or server certificates), so the flag is off and the layers above fail at once
+    instead of retrying until their deadlines. Not a :class:`BrokerConnectionError` on purpose: code
+    that treats those as "the server is unreachable for now" must not swallow it.
+    """
+
+
 class RpcError(TubeSparkError):
     """The server's RPC layer answered with an exception instead of a response.
 
@@ -94,6 +105,15 @@ class NoMasterAvailableError(BrokerConnectionError):
     def __init__(self, message: str, *, electing: bool = False) -> None:
         super().__init__(message)
         self.electing = electing
+
+
+class NotAMasterError(TubeSparkError):
+    """Every master address answered, but none as a TubeMQ master: the address names another service.
+
+    A broker's RPC port, a web port (HTTP) or any other server: the address is wrong, and no amount of
+    waiting makes it a master, so the flag is off and callers fail at once with the message naming the
+    address and what answered there. Not a :class:`BrokerConnectionError`: nothing is unreachable.
+    """
 
 
 # --- broker business errors ------------------------------------------------------------------------
@@ -170,3 +190,7 @@ class DataLossError(TubeSparkError):
 
 class AdminApiError(TubeSparkError):
     """A master's or broker's HTTP admin API failed or refused a call (the answer says why)."""
+
+
+class UnsupportedSparkError(TubeSparkError):
+    """The PySpark in use lacks an API tubespark relies on (its version is outside tubespark's range)."""

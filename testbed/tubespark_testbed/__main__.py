@@ -1,6 +1,6 @@
 """Command line for the local TubeMQ cluster.
 
-``python -m tubespark_testbed fetch``: resolve the server jars into the cache (CI warm-up step).
+``python -m tubespark_testbed fetch``: resolve the TubeMQ and RocketMQ server jars into the cache (CI warm-up step).
 ``python -m tubespark_testbed start [--topic NAME[:PARTITIONS[:STORES]]]...``: run a cluster in the
 foreground, print its addresses, stop it cleanly on Ctrl-C or SIGTERM.
 ``python -m tubespark_testbed demo [--seconds N]``: the streaming demo on its own cluster (``./dev demo``).
@@ -23,6 +23,10 @@ from tubespark_testbed.local import LocalCluster, parse_topic_spec
 def _cmd_fetch(_: argparse.Namespace) -> int:
     lib = artifacts.ensure_artifacts(quiet=False)
     print(f"TubeMQ {artifacts.TUBEMQ_VERSION} runtime in {lib} ({len(list(lib.glob('*.jar')))} jars)")
+    from tubespark_testbed import rocketmq
+
+    jars = rocketmq.ensure_artifacts()
+    print(f"RocketMQ {rocketmq.ROCKETMQ_VERSION} runtime resolved ({len(jars)} jars)")
     return 0
 
 
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tubespark_testbed", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log start-up phases")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fetch", help="download the TubeMQ server and its dependencies into the cache")
+    sub.add_parser("fetch", help="download the TubeMQ and RocketMQ servers and their dependencies into the cache")
     start = sub.add_parser("start", help="run ZooKeeper + master + broker in the foreground")
     start.add_argument(
         "--topic",
@@ -104,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+
+
+def demo_main(argv: list[str] | None = None) -> int:
+    """``tubespark demo [--seconds N]``: the connector's command line finds this through the entry point
+    ``tubespark.commands`` of this distribution (``pip install 'tubespark[cluster]'``), so the connector
+    offers the demo without importing the test bed."""
+    return main(["demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 def _topic_arg(value: str) -> str:

@@ -10,7 +10,7 @@ import os
 import shutil
 import string
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tubespark_testbed.errors import ClusterError
@@ -19,18 +19,21 @@ from tubespark_testbed.ports import free_ports
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _TEMPLATES_DIR = _PACKAGE_DIR / "templates"
 
-# TBaseConstants.META_DEFAULT_BROKER_TLS_PORT, what a broker without TLS reports to the master.
+# TBaseConstants.META_DEFAULT_BROKER_TLS_PORT, what a broker without TLS reports to the master, and
+# META_DEFAULT_MASTER_TLS_PORT, which a master without TLS never binds.
 BROKER_TLS_PORT = 8124
+MASTER_TLS_PORT = 8716
 
 
 @dataclass(frozen=True)
 class ClusterPorts:
     """Every TCP port one cluster listens on, all picked free at start so clusters can coexist.
 
-    ``broker_tls`` is never opened (TLS is off) but the master stores it in the broker record and
-    refuses a broker that registers with a different one. With ``tlsEnable=false`` the 2.4.0 broker
-    ignores ``[tlsSetting] tlsPort`` and always reports the built-in 8124, so that is what the master
-    record must say; nothing binds it, so clusters do not collide on it.
+    ``broker_tls``: the master stores it in the broker record and refuses a broker that registers with
+    a different one. Without TLS nothing opens it, and the 2.4.0 broker ignores ``[tlsSetting]
+    tlsPort`` and always reports the built-in 8124, so that is what the master record must say; nothing
+    binds it, so clusters do not collide on it. A TLS cluster (``pick(tls=True)``) gets free ports for
+    it and for ``master_tls``, the master's TLS port (``docs/tubemq/tls.md``).
     ``master_prom``/``broker_prom``: 2.4.0 master and broker both start their Prometheus HTTP server
     even with ``promEnable=false`` (then always on 9081; the second process only logs "Address already in
     use"), so we enable it on free ports rather than have every cluster fight over 9081.
@@ -45,13 +48,21 @@ class ClusterPorts:
     broker_prom: int
     broker_tls: int = BROKER_TLS_PORT
     extra_masters: tuple[tuple[int, int, int], ...] = ()
+    master_tls: int = MASTER_TLS_PORT
 
     @classmethod
-    def pick(cls, masters: int = 1) -> ClusterPorts:
-        """Free ports for ZooKeeper, ``masters`` masters (RPC, web, Prometheus each) and one broker."""
+    def pick(cls, masters: int = 1, *, tls: bool = False) -> ClusterPorts:
+        """Free ports for ZooKeeper, ``masters`` masters (RPC, web, Prometheus each) and one broker.
+
+        ``tls``: also free TLS ports for the master and the broker (one master only).
+        """
         if masters < 1:
             raise ClusterError(f"a cluster needs at least one master, got masters={masters}")
-        ports = free_ports(7 + 3 * (masters - 1))
+        if tls and masters > 1:
+            raise ClusterError("the testbed runs TLS with one master only")
+        ports = free_ports(7 + 3 * (masters - 1) + (2 if tls else 0))
+        if tls:
+            return cls(*ports[:7], broker_tls=ports[7], master_tls=ports[8])  # type: ignore[arg-type]
         extra = tuple(tuple(ports[i : i + 3]) for i in range(7, len(ports), 3))
         return cls(*ports[:7], extra_masters=extra)  # type: ignore[arg-type]
 
@@ -159,8 +170,22 @@ class ClusterSettings:
     visit_token_check: bool = False
     auth_timestamp_valid_ms: int = 20000
     visit_token_grace_ms: int = 120000
+    tls_keystore: str | None = None
+    tls_keystore_password: str = field(default="", repr=False)
+    tls_truststore: str | None = None
+    tls_truststore_password: str = field(default="", repr=False)
+
+    @property
+    def tls(self) -> bool:
+        """True when the master and the broker serve TLS (see :meth:`with_tls`)."""
+        return self.tls_keystore is not None
 
     def __post_init__(self) -> None:
+        # 2.4.0 opens the trust store file for every TLS connection, even when client certificates are
+        # off, and exits the JVM when there is none (docs/tubemq/tls.md): one-way TLS cannot work.
+        if self.tls_keystore is not None and self.tls_truststore is None:
+            raise ClusterError("TLS needs a trust store too (with_tls(..., truststore=...)): a 2.4.0 master or "
+                               "broker without one exits at its first TLS connection (docs/tubemq/tls.md)")
         # The master exits at start-up with an IllegalArgumentException otherwise (MasterConfig): fail
         # here, with the setting's name, instead of after a JVM start and a timeout.
         for kind in ("produce", "consume"):
@@ -168,6 +193,20 @@ class ClusterSettings:
                 key = kind.title()
                 raise ClusterError(f"{kind}_authorize=True needs {kind}_authenticate=True (the master refuses "
                                    f"to start with start{key}Authorize but not start{key}Authenticate)")
+
+    def with_tls(self, keystore: str | os.PathLike[str], password: str, *,
+                 truststore: str | os.PathLike[str], truststore_password: str | None = None) -> ClusterSettings:
+        """These settings with the master and the broker serving TLS on ports of their own.
+
+        ``keystore``: a JKS store with the servers' key and certificate chain (each server reads its own
+        copy, :meth:`LocalCluster.tls_keystore_path`); ``truststore``: a JKS store of the CAs whose
+        client certificates the servers accept (``tlsTwoWayAuthEnable``). The trust store is required:
+        2.4.0 cannot serve TLS without client certificates (``docs/tubemq/tls.md``). The plain ports
+        stay open. The passwords are left out of ``repr``.
+        """
+        return replace(self, tls_keystore=str(keystore), tls_keystore_password=password,
+                       tls_truststore=str(truststore),
+                       tls_truststore_password=password if truststore_password is None else truststore_password)
 
     def with_client_auth(self, *, visit_token_check: bool = False) -> ClusterSettings:
         """These settings with every client authentication and authorization switch of the master on.
@@ -226,6 +265,8 @@ class ClusterFiles:
     log4j2_xml: Path
     web_dir: Path
     master_inis: tuple[Path, ...] = ()
+    master_keystore: Path | None = None  # each TLS server reads its own copy of the key store
+    broker_keystore: Path | None = None
 
 
 def _render(template: Path, target: Path, values: dict[str, object]) -> None:
@@ -249,9 +290,15 @@ def render_cluster_files(work_dir: Path, ports: ClusterPorts, settings: ClusterS
         web_dir=work_dir / "web",
         master_inis=tuple(work_dir / "conf" / ("master.ini" if i == 0 else f"master-{i + 1}.ini")
                           for i in range(len(ports.masters))),
+        master_keystore=work_dir / "conf" / "master-keystore.jks" if settings.tls else None,
+        broker_keystore=work_dir / "conf" / "broker-keystore.jks" if settings.tls else None,
     )
     for d in (files.log_dir, files.zoo_cfg.parent, work_dir / "zk", work_dir / "broker-data"):
         d.mkdir(parents=True, exist_ok=True)
+    if settings.tls_keystore is not None:
+        for copy in (files.master_keystore, files.broker_keystore):
+            assert copy is not None
+            shutil.copyfile(settings.tls_keystore, copy)
     values: dict[str, object] = {
         **{f"{k}_port": v for k, v in asdict(ports).items()},
         # booleans as the servers' ini parsers spell them
@@ -260,6 +307,12 @@ def render_cluster_files(work_dir: Path, ports: ClusterPorts, settings: ClusterS
         "zk_data_dir": work_dir / "zk",
         "data_path": work_dir / "broker-data",
         "master_address_list": ",".join(f"127.0.0.1:{rpc}" for rpc, _web, _prom in ports.masters),
+        # [tlsSetting]: with tlsEnable=false the servers read no other key of the section
+        "tls_enable": str(settings.tls).lower(),
+        "tls_two_way": str(settings.tls_truststore is not None).lower(),
+        "master_keystore": files.master_keystore or "",
+        "broker_keystore": files.broker_keystore or "",
+        "tls_truststore": settings.tls_truststore or "",
     }
     _render(src / "zoo.cfg", files.zoo_cfg, values)
     for path, (rpc, web, prom) in zip(files.master_inis, ports.masters, strict=True):

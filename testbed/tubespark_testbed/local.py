@@ -210,6 +210,34 @@ class LocalCluster:
         return f"{HOST}:{self._need_ports().broker}"
 
     @property
+    def master_tls_address(self) -> str:
+        """``host:port`` of the master's TLS port (a cluster started with ``ClusterSettings.with_tls``)."""
+        return f"{HOST}:{self._need_tls_ports().master_tls}"
+
+    @property
+    def broker_tls_address(self) -> str:
+        """``host:port`` of the broker's TLS port, which the master hands to clients that call it over TLS."""
+        return f"{HOST}:{self._need_tls_ports().broker_tls}"
+
+    def _need_tls_ports(self) -> ClusterPorts:
+        if not self.settings.tls:
+            raise ClusterError("this cluster does not serve TLS (ClusterSettings.with_tls)")
+        return self._need_ports()
+
+    def tls_keystore_path(self, name: str) -> Path:
+        """The key store file the ``master`` or the ``broker`` reads for each new TLS connection.
+
+        The 2.4.0 servers load it afresh for every connection (``docs/tubemq/tls.md``), so replacing
+        this file (atomically, with the same password) changes the certificate the next client sees.
+        """
+        if self.files is None:
+            raise ClusterError("cluster not started")
+        path = {"master": self.files.master_keystore, "broker": self.files.broker_keystore}.get(name)
+        if path is None:
+            raise ClusterError(f"no TLS key store for {name!r} (TLS off, or not 'master'/'broker')")
+        return path
+
+    @property
     def broker_web_url(self) -> str:
         return f"http://{HOST}:{self._need_ports().broker_web}"
 
@@ -260,7 +288,7 @@ class LocalCluster:
         else:
             self.work_dir = Path(tempfile.mkdtemp(prefix="tubespark-cluster-"))
             self._owns_work_dir = True
-        self.ports = ClusterPorts.pick(self.masters)
+        self.ports = ClusterPorts.pick(self.masters, tls=self.settings.tls)
         self.files = render_cluster_files(self.work_dir, self.ports, self.settings)
         self._master_admins = {name: MasterAdmin(self._master_web_url(name), self.settings.auth_token)
                                for name in self.master_names}
@@ -367,7 +395,10 @@ class LocalCluster:
             for k, v in os.environ.items()
             if k not in ("CLASSPATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
         }
-        proc = JavaProcess(name, argv, log_dir=self.files.log_dir, cwd=self.work_dir, env=env)
+        # 2.4.0 prints its TLS config, store passwords included, in its start-up log line: keep them
+        # out of the log tails our errors quote
+        hidden = tuple(p for p in (self.settings.tls_keystore_password, self.settings.tls_truststore_password) if p)
+        proc = JavaProcess(name, argv, log_dir=self.files.log_dir, cwd=self.work_dir, env=env, secrets=hidden)
         self._procs.append(proc)
         proc.start()
         return proc

@@ -61,8 +61,10 @@ def tail(path: Path, lines: int = 40) -> str:
 class JavaProcess:
     """One JVM of the cluster: started with stdout/stderr in ``<log_dir>/<name>.out``."""
 
-    def __init__(self, name: str, argv: list[str], *, log_dir: Path, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, name: str, argv: list[str], *, log_dir: Path, cwd: Path, env: dict[str, str],
+                 secrets: tuple[str, ...] = ()) -> None:
         self.name = name
+        self._secrets = secrets  # masked in diagnostics(): the server may log them
         self.argv = argv
         self.out_path = log_dir / f"{name}.out"
         self.log_path = log_dir / f"{name}.log"
@@ -98,7 +100,10 @@ class JavaProcess:
         parts = [f"--- {self.out_path.name} ---\n{tail(self.out_path, lines)}"]
         if self.log_path.exists():
             parts.append(f"--- {self.log_path.name} ---\n{tail(self.log_path, lines)}")
-        return "\n".join(parts)
+        text = "\n".join(parts)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def check_alive(self) -> None:
         """Raise :class:`ClusterError` with the log tail if the JVM has exited."""

@@ -134,3 +134,26 @@ def java():
     client = shared_client()
     client.build()
     return client
+
+
+@pytest.fixture(scope="session")
+def rocketmq_stack():
+    """A started RocketMQ name server + broker (``broker-a``) shared by the session (about 10 s to start)."""
+    from tubespark_testbed.rocketmq import RocketMQStack
+
+    stack = RocketMQStack.single()
+    try:
+        stack.start()  # stops whatever it started if it fails
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def rocketmq_topic(rocketmq_stack) -> Callable[..., str]:
+    """``make(queues=4) -> name`` of a fresh topic on the session's RocketMQ broker."""
+
+    def make(queues: int = 4) -> str:
+        return rocketmq_stack.create_topic(_unique_name("rmq"), queues)
+
+    return make

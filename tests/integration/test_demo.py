@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -18,3 +22,59 @@ def test_demo_streams_events_and_shuts_down_cleanly():
     assert "group lag (messages): p0=" in done.stdout
     read = int(re.search(r"Demo finished: the stream read (\d+) events", done.stdout).group(1))
     assert read > 0
+
+
+# --- Ctrl-C (issue 16): the demo's usual end, at any moment, prints no traceback and no ERROR ------
+
+NOISE = re.compile(r"Traceback|\bERROR\b|Exception|\bWARN\b")
+SPARK_BANNER = ('Setting default log level to "ERROR".', "WARNING: Using incubator modules")
+"""Lines every PySpark start prints, whatever happens next."""
+
+
+def noise(text: str) -> list[str]:
+    """The lines of ``text`` that look like an error, a warning or a stack trace."""
+    return [line for line in text.splitlines() if NOISE.search(line) and not line.startswith(SPARK_BANNER)]
+
+
+def _interrupt_demo(when: re.Pattern[str], *, delay_s: float = 0.0, timeout_s: float = 300) -> tuple[int, str, str]:
+    """Run the demo, send SIGINT to its whole process group (what Ctrl-C in a terminal does) ``delay_s``
+    after a stdout line matches ``when``; return its exit code, stdout and stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "tubespark_testbed", "demo"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    out: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if when.search(line):
+                time.sleep(delay_s)
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+            assert time.monotonic() < deadline, "".join(out)[-2000:]
+        out.extend(proc.stdout)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(timeout=10)
+    return code, "".join(out), "".join(err)
+
+
+def test_ctrl_c_while_the_cluster_starts_is_quiet():
+    # 5 s in, ZooKeeper and the master are up and the broker is starting (about 40 s in all)
+    code, out, err = _interrupt_demo(re.compile(r"^Starting a local TubeMQ cluster"), delay_s=5)
+    assert "Stopped (Ctrl-C) before the stream read anything. Everything was shut down." in out, out + err
+    assert not noise(out + err), out + err
+    assert code == 130
+
+
+def test_ctrl_c_while_streaming_is_quiet():
+    code, out, err = _interrupt_demo(re.compile(r"last batch [1-9]\d* rows"))
+    assert code == 0, out[-2000:] + err[-3000:]
+    assert "\nStopping ...\n" in out, out[-2000:]  # (the batch running at Ctrl-C may print after it)
+    assert re.search(r"Demo finished: the stream read [1-9]\d* events\. Everything was shut down\.", out), out[-2000:]
+    assert not noise(out + err), err[-3000:]

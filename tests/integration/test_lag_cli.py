@@ -41,3 +41,28 @@ def test_lag_cli_prints_bounds_committed_and_backlog(tubemq_cluster, topic_facto
                            "--topic", topic], capture_output=True, text=True, timeout=60)
     assert bare.returncode == 0, bare.stderr
     assert bare.stdout.splitlines()[1].split() == [part.key, "0", str(10 * 28), "?", "?"]
+
+
+def test_lag_per_partition_from_query_progress(spark, tubemq_cluster, topic_factory) -> None:
+    """``progress_lag(query.lastProgress)``: exact messages behind per batch, then 0 once caught up."""
+    import uuid
+
+    from tubespark.tubemq.spark.monitoring import progress_lag
+
+    master, topic = tubemq_cluster.master_address, topic_factory(1, 1)
+    produce(master, topic, bodies([b"m%d" % i for i in range(100)]))
+    name = "lag_" + uuid.uuid4().hex[:8]
+    query = (spark.readStream.format("tubemq").option("master", master).option("topic", topic)
+             .option("group", name).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "30")
+             .load().writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(120), "the AvailableNow run should end"
+        assert query.exception() is None, query.exception()
+        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        lags = [progress_lag(p) for p in batches]
+        (key,) = lags[0]
+        assert [lag[key] for lag in lags] == [70, 40, 10, 0], lags  # 30 a batch out of 100
+        assert progress_lag(query.lastProgress) == {key: 0}
+        assert progress_lag(query.lastProgress.json) == {key: 0}  # the JSON a metrics system gets
+    finally:
+        query.stop()

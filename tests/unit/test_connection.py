@@ -14,13 +14,14 @@ from tubespark.errors import (
     BrokerConnectionError,
     FrameTooLargeError,
     NoMasterAvailableError,
+    NotAMasterError,
     ProtobufDecodeError,
     RpcError,
     RpcTimeoutError,
     StandbyMasterError,
 )
 from tubespark.tubemq.net.connection import Connection, ConnectionPool, parse_address
-from tubespark.tubemq.net.master import MasterChannel, parse_master_list
+from tubespark.tubemq.net.master import CHECK_MASTER, MasterChannel, parse_master_list
 from tubespark.tubemq.wire.constants import Method, ServiceType
 from tubespark.tubemq.wire.envelope import DecodedRequest, parse_message
 from tubespark.tubemq.wire.frame import encode_frame
@@ -254,6 +255,8 @@ def test_pool_reuses_a_live_connection_and_reopens_after_failure(peer: FakePeer)
     try:
         first = pool.get(peer.address)
         assert pool.get(peer.address) is first
+        # answered once, so its close below is a lost connection (an unanswered one would be probed for TLS)
+        assert call(first, "hello") == "hello"
         peer.script = lambda link, serial, request: link.close()
         with pytest.raises(BrokerConnectionError):
             call(first, "dies")
@@ -370,8 +373,8 @@ def test_no_master_available_lists_every_address(two_peers: tuple[FakePeer, Fake
     finally:
         ch.close()
     text = str(info.value)
-    assert first.address in text and dead in text
-    assert "StandbyException" in text
+    assert f"{first.address} (a standby master)" in text and f"{dead} (connection refused" in text
+    assert "electing" in text
     assert info.value.retriable
     assert info.value.electing  # a standby answered: the group is electing, waiting can help
 
@@ -384,6 +387,50 @@ def test_no_master_at_all_is_not_an_election() -> None:
     finally:
         ch.close()
     assert not info.value.electing
+
+
+def test_nothing_listening_names_the_address_why_and_the_fix() -> None:
+    dead = closed_port_address()
+    ch = channel(dead)
+    try:
+        with pytest.raises(NoMasterAvailableError) as info:
+            master_call(ch)
+    finally:
+        ch.close()
+    assert str(info.value) == (f"no TubeMQ master answers at {dead} (connection refused: nothing listens there): "
+                               f"{CHECK_MASTER}")
+    assert info.value.retriable  # a master that is (re)starting refuses too
+
+
+@pytest.mark.parametrize(("answer", "what"), [
+    pytest.param(lambda link, serial, request: link.send_raw(b"HTTP/1.1 400 Bad Request\r\n\r\n"),
+                 "an HTTP server answered, not TubeMQ's RPC protocol: a web port", id="web-port"),
+    pytest.param(lambda link, serial, request: link.reply_exception(serial, "java.lang.Exception",
+                                                                    "No service 1 found on the server"),
+                 "a TubeMQ broker answered, not a master", id="broker-port"),
+])
+def test_an_address_that_is_no_master_fails_at_once_saying_what_answered(answer, what) -> None:
+    with FakePeer(answer) as peer:
+        ch = channel(peer.address)
+        try:
+            with pytest.raises(NotAMasterError) as info:
+                master_call(ch)
+        finally:
+            ch.close()
+    assert str(info.value) == f"no TubeMQ master at {peer.address} ({what}): {CHECK_MASTER}"
+    assert not info.value.retriable  # waiting does not turn it into a master
+
+
+def test_a_broker_address_in_the_list_is_skipped_for_the_master(two_peers: tuple[FakePeer, FakePeer]) -> None:
+    first, second = two_peers
+    first.script = lambda link, serial, request: link.reply_exception(serial, "java.lang.Exception",
+                                                                      "No service 1 found on the server")
+    second.script = echo
+    ch = channel(first.address, second.address)
+    try:
+        assert master_call(ch) == "x"
+    finally:
+        ch.close()
 
 
 def test_other_rpc_errors_reach_the_caller_without_fail_over(two_peers: tuple[FakePeer, FakePeer]) -> None:

@@ -33,6 +33,7 @@ from tubespark.errors import (
     MessageFormatError,
     RpcError,
     RpcTimeoutError,
+    TlsError,
     TruncatedFrameError,
 )
 
@@ -456,8 +457,6 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-@pytest.mark.xfail(strict=False, reason="flaky under heavy CI load (2 of 4 full runs timed out): suspected "
-                   "full-duplex use of one TLS socket from the reader thread and a sender; issue 13 covers TLS")
 def test_tls_round_trip(certificate: tuple[Path, Path]) -> None:
     cert, key = certificate
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -473,8 +472,92 @@ def test_tls_with_an_untrusted_certificate_fails_to_connect(certificate: tuple[P
     cert, key = certificate
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(cert, key)
-    with ToyPeer(tls=server) as peer, pytest.raises(BrokerConnectionError, match="cannot connect"):
+    with ToyPeer(tls=server) as peer, pytest.raises(TlsError, match="not signed by a CA the client trusts"):
         FramedConnection.open(peer.address, TOY, connect_timeout_s=2.0, ssl_context=ssl.create_default_context())
+
+
+def _server_context(certificate: tuple[Path, Path], *, client_cert: bool = False) -> ssl.SSLContext:
+    cert, key = certificate
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    if client_cert:  # trust the same self-signed certificate as a client's
+        server.verify_mode = ssl.CERT_REQUIRED
+        server.load_verify_locations(cafile=str(cert))
+    return server
+
+
+def test_tls_carries_concurrent_senders_and_the_reader_on_one_channel(certificate: tuple[Path, Path]) -> None:
+    """One TLS connection used the way a producer uses it: many threads send while the reader thread
+    reads. An ``ssl.SSLSocket`` must not be used like that (OpenSSL forbids it); the channel must be."""
+    cert, _key = certificate
+    client = ssl.create_default_context(cafile=str(cert))
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def sender(n: int, c: FramedConnection[str]) -> None:
+        futures = [(f"{n}-{i}-" + "y" * ((i * 997) % 30000), c.call_async(f"{n}-{i}-" + "y" * ((i * 997) % 30000),
+                                                                        text)) for i in range(60)]
+        ok = all(f.result(10.0) == want for want, f in futures)
+        with lock:
+            results.append(ok)
+
+    with ToyPeer(tls=_server_context(certificate)) as peer, FramedConnection.open(
+            peer.address, TOY, connect_timeout_s=5.0, io_timeout_s=5.0, ssl_context=client) as c:
+        threads = [threading.Thread(target=sender, args=(n, c)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30.0)
+        assert results == [True] * 6
+        assert not c.closed
+
+
+def test_a_plain_text_client_at_a_tls_port_fails_at_once_naming_it(certificate: tuple[Path, Path]) -> None:
+    with ToyPeer(tls=_server_context(certificate)) as peer, \
+            FramedConnection.open(peer.address, TOY, connect_timeout_s=2.0, io_timeout_s=2.0) as c:
+        started = time.monotonic()
+        with pytest.raises(TlsError, match="it is a TLS port and this client connected in plain text"):
+            c.call("hello", text, 5.0)
+        assert time.monotonic() - started < 1.5
+        assert not TlsError.retriable
+
+
+def test_a_plain_peer_closing_unanswered_stays_a_connection_error(peer: ToyPeer) -> None:
+    """The probe only names TLS when the port answers TLS: a plain server that hangs up is just gone."""
+    peer.script = lambda link, correlation_id, payload: link.close()
+    with FramedConnection.open(peer.address, TOY, connect_timeout_s=1.0, io_timeout_s=1.0) as c, \
+            pytest.raises(BrokerConnectionError, match="lost"):
+        c.call("dies", text, 3.0)
+
+
+def test_tls_to_a_port_that_never_answers_the_handshake_fails_within_the_connect_timeout(
+        certificate: tuple[Path, Path]) -> None:
+    cert, _key = certificate
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepted by the kernel, never read: a plain port
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(TlsError, match=r"no answer to the TLS handshake within 0.5s.*plain-text port"):
+            open_socket(address, connect_timeout_s=0.5, io_timeout_s=1.0,
+                        ssl_context=ssl.create_default_context(cafile=str(cert)))
+        assert time.monotonic() - started < 1.5
+
+
+def test_a_server_refusing_the_client_certificate_fails_the_first_call_naming_it(
+        certificate: tuple[Path, Path]) -> None:
+    """TLS 1.3: the client's handshake is done before the server judges its certificate, so the refusal
+    arrives as an alert on the first read, and must still name the cause."""
+    cert, key = certificate
+    without = ssl.create_default_context(cafile=str(cert))
+    with_cert = ssl.create_default_context(cafile=str(cert))
+    with_cert.load_cert_chain(cert, key)
+    with ToyPeer(tls=_server_context(certificate, client_cert=True)) as peer:
+        with FramedConnection.open(peer.address, TOY, connect_timeout_s=2.0, io_timeout_s=2.0,
+                                   ssl_context=without) as c, \
+                pytest.raises(TlsError, match="refused the client's certificate"):
+            c.call("hello", text, 3.0)
+        with FramedConnection.open(peer.address, TOY, connect_timeout_s=2.0, io_timeout_s=2.0,
+                                   ssl_context=with_cert) as c:
+            assert c.call("hello", text, 3.0) == "hello"
 
 
 # --- pool -------------------------------------------------------------------------------------------
@@ -490,6 +573,8 @@ def test_pool_reuses_a_live_connection_and_reopens_after_failure(peer: ToyPeer) 
     try:
         first = pool.get(peer.address)
         assert pool.get(peer.address) is first
+        # answered once, so its close below is a lost connection (an unanswered one would be probed for TLS)
+        assert first.call("hello", text, 1.0) == "hello"
         peer.script = lambda link, correlation_id, payload: link.close()
         with pytest.raises(BrokerConnectionError):
             first.call("dies", text, 1.0)

@@ -120,7 +120,10 @@ def test_every_import_respects_the_layers() -> None:
 def test_the_checker_sees_the_package() -> None:
     modules = {module_name(p) for p in _package_files()}
     assert {"tubespark.errors", "tubespark.tubemq.wire.frame", "tubespark.tubemq.net.connection",
-            "tubespark.tubemq.client.group", "tubespark.tubemq.spark.source"} <= modules
+            "tubespark.tubemq.client.group", "tubespark.tubemq.spark.source", "tubespark.tank.wire.bundle",
+            "tubespark.tank.net.connection", "tubespark.tank.client.ranges", "tubespark.tank.spark.source",
+            "tubespark.rocketmq.wire.frame", "tubespark.rocketmq.net.connection", "tubespark.rocketmq.client.ranges",
+            "tubespark.rocketmq.spark.source"} <= modules
 
 
 @pytest.mark.parametrize(("module", "source", "rule"), [
@@ -133,6 +136,10 @@ def test_the_checker_sees_the_package() -> None:
     ("tubespark.spark.arrow", "from tubespark.tubemq.wire.message import ReceivedMessage", "knows no broker"),
     ("tubespark.tank.client.fetch", "from tubespark.tubemq.client.broker import BrokerClient", "another broker"),
     ("tubespark.tubemq.wire.frame", "import socket", "bytes only"),
+    ("tubespark.rocketmq.wire.frame", "import threading", "bytes only"),
+    ("tubespark.rocketmq.net.connection", "from tubespark.rocketmq.client.client import RocketMQClient",
+     "higher layer"),
+    ("tubespark.rocketmq.client.ranges", "from tubespark.tubemq.client.broker import BrokerClient", "another broker"),
     ("tubespark.tubemq.client.ranges", "import pyarrow as pa", "Spark layers"),
     ("tubespark.tubemq.wire.frame", "from ..net import connection", "higher layer"),
     ("tubespark.tubemq.client.common", "from tubespark import register", "not a layer"),

@@ -137,6 +137,17 @@ MORE_BAD_VALUES = [
     ("endingOffsets", '{"1:events:0": -7}', "must be", "read"),
     ("maxRecordsPerPartition", "0", "expected a positive integer", "read"),
     ("maxOffsetsPerTrigger", "-5", "expected a positive integer", "read"),
+    ("minOffsetsPerTrigger", "0", "expected a positive integer", "read"),
+    ("topicPattern", "events_(", "not a regular expression", "read"),
+    ("masterWebUrl", "127.0.0.1:8080", "expected http://host:port", "read"),
+    ("topicRefreshIntervalMs", "0", "expected a positive integer", "read"),
+    ("maxTriggerDelay", "soon", "expected a duration like", "read"),
+    ("maxBytesPerTrigger", "10q", "expected a positive size in bytes", "read"),
+    ("startingTimestamp", "yesterday", "expected a time in milliseconds", "read"),
+    ("startingOffsetsByTimestamp", '{"1:events:0": -1}', "must be epoch milliseconds", "read"),
+    ("startingOffsetsByTimestampStrategy", "skip", "expected error or latest", "read"),
+    ("endingTimestamp", "-3", "expected a time in milliseconds", "read"),
+    ("endingOffsetsByTimestamp", '{"1:events": 5}', "bad partition key", "read"),
     ("failOnDataLoss", "maybe", "expected true or false", "read"),
     ("includeAttributes", "2", "expected true or false", "read"),
     ("verifyChecksums", "off", "expected true or false", "read"),
@@ -154,6 +165,10 @@ MORE_BAD_VALUES = [
     ("auth.password", "secret", r"auth\.user is not", "write"),  # a password without a user
     ("tubemq.tlsEnable", "enable", "expected true or false", "read"),
     ("tubemq.tlsCaFile", "/nonexistent/ca.pem", "expected a readable PEM file", "read"),
+    ("tubemq.tlsCertFile", "/nonexistent/client.pem", "expected a readable PEM file", "read"),
+    ("tubemq.tlsKeyFile", "/nonexistent/client.key", "expected a readable PEM file", "write"),
+    ("tubemq.tlsKeyPassword", "pw", "tubemq.tlsEnable is not true", "read"),  # TLS options without TLS
+    ("tubemq.tlsVerifyHostname", "never", "expected true or false", "write"),
     ("streamIds", "x" * 257, "streamIds are at most 500 names", "read"),
     ("payloadFormat", "json", "expected raw or inlongmsg", "read"),
     ("payloadFormat", "", "expected raw or inlongmsg", "write"),
@@ -305,3 +320,37 @@ def test_readme_option_table_is_generated_from_the_definitions():
 def test_readme_says_option_names_are_case_insensitive():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "case-insensitive" in readme and "case-sensitive" not in readme.replace("case-insensitive", "")
+
+
+@pytest.mark.parametrize(("text", "ms"), [("250", 250), ("500ms", 500), ("30s", 30_000), ("15m", 900_000),
+                                          ("2min", 120_000), ("1h", 3_600_000), ("1d", 86_400_000)])
+def test_trigger_delay_takes_sparks_duration_forms(text, ms):
+    assert parse(maxTriggerDelay=text).max_trigger_delay_ms == ms
+
+
+@pytest.mark.parametrize(("text", "size"), [("1000", 1000), ("512k", 512 * 1024), ("10m", 10 << 20),
+                                            ("10MB", 10 << 20), ("1g", 1 << 30)])
+def test_byte_budget_takes_sparks_size_forms(text, size):
+    assert parse(maxBytesPerTrigger=text).max_bytes_per_trigger == size
+
+
+def test_min_offsets_above_max_offsets_is_refused():
+    with pytest.raises(OptionError, match="minOffsetsPerTrigger=50 is above maxOffsetsPerTrigger=10"):
+        parse(minOffsetsPerTrigger="50", maxOffsetsPerTrigger="10")
+
+
+def test_start_times_parse_per_partition():
+    options = parse(startingOffsetsByTimestamp='{"1:events:0": 1700000000000}', endingTimestamp="1700000600000")
+    assert options.starting_offsets_by_timestamp == {"1:events:0": 1700000000000}
+    assert (options.ending_timestamp, options.starting_offsets_by_timestamp_strategy) == (1700000600000, "error")
+
+
+def test_reading_needs_exactly_one_of_topic_and_topic_pattern():
+    with pytest.raises(OptionError, match=r"exactly one of the options topic .* and topicPattern"):
+        TubeMQOptions.from_raw({"master": "127.0.0.1:8715", "group": "etl_group"}, mode="read")
+    with pytest.raises(OptionError, match="exactly one of the options topic"):
+        parse(topicPattern="events_.*")
+    options = TubeMQOptions.from_raw({"master": "10.0.0.1:8715,10.0.0.2:8715", "topicPattern": "events_.*"},
+                                     mode="read")
+    assert options.topic_pattern.fullmatch("events_eu") and not options.topic_pattern.fullmatch("my_events_eu")
+    assert options.web_urls() == ("http://10.0.0.1:8080", "http://10.0.0.2:8080")

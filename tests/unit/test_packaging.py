@@ -1,7 +1,9 @@
 """The packaging facts that matter, read from pyproject.toml without building anything.
 
 * one version source: ``tubespark/__init__.py`` ``__version__``, read by setuptools (dynamic ``attr``);
-* pyspark is a version range (the tested 4.3.x inside it), not a pin;
+* pyspark is a version range whose two ends are tested (4.2.0 in test_wheel.py's fresh venv, 4.3.x in the
+  main environment), not a pin, and the runtime check refuses what lies below it;
+* ``tubespark[cluster]`` brings the test bed, which plugs ``tubespark demo`` into the command line;
 * the tubespark distribution ships neither ``tubespark_testbed`` nor the ``conf/tubemq`` cluster
   templates: those belong to ``testbed/`` and install where ``tubespark_testbed.config.conf_dir()`` looks.
 """
@@ -75,14 +77,31 @@ def _pyspark_requirements(pyproject: dict) -> dict[str, Requirement]:
 
 def test_pyspark_is_a_tested_range(pyproject: dict) -> None:
     reqs = _pyspark_requirements(pyproject)
-    assert set(reqs) == {"spark", "test"}
-    assert len({str(r.specifier) for r in reqs.values()}) == 1, "the spark and test extras must agree on pyspark"
+    assert set(reqs) == {"spark", "connect", "test"}
+    assert len({str(r.specifier) for r in reqs.values()}) == 1, "the extras must agree on pyspark"
+    assert "connect" in reqs["connect"].extras and "connect" in reqs["test"].extras
     spec = reqs["spark"].specifier
     operators = {s.operator for s in spec}
     assert not operators & {"==", "==="}, f"pyspark is pinned ({spec}); it should be a range"
     assert ">=" in operators and "<" in operators, f"pyspark needs a lower and an upper bound ({spec})"
-    assert spec.contains("4.3.0"), "4.3.x is the version the suite runs on"
+    assert spec.contains("4.3.0"), "4.3.x is the version the main suite runs on"
+    assert spec.contains("4.2.0"), "4.2.0 is the oldest end, installed by test_wheel.py"
     assert not spec.contains("4.1.4"), "the admission-control API the stream reader uses arrived in 4.2"
+    from tubespark.spark.compat import MIN_PYSPARK
+
+    lower = next(s.version for s in spec if s.operator == ">=")
+    assert tuple(int(x) for x in lower.split(".")[:2]) == MIN_PYSPARK, "the runtime check and pyproject disagree"
+
+
+def test_cluster_extra_brings_the_testbed_and_its_demo_command(pyproject: dict, testbed_pyproject: dict) -> None:
+    cluster = {Requirement(r).name: Requirement(r) for r in pyproject["project"]["optional-dependencies"]["cluster"]}
+    assert set(cluster) == {"tubespark", "tubespark-testbed"}
+    assert cluster["tubespark"].extras == {"spark"}, "the demo runs Spark"
+    assert testbed_pyproject["project"]["name"] == "tubespark-testbed"
+    plugins = testbed_pyproject["project"]["entry-points"]["tubespark.commands"]
+    assert plugins == {"demo": "tubespark_testbed.__main__:demo_main"}
+    assert not any("Do Not Upload" in c for c in testbed_pyproject["project"].get("classifiers", [])), \
+        "the cluster extra needs tubespark-testbed on the index"
 
 
 def test_pyspark_is_not_a_core_dependency(pyproject: dict) -> None:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from tests.unit.fakebroker import FakeBroker, FakeMaster, wait_until
 from tubespark.errors import DataLossError, OptionError
@@ -20,6 +20,7 @@ from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.stream_reader import AssignmentUnavailableError, TubeStreamReader
 from tubespark.tubemq.wire.constants import EventType, Method
+from tubespark.tubemq.wire.message import OutgoingMessage
 
 GROUP = "plan_group"
 TOPIC = "topic_s"
@@ -422,3 +423,172 @@ def test_a_partition_moved_away_stays_in_the_offsets_across_a_restart(make_reade
     assert end3[keys[1]] >= end2[keys[1]] == end[keys[1]] > 0
     assert all(task.start >= end2[keys[1]] for task in restarted.partitions(end2, end3)
                if task.partition_id == p1.partition_id)
+
+
+def test_a_broker_refusing_the_member_fails_the_query_instead_of_stalling_it(make_reader, broker):
+    from tubespark.errors import AuthError
+    from tubespark.tubemq.wire.errcodes import ErrCode
+    broker.inject(Method.BROKER_REGISTER, ErrCode.CONSUME_GROUP_FORBIDDEN, times=100, text="group not allowed")
+    reader = make_reader(startingOffsets="group")  # no probe: only the member's own registrations are refused
+    with pytest.raises(AuthError, match="group not allowed"):
+        reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+
+
+# --- admission like Kafka's, and a byte budget (issue 16) ---------------------------------------------
+
+
+def test_min_offsets_per_trigger_waits_for_enough_messages_or_the_delay(make_reader, broker, keys):
+    reader = make_reader(minOffsetsPerTrigger="50", maxTriggerDelay="400ms")
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMinRows(50)
+    start = {keys[0]: 0, keys[1]: 0}  # 40 messages wait: below 50
+    assert reader.latestOffset(start, limit) == start  # no batch ...
+    broker.append(broker.partitions(TOPIC)[0], *[b"more"] * 10)  # ... until 50 wait
+    assert partitions_of(reader.latestOffset(start, limit)) == {keys[0]: 560, keys[1]: 840}
+    reader._last_batch_at = __import__("time").monotonic()  # a batch just ran
+    trickle = {keys[0]: 560, keys[1]: 812}  # 1 message waits
+    assert reader.latestOffset(trickle, limit) == trickle
+    wait_until(lambda: reader.latestOffset(trickle, limit) != trickle, timeout_s=3, what="maxTriggerDelay")
+    assert reader.latestOffset(trickle, ReadAllAvailable()) == {keys[0]: 560, keys[1]: 840}  # Trigger.Once
+
+
+def test_available_now_never_waits_for_min_offsets(make_reader, keys):
+    reader = make_reader(minOffsetsPerTrigger="1000")
+    reader.prepareForTriggerAvailableNow()
+    assert reader.latestOffset({keys[0]: 0, keys[1]: 0}, reader.getDefaultReadLimit()) == {keys[0]: 280,
+                                                                                            keys[1]: 840}
+
+
+def _value_bytes(reader, start, end) -> int:
+    return sum(len(r["value"]) for t in reader.partitions(start, end) for b in reader.read(t) for r in b.to_pylist())
+
+
+def test_max_bytes_per_trigger_caps_each_batch_and_composes_with_max_offsets(make_reader, broker, keys):
+    p0, _ = broker.partitions(TOPIC)
+    broker.append(p0, *[b"x" * 1000] * 20)  # p0: 10 tiny messages, then 20 of 1,000 bytes
+    reader = make_reader(maxBytesPerTrigger="5k")
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxBytes(5 * 1024)
+    start, seen, batches = {keys[0]: 0, keys[1]: 0}, 0, 0
+    while True:
+        end = partitions_of(reader.latestOffset(start, limit))
+        if end == start:
+            break
+        size = _value_bytes(reader, start, end)
+        assert 0 < size <= 5 * 1024 + 1000, (start, end, size)  # an estimate: within one message of the budget
+        seen, start, batches = seen + size, end, batches + 1
+    assert seen == 10 * 2 + 20 * 1000 + 30 * 2 + 20 * 1 and batches >= 4  # everything, in several batches
+    reader.stop()  # leaves the group: the next reader gets the partitions
+    both = make_reader(maxBytesPerTrigger="1m", maxOffsetsPerTrigger="8")
+    end = partitions_of(both.latestOffset({keys[0]: 0, keys[1]: 0}, both.getDefaultReadLimit()))
+    assert sum(end.values()) // 28 == 8  # the byte budget allows all: the row cap wins
+
+
+# --- start and end by time (issue 16) -----------------------------------------------------------------
+
+MINUTE = 60_000
+T0 = 1_700_000_040_000  # a whole minute (2023-11-14 22:14 UTC)
+
+
+def _timed(broker: FakeBroker, ref, minutes: list[int | None]) -> list[int]:
+    from datetime import UTC, datetime
+
+    from tubespark.tubemq.wire.message import format_msg_time
+    return broker.append(ref, *[OutgoingMessage(f"t{i}".encode(), msg_time="" if m is None else format_msg_time(
+        datetime.fromtimestamp((T0 + m * MINUTE) / 1000, UTC))) for i, m in enumerate(minutes)])
+
+
+@pytest.fixture
+def timed_broker() -> Iterator[FakeBroker]:
+    with FakeBroker(batch_size=5) as fake:
+        p0, p1 = fake.add_topic(TOPIC, stores=2)
+        _timed(fake, p0, [0, 0, 1, None, 2, 2, 2, 5, 9, 9])  # an untimed message among timed ones
+        _timed(fake, p1, [0] * 3)
+        yield fake
+
+
+def test_start_by_time_is_the_first_message_of_that_minute(timed_broker):
+    from tubespark.tubemq.client.broker import BrokerClient
+    from tubespark.tubemq.client.ranges import probe_bounds
+    from tubespark.tubemq.client.seek import offset_at_time
+    p0, _ = timed_broker.partitions(TOPIC)
+    broker = BrokerClient("seek-test")
+    try:
+        bounds = probe_bounds(broker, p0, "probe_g")
+        def at(minute: float) -> int | None:
+            seek = offset_at_time(broker, p0, bounds, int(T0 + minute * MINUTE), "seek_g")
+            assert seek.probes <= 4  # ceil(log2(10 + 1)) reads for 10 records
+            return seek.offset
+        assert at(-5) == 0
+        assert at(0.5) == 0  # minute precision: the whole minute 0 counts
+        assert at(1) == 2 * 28
+        assert at(1.99) == 2 * 28
+        assert at(2) == 3 * 28  # the untimed message before minute 2's first comes along
+        assert at(3) == 7 * 28  # nothing in minutes 3 and 4: the next one
+        assert at(9) == 8 * 28
+        assert at(10) is None  # every message is older
+    finally:
+        broker.close()
+
+
+def test_stream_and_batch_start_and_end_by_time(timed_broker, monkeypatch):
+    with FakeMaster(timed_broker) as master:
+        monkeypatch.setattr(stream_reader, "install_shutdown_hooks", lambda stop: None)
+        p0, p1 = timed_broker.partitions(TOPIC)
+        base = {"master": master.address, "topic": TOPIC, "group": GROUP, **FAST}
+        master.push_event(EventType.CONNECT, [p0, p1])
+        reader = TubeStreamReader(TubeMQOptions.from_raw(
+            {**base, "startingOffsetsByTimestamp": f'{{"{p0.key}": {T0 + 2 * MINUTE}}}',
+             "startingOffsets": "earliest"}, mode="read"))
+        try:
+            assert reader.initialOffset() == {p0.key: 3 * 28, p1.key: 0}  # p1 is not named: startingOffsets
+        finally:
+            reader.stop()
+        batch = TubeBatchReader(TubeMQOptions.from_raw(
+            {**base, "startingTimestamp": str(T0 + MINUTE), "endingTimestamp": str(T0 + 9 * MINUTE),
+             "startingOffsetsByTimestampStrategy": "latest"}, mode="read"))
+        assert [(t.partition_id, t.start, t.end) for t in batch.plan()] == [(p0.partition_id, 2 * 28, 8 * 28)]
+        strict = TubeBatchReader(TubeMQOptions.from_raw({**base, "startingTimestamp": str(T0 + MINUTE)},
+                                                        mode="read"))
+        with pytest.raises(OptionError, match=rf"partition {p1.key} has no message at or after the start time "
+                                              r"1700000100000 \(2023-11-14 22:15:00 UTC\).*Strategy=latest"):
+            strict.plan()
+
+
+# --- topicPattern (issue 16) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_topic_that_disappears_from_the_pattern_is_a_vanished_partition(monkeypatch, broker, master, keys,
+                                                                           fail_on_data_loss):
+    from tubespark.tubemq.client.group import GroupSession
+    gone = broker.add_topic("topic_gone")[0]
+    broker.append(gone, b"g1", b"g2")
+    matching = [TOPIC, "topic_gone"]
+    monkeypatch.setattr(stream_reader, "subscribed_topics", lambda options, allow_none=False: tuple(sorted(matching)))
+    monkeypatch.setattr(stream_reader, "install_shutdown_hooks", lambda stop: None)
+
+    class Session(GroupSession):  # the fake master assigns each new member every partition of its topics
+        def start(self, **kwargs):
+            master.push_event(EventType.CONNECT, [p for t in self.topics for p in broker.partitions(t)])
+            return super().start(**kwargs)
+
+    monkeypatch.setattr(stream_reader, "GroupSession", Session)
+    reader = TubeStreamReader(TubeMQOptions.from_raw(
+        {"master": master.address, "topicPattern": "topic_.*", "group": GROUP, **FAST, "startingOffsets": "earliest",
+         "topicRefreshIntervalMs": "1", "failOnDataLoss": fail_on_data_loss}, mode="read"))
+    try:
+        start = reader.initialOffset()
+        assert set(start) == {*keys, gone.key}
+        end = partitions_of(reader.latestOffset(start, ReadAllAvailable()))
+        assert end[gone.key] == 56
+        with broker.lock:  # the topic is deleted, so the pattern no longer matches it
+            del broker.stores[("topic_gone", 0)]
+        matching.remove("topic_gone")
+        if fail_on_data_loss == "true":
+            with pytest.raises(DataLossError, match=f"partition {gone.key} vanished at offset 56"):
+                reader.latestOffset(end, ReadAllAvailable())
+        else:
+            assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 840}
+    finally:
+        reader.stop()

@@ -3,7 +3,8 @@
 The broker supplies a :class:`FrameCodec`: how a request becomes a frame carrying a correlation id, and
 how one frame is read back as ``(correlation_id, payload)``. Everything else is shared:
 
-* every socket call has a deadline: connect (``connect_timeout_s``, TLS handshake included), each
+* every socket call has a deadline: connect (``connect_timeout_s``, TLS handshake included; TLS runs
+  over :class:`~tubespark.core.tls.TlsChannel`, which one reader and many senders may share), each
   send and receive (``io_timeout_s``), and each call's wait (:func:`wait`);
 * calls are matched to responses by correlation id, so requests pipeline on one socket and answers
   may come in any order; an answer nobody waits for any more (a timed-out call) is dropped;
@@ -11,6 +12,8 @@ how one frame is read back as ``(correlation_id, payload)``. Everything else is 
   completes the call's future. A frame that does not decode poisons the stream, so the connection
   closes and every pending call fails with the same error; later calls fail at once with a
   (retriable) :class:`BrokerConnectionError` until the owner opens a new connection;
+* TLS failures are :class:`TlsError` naming the cause (:mod:`tubespark.core.tls`), including a plain-text
+  connection to a TLS port, which the server closes unanswered (a probe tells that from a crash);
 * :class:`ConnectionPool` keeps one live connection per address and reopens it after a failure;
 * a burst of small requests can be *deferred* and written together (``call_async(..., defer=True)``):
   one socket write for many frames instead of one each, which is what limits a producer of small
@@ -36,8 +39,23 @@ from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, Protocol, TypeVar
 
-from tubespark.core.framed_io import DEFAULT_MAX_READ_BYTES, Reader, SocketReader, open_socket
-from tubespark.errors import BrokerConnectionError, CodecError, RpcTimeoutError, TruncatedFrameError, TubeSparkError
+from tubespark.core.framed_io import (
+    DEFAULT_MAX_READ_BYTES,
+    Reader,
+    SocketReader,
+    Stream,
+    open_socket,
+    parse_address,
+)
+from tubespark.core.tls import TlsChannel, speaks_tls
+from tubespark.errors import (
+    BrokerConnectionError,
+    CodecError,
+    RpcTimeoutError,
+    TlsError,
+    TruncatedFrameError,
+    TubeSparkError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +63,11 @@ DEFAULT_CONNECT_TIMEOUT_S = 3.0
 DEFAULT_CALL_TIMEOUT_S = 10.0
 MAX_DEFERRED_FRAMES = 32
 MAX_DEFERRED_BYTES = 256 * 1024
+TLS_PROBE_TIMEOUT_S = 1.0
+"""Longest wait of the probe that explains a plain-text connection closed unanswered (a TLS server
+answers a ClientHello in milliseconds; a plain port never does, so this bounds that case)."""
+SEND_FAILURE_GRACE_S = TLS_PROBE_TIMEOUT_S + 0.25
+"""How long a failed send waits for the reader to report a more telling error (see ``_write``)."""
 
 T = TypeVar("T")
 RequestT = TypeVar("RequestT")
@@ -71,10 +94,13 @@ class FrameCodec(Protocol[RequestT_contra]):
 class FramedConnection(Generic[RequestT]):
     """A multiplexed connection speaking ``codec``. Thread-safe; create with :meth:`open`."""
 
-    def __init__(self, address: str, sock: socket.socket, codec: FrameCodec[RequestT], *,
-                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> None:
+    def __init__(self, address: str, sock: Stream, codec: FrameCodec[RequestT], *,
+                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         self.address = address
         self._sock = sock
+        self._connect_timeout_s = connect_timeout_s
+        self._answered = False  # a frame came back: the peer speaks our protocol on this socket
         self._codec = codec
         self._max_read_bytes = max_read_bytes
         self._send_lock = threading.Lock()
@@ -96,7 +122,7 @@ class FramedConnection(Generic[RequestT]):
         """Connect to ``host:port``; raises BrokerConnectionError (ValueError for a malformed address)."""
         sock = open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s,
                            ssl_context=ssl_context)
-        return cls(address, sock, codec, max_read_bytes=max_read_bytes)
+        return cls(address, sock, codec, max_read_bytes=max_read_bytes, connect_timeout_s=connect_timeout_s)
 
     @property
     def closed(self) -> bool:
@@ -111,7 +137,8 @@ class FramedConnection(Generic[RequestT]):
         """Send one request; the future resolves to ``decode(payload)`` of its response, or an error.
 
         Raises BrokerConnectionError at once when the connection is already closed (the request never
-        reached the wire, so it may be retried elsewhere), and whatever ``codec.encode`` raises.
+        reached the wire, so it may be retried elsewhere; TlsError when TLS closed it, since a new connection
+        would be refused alike), and whatever ``codec.encode`` raises.
         A failed send closes the connection and fails the future instead. With ``defer`` the frame may
         wait in the outbox (see the module docstring); frames go out in call order either way.
         """
@@ -119,6 +146,8 @@ class FramedConnection(Generic[RequestT]):
         future: Future[T] = Future()
         with self._pending_lock:  # _fail marks the connection closed under this lock: no call is stranded
             if self._closed.is_set():
+                if isinstance(self._failure, TlsError):  # e.g. the server refused our certificate right away:
+                    raise TlsError(str(self._failure)) from self._failure  # a new connection fares no better
                 # a fresh, retriable error: this call never reached the wire (the cause is chained)
                 raise BrokerConnectionError(f"connection to {self.address} is closed") from self._failure
             self._pending[correlation_id] = (future, decode)
@@ -152,6 +181,10 @@ class FramedConnection(Generic[RequestT]):
         try:
             self._sock.sendall(data)  # bounded by the socket's io timeout; a partial send poisons the stream
         except OSError as exc:
+            # A peer that refuses us often says why first (a TLS alert, or a TLS port dropping plain text)
+            # and resets the connection: give the reader the moment it needs to read that and fail the
+            # calls with it; only the reader's own silence makes this send error the reason.
+            self._closed.wait(SEND_FAILURE_GRACE_S)
             self._fail(BrokerConnectionError(f"send to {self.address} failed: {exc}"))
 
     def call(self, request: RequestT, decode: Decoder[T], timeout_s: float, what: str = "a call") -> T:
@@ -181,10 +214,11 @@ class FramedConnection(Generic[RequestT]):
                 self._sock.close()
 
     def _read_responses(self) -> None:
-        reader = SocketReader(self._sock, self._closed, max_read_bytes=self._max_read_bytes)
+        reader = SocketReader(self._sock, self._closed, max_read_bytes=self._max_read_bytes, peer=self.address)
         try:
             while not self._closed.is_set():
                 correlation_id, payload = self._codec.read(reader)
+                self._answered = True
                 with self._pending_lock:
                     entry = self._pending.pop(correlation_id, None)
                 if entry is None:
@@ -209,12 +243,38 @@ class FramedConnection(Generic[RequestT]):
         except CodecError as exc:
             if not self._closed.is_set():
                 log.warning("closing connection to %s: %s", self.address, exc)
+            if isinstance(exc, TruncatedFrameError) and self._plain_text_to_tls():
+                return
             self._fail(exc if not isinstance(exc, TruncatedFrameError) else
                        BrokerConnectionError(f"connection to {self.address} lost: {exc}"))
+        except BrokerConnectionError as exc:  # e.g. reset by the peer
+            if not self._plain_text_to_tls():
+                self._fail(exc)
         except TubeSparkError as exc:
             self._fail(exc)
         except Exception as exc:  # noqa: BLE001 - the reader thread must fail pending calls, never die silently
             self._fail(BrokerConnectionError(f"reader for {self.address} failed: {exc!r}"))
+
+    def _plain_text_to_tls(self) -> bool:
+        """Fail the connection with :class:`TlsError` if its peer, which closed or reset it before any
+        answer, is a TLS port; return whether it did.
+
+        A TLS server drops a connection whose first bytes are not a TLS record without a word (closed or
+        reset), which on its own reads as "the server went away". Only then, once, a probe asks the same
+        address for a TLS handshake (at most :data:`TLS_PROBE_TIMEOUT_S`), so the error can say what is wrong.
+        """
+        if self._answered or self._closed.is_set() or isinstance(self._sock, TlsChannel):
+            return False
+        try:
+            address = parse_address(self.address)
+        except ValueError:
+            return False
+        if not speaks_tls(address, min(self._connect_timeout_s, TLS_PROBE_TIMEOUT_S)):
+            return False
+        self._fail(TlsError(f"{self.address} closed the connection without answering, and it answers a TLS "
+                            f"handshake: it is a TLS port and this client connected in plain text (enable TLS in "
+                            f"the client, or connect to the server's plain port)"))
+        return True
 
     def _fail(self, error: TubeSparkError) -> None:
         with self._pending_lock:

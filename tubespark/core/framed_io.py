@@ -11,8 +11,9 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
-from typing import Protocol
+from typing import Protocol, TypeAlias, overload
 
+from tubespark.core.tls import TlsChannel, handshake_timeout, tls_failure
 from tubespark.errors import BrokerConnectionError, FrameTooLargeError, TruncatedFrameError
 
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
@@ -20,6 +21,10 @@ DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
 
 _RECV_MIN = 256 * 1024  # read ahead: small frames arrive in one recv
 _RECV_MAX = 1024 * 1024  # recv allocates its whole buffer up front: never ask for more at once
+
+
+Stream: TypeAlias = "socket.socket | TlsChannel"
+"""What :func:`open_socket` returns: a plain socket, or a TLS channel with the same calls."""
 
 
 class Reader(Protocol):
@@ -61,9 +66,10 @@ class SocketReader:
     of it).
     """
 
-    def __init__(self, sock: socket.socket, closed: threading.Event, *,
-                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> None:
+    def __init__(self, sock: Stream, closed: threading.Event, *,
+                 max_read_bytes: int = DEFAULT_MAX_READ_BYTES, peer: str = "the server") -> None:
         self._sock = sock
+        self._peer = peer  # for messages: the socket may be shut down by then, without a peer name
         self._closed = closed
         self._max_read = max_read_bytes
         self._buf = bytearray()
@@ -79,6 +85,11 @@ class SocketReader:
                     raise TruncatedFrameError("connection closed locally") from None
                 continue
             except OSError as exc:
+                # TLS 1.3: a server that refuses the client's certificate says so after the client's handshake,
+                # as an alert on the first read
+                tls = tls_failure(self._peer, exc)
+                if tls is not None:
+                    raise tls from exc
                 raise BrokerConnectionError(f"read failed: {exc}") from exc
             if not chunk:
                 raise TruncatedFrameError("peer closed the connection")
@@ -96,22 +107,46 @@ def parse_address(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+@overload
 def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
-                ssl_context: ssl.SSLContext | None = None) -> socket.socket:
+                ssl_context: None = None) -> socket.socket: ...
+
+
+@overload
+def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
+                ssl_context: ssl.SSLContext | None) -> Stream: ...
+
+
+def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
+                ssl_context: ssl.SSLContext | None = None) -> Stream:
     """Connect (within ``connect_timeout_s``), optionally TLS, then bound every later send/recv by ``io_timeout_s``.
 
-    Raises ValueError for a malformed address and BrokerConnectionError when the connection fails.
+    Raises ValueError for a malformed address, :class:`TlsError` when the TLS handshake fails for a
+    reason retrying cannot fix (see :mod:`tubespark.core.tls`; a handshake without any answer counts,
+    because a plain-text port ignores a ClientHello), and BrokerConnectionError otherwise.
     """
     host, port = parse_address(address)
     sock: socket.socket | None = None
+    handshaking = False
     try:
         sock = socket.create_connection((host, port), timeout=connect_timeout_s)
-        if ssl_context is not None:
-            sock = ssl_context.wrap_socket(sock, server_hostname=host)  # the handshake runs under the connect timeout
-        sock.settimeout(io_timeout_s)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            handshaking = True
+            channel = TlsChannel(sock, ssl_context, host)
+            channel.handshake(connect_timeout_s)  # connect and handshake share one budget, roughly
+            handshaking = False
+            channel.settimeout(io_timeout_s)
+            return channel
+        sock.settimeout(io_timeout_s)
     except OSError as exc:  # ssl.SSLError is an OSError too
         if sock is not None:
             sock.close()
-        raise BrokerConnectionError(f"cannot connect to {address}: {exc}") from exc
+        if handshaking and isinstance(exc, TimeoutError):
+            raise handshake_timeout(address, connect_timeout_s) from exc
+        tls = tls_failure(address, exc)
+        if tls is not None:
+            raise tls from exc
+        during = " during the TLS handshake" if handshaking else ""
+        raise BrokerConnectionError(f"cannot connect to {address}{during}: {exc}") from exc
     return sock

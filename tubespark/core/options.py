@@ -17,6 +17,7 @@ it is what the generated README table shows. Nothing here imports Spark.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -97,6 +98,77 @@ def parse_positive_int(name: str, value: str) -> int:
     return number
 
 
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_BYTES_RE = re.compile(r"^\s*(\d+)\s*(b|k|kb|m|mb|g|gb|t|tb)?\s*$", re.IGNORECASE)
+
+
+def parse_duration_ms(name: str, value: str) -> int:
+    """A duration as Spark writes them (``500ms``, ``30s``, ``15m``, ``1h``, ``1d``; a bare number is ms)."""
+    match = _DURATION_RE.match(value)
+    if not match:
+        raise OptionError(f"option {name}={value!r}: expected a duration like 500ms, 30s, 15m or 1h")
+    return int(match.group(1)) * _DURATION_MS[(match.group(2) or "ms").lower()]
+
+
+def parse_byte_size(name: str, value: str) -> int:
+    """A positive size in bytes as Spark writes them (``1048576``, ``512k``, ``10m``, ``1g``: powers of 1024)."""
+    match = _BYTES_RE.match(value)
+    size = 0
+    if match:
+        unit = (match.group(2) or "b").lower().rstrip("b") or "b"
+        size = int(match.group(1)) * 1024 ** "bkmgt".index(unit)
+    if size <= 0:
+        raise OptionError(f"option {name}={value!r}: expected a positive size in bytes, like 1048576, 512k or 10m")
+    return size
+
+
+def parse_non_negative_ms(name: str, value: str) -> int:
+    """A number of milliseconds, 0 allowed (e.g. a linger time)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise OptionError(f"option {name}={value!r}: expected a non-negative integer (milliseconds)")
+    return number
+
+
+def choice(*choices: str) -> Parser:
+    """A parser accepting one of ``choices`` (case-insensitive), returned lower-cased."""
+    def parse(name: str, value: str) -> str:
+        lowered = value.strip().lower()
+        if lowered not in choices:
+            raise OptionError(f"option {name}={value!r}: expected {' or '.join(choices)}")
+        return lowered
+
+    return parse
+
+
+def int_between(low: int, high: int) -> Parser:
+    """A parser accepting an integer from ``low`` to ``high``."""
+    def parse(name: str, value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            number = low - 1
+        if not low <= number <= high:
+            raise OptionError(f"option {name}={value!r}: expected an integer from {low} to {high}")
+        return number
+
+    return parse
+
+
+def parse_local_directory(name: str, value: str) -> str:
+    """A local directory path (executors and driver share it through a mount on a cluster)."""
+    value = value.strip()
+    if not value or "://" in value:
+        raise OptionError(f"option {name}={value!r}: expected a local directory path (a shared mount on a cluster)")
+    if os.path.exists(value) and not os.path.isdir(value):
+        raise OptionError(f"option {name}={value!r}: exists and is not a directory")
+    return value
+
+
 def comma_list(value: str) -> list[str]:
     """The non-blank, stripped items of a comma separated list, in order."""
     return [v.strip() for v in value.split(",") if v.strip()]
@@ -167,7 +239,7 @@ def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str,
         text = given.get(lowered, (spec.name, None))[1]
         if text is None:
             if spec.required or lowered in needed:
-                raise OptionError(f"option {spec.name} is required: {spec.doc}")
+                raise OptionError(f'option {spec.name} is required: add .option("{spec.name}", ...). {spec.doc}')
             text = default
         values[spec.attr] = spec.parse(spec.name, str(text)) if text is not None else None
     return values

@@ -1,8 +1,9 @@
 """Packing a write task's rows into InLong bundles: one open bundle per key, closed by rows, bytes or age.
 
 Broker-neutral: a sink decides the key (for TubeMQ: topic, partition, streamId, msgTime minute and the
-rows' attributes), the byte cost of each record and where a closed bundle goes. :class:`Bundler` only
-keeps the open bundles and says which are complete:
+rows' attributes; for TANK: topic and partition), the byte cost of each record, what travels with each
+record's body (InLong: its attributes; TANK: its key and timestamp) and where a closed bundle goes.
+:class:`Bundler` only keeps the open bundles and says which are complete:
 
 * full: ``max_rows`` records, or the next record would take the bundle past ``max_bytes``;
 * old: opened ``linger_s`` or more ago (checked by :meth:`Bundler.expired`, which the sink calls as rows
@@ -20,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tubespark.errors import MessageTooLargeError
 from tubespark.formats import encode_inlongmsg
@@ -36,10 +38,13 @@ def attributes_cost(attributes: Mapping[str, str]) -> int:
 
 @dataclass
 class Bundle:
-    """An open or closed bundle: its key, its records ``(body, attributes)``, the task rows they came from."""
+    """An open or closed bundle: its key, its records ``(body, extra)``, the task rows they came from.
+
+    ``extra`` is whatever the sink's encoder needs besides the body (InLong: the record's attributes).
+    """
 
     key: Hashable
-    records: list[tuple[bytes, Mapping[str, str]]] = field(default_factory=list)
+    records: list[tuple[bytes, Any]] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     size: int = BUNDLE_HEADER_BYTES
     opened: float = 0.0
@@ -65,7 +70,7 @@ class Bundler:
     def is_open(self, key: Hashable) -> bool:
         return key in self._open
 
-    def add(self, key: Hashable, body: bytes, attributes: Mapping[str, str], *, cost: int, max_bytes: int,
+    def add(self, key: Hashable, body: bytes, attributes: Any, *, cost: int, max_bytes: int,
             row: int) -> list[Bundle]:
         """Add one record (``cost`` bytes in the encoded bundle) under ``key``; return the bundles this closed.
 

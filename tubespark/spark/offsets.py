@@ -20,32 +20,65 @@ OffsetSpec = str | dict[str, int]
 
 
 def parse_offset_spec(name: str, value: str, *, allow: tuple[str, ...],
-                      check_key: Callable[[str], bool]) -> OffsetSpec:
+                      check_key: Callable[[str], bool], key_form: str = "brokerId:topic:partitionId",
+                      example: str = '{"1:mytopic:0": 280}') -> OffsetSpec:
     """One of the words in ``allow`` (lower-cased) or JSON ``{key: offset}`` (option ``name``).
 
-    Offsets must be -2 (earliest), -1 (latest) or >= 0; keys must pass ``check_key``.
+    Offsets must be -2 (earliest), -1 (latest) or >= 0; keys must pass ``check_key``. ``key_form`` and
+    ``example`` show the broker's key shape in error messages (TubeMQ's by default).
     """
     text = value.strip()
     if text.lower() in allow:
         return text.lower()
     if not text.startswith("{"):
         raise OptionError(f"option {name}={value!r}: expected {' | '.join(allow)} or a JSON object "
-                          f'like {{"1:mytopic:0": 280}}')
+                          f"like {example}")
+    return _partition_map(name, text, check_key, key_form, "offset",
+                          lambda offset: offset >= 0 or offset in (EARLIEST, LATEST),
+                          "must be -2 (earliest), -1 (latest) or >= 0")
+
+
+def _partition_map(name: str, text: str, check_key: Callable[[str], bool], key_form: str, what: str,
+                   valid: Callable[[int], bool], rule: str) -> dict[str, int]:
+    """A non-empty JSON object of partition key -> integer ``what``, each passing ``valid``."""
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise OptionError(f"option {name}: invalid JSON ({exc.msg} at position {exc.pos}): {value!r}") from None
+        raise OptionError(f"option {name}: invalid JSON ({exc.msg} at position {exc.pos}): {text!r}") from None
     if not isinstance(spec, dict) or not spec:
-        raise OptionError(f"option {name}: the JSON must be a non-empty object of partition key -> offset")
-    result: dict[str, int] = {}
-    for key, offset in spec.items():
+        raise OptionError(f"option {name}: the JSON must be a non-empty object of partition key -> {what}")
+    for key, number in spec.items():
         if not check_key(key):
-            raise OptionError(f"option {name}: bad partition key {key!r}, expected brokerId:topic:partitionId")
-        if not isinstance(offset, int) or isinstance(offset, bool) or (offset < 0 and offset not in (EARLIEST, LATEST)):
-            raise OptionError(f"option {name}: offset for {key} must be -2 (earliest), -1 (latest) or >= 0, "
-                              f"got {offset!r}")
-        result[key] = offset
-    return result
+            raise OptionError(f"option {name}: bad partition key {key!r}, expected {key_form}")
+        if not isinstance(number, int) or isinstance(number, bool) or not valid(number):
+            raise OptionError(f"option {name}: {what} for {key} {rule}, got {number!r}")
+    return dict(spec)
+
+
+def parse_timestamp(name: str, value: str) -> int:
+    """A time in milliseconds since the epoch (Kafka's ``startingTimestamp``)."""
+    try:
+        when = int(value)
+    except ValueError:
+        when = -1
+    if when < 0:
+        raise OptionError(f"option {name}={value!r}: expected a time in milliseconds since the epoch")
+    return when
+
+
+def parse_timestamp_map(name: str, value: str, *, check_key: Callable[[str], bool],
+                        key_form: str = "brokerId:topic:partitionId") -> dict[str, int]:
+    """JSON ``{partition key: epoch milliseconds}`` (Kafka's ``startingOffsetsByTimestamp``)."""
+    return _partition_map(name, value.strip(), check_key, key_form, "time", lambda when: when >= 0,
+                          "must be epoch milliseconds (>= 0)")
+
+
+def wanted_time(timestamp: int | None, by_partition: Mapping[str, int] | None, key: str) -> int | None:
+    """The time a partition starts (or ends) at, if any: one ``timestamp`` for all partitions wins over a
+    per-partition map, as in Spark's Kafka source."""
+    if timestamp is not None:
+        return timestamp
+    return None if by_partition is None else by_partition.get(key)
 
 
 def wanted_offset(spec: OffsetSpec, key: str, *, default: int) -> str | int:

@@ -21,6 +21,7 @@ from tubespark.errors import NoMasterAvailableError
 from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
 from tubespark.tubemq.net.master import MasterChannel
 from tubespark.tubemq.wire.errcodes import ErrCode, error_for_code
+from tubespark.tubemq.wire.formats import DEFAULT_BROKER_PORT, DEFAULT_BROKER_TLS_PORT
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
 
@@ -71,6 +72,11 @@ class ClientSettings:
     credentials: Credentials | None = None
     ssl_context: ssl.SSLContext | None = None
 
+    @property
+    def default_broker_port(self) -> int:
+        """The port a broker listed with a blank one listens on: its TLS port when we talk TLS."""
+        return DEFAULT_BROKER_TLS_PORT if self.ssl_context is not None else DEFAULT_BROKER_PORT
+
     def connection_pool(self) -> ConnectionPool:
         return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.call_timeout_s,
                               ssl_context=self.ssl_context)
@@ -96,6 +102,10 @@ def during_election(exc: BaseException) -> bool:
     """Retry filter: the masters are between two active ones (only standbys answered)."""
     return isinstance(exc, NoMasterAvailableError) and exc.electing
 
+
+CHECK_TOPIC = ("check the `topic` option, or deploy the topic on the cluster first (the master serves a new "
+               "topic to clients about 30 s after it is added)")
+"""How every "no such topic" error ends: the two fixes, and the wait a just-created topic needs."""
 
 # The server's 415 texts ("authInfo.userName is Blank!") name the protocol field, not what to change.
 _CREDENTIALS_HINT = "authentication refused: see the auth.user / auth.password options and docs/tubemq/auth.md"

@@ -25,9 +25,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import NotRegisteredError, PartitionOccupiedError, TubeSparkError
+from tubespark.errors import (
+    AuthError,
+    NotRegisteredError,
+    PartitionOccupiedError,
+    TlsError,
+    TubeSparkError,
+    UnknownTopicError,
+)
 from tubespark.tubemq.client.broker import BrokerClient, Position
-from tubespark.tubemq.client.common import ClientSettings, check, during_election, local_ip, new_client_id
+from tubespark.tubemq.client.common import (
+    CHECK_TOPIC,
+    ClientSettings,
+    check,
+    during_election,
+    local_ip,
+    new_client_id,
+)
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef, parse_subscribe_info, subscribe_info
@@ -93,6 +107,7 @@ class GroupSession:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.heartbeat_errors = 0
+        self._refusal: TubeSparkError | None = None
 
     # --- public ----------------------------------------------------------------------------------
 
@@ -130,6 +145,12 @@ class GroupSession:
         with self._lock:
             return {key: self._pending_reason.get(key, "not registered yet")
                     for key in self._assigned if key not in self._held}
+
+    def refusal(self) -> TubeSparkError | None:
+        """The last time a broker refused to let this member register for a reason retries cannot fix (an
+        authorisation or TLS error), if any: a partition kept pending for it would stall the owner silently."""
+        with self._lock:
+            return self._refusal
 
     @property
     def events_applied(self) -> int:
@@ -269,8 +290,15 @@ class GroupSession:
                 topicCondition=[f"{t}#{','.join(f)}" for t, f in self.filters.items()],
                 sessionTime=int(time.time() * 1000), jdkVersion="python")
         self.settings.add_master_auth(request)
-        response = check(self._master.call(Method.CONSUMER_REGISTER, request, mpb.RegisterResponseM2C),
-                         f"register consumer {self.client_id} in group {self.group}")
+        try:
+            response = check(self._master.call(Method.CONSUMER_REGISTER, request, mpb.RegisterResponseM2C),
+                             f"register consumer {self.client_id} in group {self.group}")
+        except UnknownTopicError as exc:
+            # the master's own words ("Requested topic [[x]] not deployed!") say what, not what to do; they
+            # are kept in the message, so the chained original would only double the trace the user reads
+            raise UnknownTopicError(exc.code, f"topic {', '.join(self.topics)} is not deployed on the TubeMQ "
+                                              f"cluster of master {self._master.active_address} (the master says: "
+                                              f"{exc.server_message}): {CHECK_TOPIC}", broker="TubeMQ") from None
         if response.HasField("authorizedInfo"):
             self.brokers.visit_token = response.authorizedInfo.visitAuthorizedToken
 
@@ -377,6 +405,9 @@ class GroupSession:
             log.info("partition %s of group %s is still occupied on its broker: %s", ref.key, self.group, exc)
             return "occupied"
         except TubeSparkError as exc:
+            if isinstance(exc, (AuthError, TlsError)):  # trying again cannot help: the owner fails with it
+                with self._lock:
+                    self._refusal = exc
             self._set_pending(ref, f"cannot register on broker {ref.broker.address}: {exc}")
             log.warning("cannot register %s for group %s (will retry): %s", ref.key, self.group, exc)
             return "error"

@@ -1,4 +1,4 @@
-"""Topic metadata without joining a consumer group.
+"""Topic metadata without joining a consumer group, and the list of topics a master serves.
 
 TubeMQ clients learn a topic's partitions only from a producer heartbeat (``topicInfos``), so this
 opens a short producer session, asks, and closes it. Batch reads and offset planning use it to find
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tubespark.errors import AdminApiError
+from tubespark.tubemq.client.admin import MasterAdmin
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -21,3 +23,21 @@ def topic_partitions(masters: str | list[str], topics: Iterable[str], settings: 
     with Producer(masters, settings) as producer:
         producer.publish(topics, timeout_s=timeout_s)
         return {topic: producer.partitions(topic) for topic in topics}
+
+
+def list_topics(web_urls: Iterable[str], *, timeout_s: float = 10.0) -> list[str]:
+    """The topics the master serves for subscription, from its web API (no RPC lists topics:
+    docs/tubemq/protocol.md, "Listing topics"): deployed, running and open to consumers; the broker's own
+    ``__``-prefixed system topics left out. Asks each master in turn, since only the active one answers.
+    """
+    errors: list[str] = []
+    for url in web_urls:
+        try:
+            answer = MasterAdmin(url, "", timeout=timeout_s)("admin_query_cluster_topic_view")
+        except AdminApiError as exc:
+            errors.append(str(exc))
+            continue
+        return sorted(str(item["topicName"]) for item in answer.get("data", ())
+                      if item.get("isSrvAcceptSubscribe") and int(item.get("totalRunNumPartCount", 0)) > 0
+                      and not str(item["topicName"]).startswith("__"))
+    raise AdminApiError("no master web API answered the topic list: " + "; ".join(errors))

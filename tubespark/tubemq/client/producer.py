@@ -30,6 +30,7 @@ from tubespark.errors import (
     UnknownTopicError,
 )
 from tubespark.tubemq.client.common import (
+    CHECK_TOPIC,
     ClientSettings,
     check,
     during_election,
@@ -142,9 +143,13 @@ class Producer:
         absent = missing()
         with self._lock:  # stop asking the master about topics that never had partitions
             self._topics.difference_update(t for t in absent if t not in self._layouts)
-        raise UnknownTopicError(ErrCode.FORBIDDEN, f"no publishable partitions for topic(s) {', '.join(absent)} "
-                                                   f"after {timeout_s:.0f}s (does the topic exist and accept "
-                                                   f"publish?)")
+        # the master lists the partitions of serving brokers only: a broker that died or went offline
+        # takes its partitions out of the list, exactly like a topic that was never deployed
+        raise UnknownTopicError(ErrCode.FORBIDDEN, f"topic {', '.join(absent)} has no partition to serve on the "
+                                                   f"TubeMQ cluster of master {self._master.active_address} (none "
+                                                   f"listed within {timeout_s:.0f} s): it is not deployed, its "
+                                                   f"brokers are down or offline, or it does not accept publishing; "
+                                                   f"{CHECK_TOPIC}, and that its brokers run", broker="TubeMQ")
 
     def partitions(self, topic: str) -> tuple[PartitionRef, ...]:
         layout = self._layouts.get(topic)
@@ -201,7 +206,9 @@ class Producer:
         if not infos:
             return
         with self._lock:
-            self._brokers = {b.broker_id: b for b in map(BrokerInfo.parse, infos)}
+            # over TLS the master lists the brokers' TLS ports (docs/tubemq/tls.md)
+            port = self.settings.default_broker_port
+            self._brokers = {b.broker_id: b for b in (BrokerInfo.parse(text, port) for text in infos)}
             self._broker_checksum = broker_checksum
 
     def _update_auth(self, response: mpb.RegisterResponseM2P | mpb.HeartResponseM2P) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
@@ -170,7 +170,7 @@ class RangeReader:
         for batch in self.read_batches(part, start, end):
             yield from batch
 
-    def read_batches(self, part: PartitionRef, start: int, end: int) -> Iterator[list[ReceivedMessage]]:
+    def read_batches(self, part: PartitionRef, start: int, end: int) -> Generator[list[ReceivedMessage]]:
         """Like :meth:`read`, one list per broker fetch (nothing is buffered beyond one fetch)."""
         for columns in self.read_columns(part, start, end):
             yield columns.messages()

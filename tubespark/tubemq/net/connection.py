@@ -12,7 +12,6 @@ Timeouts, the reader thread, TLS and the pool are core's.
 from __future__ import annotations
 
 import functools
-import socket
 import ssl
 from concurrent.futures import Future
 from typing import TypeVar
@@ -21,7 +20,7 @@ from google.protobuf.message import Message
 
 from tubespark.core import framed
 from tubespark.core.framed import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, FramedConnection, wait
-from tubespark.core.framed_io import open_socket, parse_address
+from tubespark.core.framed_io import Stream, open_socket, parse_address
 from tubespark.tubemq.wire.envelope import decode_response, encode_request, parse_message
 from tubespark.tubemq.wire.frame import FRAMING
 
@@ -40,8 +39,10 @@ def _response_decoder(response_cls: type[M], payload: bytes) -> M:
 class Connection:
     """A multiplexed RPC connection to a master or broker. Thread-safe; create with :meth:`open`."""
 
-    def __init__(self, address: str, sock: socket.socket) -> None:
-        self._framed: FramedConnection[bytes] = FramedConnection(address, sock, FRAMING)
+    def __init__(self, address: str, sock: Stream, *,
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+        self._framed: FramedConnection[bytes] = FramedConnection(address, sock, FRAMING,
+                                                                 connect_timeout_s=connect_timeout_s)
         self.address = address
 
     @classmethod
@@ -50,7 +51,7 @@ class Connection:
              ssl_context: ssl.SSLContext | None = None) -> Connection:
         """Connect within ``connect_timeout_s``; every later send/receive is bounded by ``io_timeout_s``."""
         return cls(address, open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s,
-                                        ssl_context=ssl_context))
+                                        ssl_context=ssl_context), connect_timeout_s=connect_timeout_s)
 
     @property
     def closed(self) -> bool:

@@ -3,17 +3,32 @@
 Only the active master serves clients; a standby answers with StandbyException. Like the Java
 client, a connect failure, a timeout, an undecodable reply, an IOException-type reply or a standby
 reply moves on to the next address, one pass over the list per call. Other replies go back to the caller.
+A TLS failure moves on too (another master may have a good certificate), but when no master answered
+and one failed that way, the call raises :class:`TlsError`, which is not retried: waiting does not fix a
+certificate or a port that speaks the other protocol.
 """
 
 from __future__ import annotations
 
+import socket
 import ssl
 import threading
 from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from tubespark.errors import BrokerConnectionError, CodecError, NoMasterAvailableError, RpcError, StandbyMasterError
+from tubespark.errors import (
+    BadTokenError,
+    BrokerConnectionError,
+    CodecError,
+    NoMasterAvailableError,
+    NotAMasterError,
+    RpcError,
+    RpcTimeoutError,
+    StandbyMasterError,
+    TlsError,
+    TruncatedFrameError,
+)
 from tubespark.tubemq.net.connection import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -23,6 +38,44 @@ from tubespark.tubemq.net.connection import (
 from tubespark.tubemq.wire.constants import ServiceType
 
 M = TypeVar("M", bound=Message)
+
+CHECK_MASTER = ("check the master address (the `master` option, `--master`): host:port of the master's RPC port, "
+                "8715 by default, not its web port (8080) nor a broker's port (8123)")
+"""What every "no master" error ends with: the ports a user mixes up, as TubeMQ's default configs set them."""
+
+_HTTP = int.from_bytes(b"HTTP", "big")
+
+
+def explain_failure(exc: BaseException) -> tuple[str, bool]:
+    """Why one master address did not serve a call, in a user's words, and whether something other
+    than a master answered there (a wrong address: waiting will not help).
+
+    The exceptions come from every layer below (the socket, the frame codec, the server's RPC layer),
+    and their own texts name protocol details ("frame starts with 0x48545450"); a user needs to know
+    whether nothing listens there, something else does, or a master does not answer in time.
+    """
+    cause = exc.__cause__
+    if isinstance(exc, StandbyMasterError):
+        return "a standby master", False
+    if isinstance(exc, RpcTimeoutError):
+        return f"connected, but no answer in time: {exc}", False
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused: nothing listens there", False
+    if isinstance(cause, socket.gaierror):
+        return f"unknown host: {cause}", False
+    if isinstance(cause, TimeoutError):
+        return "no answer to connect in time: host down, or a firewall drops the packets", False
+    if isinstance(exc, BadTokenError):
+        if f"0x{_HTTP:08X}" in str(exc):  # the frame's begin token read "HTTP"
+            return "an HTTP server answered, not TubeMQ's RPC protocol: a web port", True
+        return "something answered, but not in TubeMQ's RPC protocol", True
+    if isinstance(exc, RpcError) and exc.server_message.startswith("No service"):
+        # the server's RPC layer has no master service: a broker (observed against a 2.4.0 broker)
+        return "a TubeMQ broker answered, not a master", True
+    # the framed connection reports a peer that closed as "connection to X lost: <TruncatedFrameError>"
+    if isinstance(exc, TruncatedFrameError) or "peer closed the connection" in str(exc):
+        return "it closed the connection without answering: not a TubeMQ master, or one that is starting", False
+    return str(exc), False
 
 
 def parse_master_list(masters: str | list[str]) -> list[str]:
@@ -57,6 +110,8 @@ class MasterChannel:
     def call(self, method: int, request: Message, response_cls: type[M]) -> M:
         errors: list[str] = []
         standby = False
+        wrong_peers = 0  # addresses where something other than a master answered
+        tls: TlsError | None = None
         with self._lock:
             for _ in range(len(self.addresses)):
                 address = self.addresses[self._index]
@@ -70,14 +125,29 @@ class MasterChannel:
                     standby = standby or isinstance(exc, StandbyMasterError)
                     # CodecError: the reply was garbage and the connection is gone, a local failure like a
                     # closed channel, which the Java invoker also answers by trying the next master
-                    errors.append(f"{address}: {exc}")
+                    why, wrong = explain_failure(exc)
+                    wrong_peers += wrong
+                    errors.append(f"{address} ({why})")
+                except TlsError as exc:
+                    tls = tls or exc
+                    errors.append(str(exc))  # the message starts with the address already
                 except RpcError as exc:
-                    if not exc.exception_name.endswith("IOException"):
+                    why, wrong = explain_failure(exc)
+                    if not wrong and not exc.exception_name.endswith("IOException"):
                         raise
-                    errors.append(f"{address}: {exc}")
+                    wrong_peers += wrong
+                    errors.append(f"{address} ({why})")
                 self._drop_connection()
                 self._index = (self._index + 1) % len(self.addresses)
-        raise NoMasterAvailableError("no active TubeMQ master answered: " + "; ".join(errors), electing=standby)
+        if tls is not None:
+            raise TlsError("no TubeMQ master answered: " + "; ".join(errors)) from tls
+        where = ", ".join(errors)
+        if wrong_peers == len(self.addresses):
+            raise NotAMasterError(f"no TubeMQ master at {where}: {CHECK_MASTER}")
+        if standby:
+            raise NoMasterAvailableError(f"no active TubeMQ master at {where}: the master group is electing its "
+                                         f"next active master", electing=True)
+        raise NoMasterAvailableError(f"no TubeMQ master answers at {where}: {CHECK_MASTER}")
 
     def _drop_connection(self) -> None:
         if self._conn is not None:

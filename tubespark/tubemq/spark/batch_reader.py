@@ -16,13 +16,15 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tubespark.errors import OptionError
-from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset
+from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset, wanted_time
 from tubespark.spark.planning import split_range
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.metadata import topic_partitions
-from tubespark.tubemq.client.ranges import probe_bounds
+from tubespark.tubemq.client.ranges import Bounds, probe_bounds
+from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.partition import QueueRange, read_range
+from tubespark.tubemq.spark.topics import subscribed_topics
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
 
@@ -40,17 +42,16 @@ class TubeBatchReader(DataSourceReader):
     def plan(self) -> list[QueueRange]:
         opts = self.options
         # an unknown topic or an unreachable master fails here, on the driver, before any task runs
-        layouts = topic_partitions(opts.masters, opts.topics, opts.client_settings(),
+        topics = subscribed_topics(opts)
+        layouts = topic_partitions(opts.masters, topics, opts.client_settings(),
                                    timeout_s=max(5.0, opts.request_timeout_ms / 1000 * 3))
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
         try:
             for ref in sorted(p for parts in layouts.values() for p in parts):
                 bounds = probe_bounds(broker, ref, f"{self.base_group}-probe")
-                start = resolve_offset(opts.starting_offsets, ref.key, earliest=bounds.min_offset,
-                                       latest=bounds.max_offset, default=EARLIEST)
-                end = resolve_offset(opts.ending_offsets, ref.key, earliest=bounds.min_offset,
-                                     latest=bounds.max_offset, default=LATEST)
+                start = self._start(broker, ref, bounds)
+                end = self._end(broker, ref, bounds)
                 if end < start:
                     raise OptionError(f"for {ref.key} the starting offset {start} is after the ending offset {end}")
                 if end > bounds.max_offset:
@@ -61,9 +62,27 @@ class TubeBatchReader(DataSourceReader):
                                                           record_size=INDEX_RECORD_SIZE))
         finally:
             broker.close()
-        log.info("batch read of %s planned %d tasks under %s", ",".join(opts.topics or ()), len(tasks),
+        log.info("batch read of %s planned %d tasks under %s", ",".join(topics), len(tasks),
                  self.base_group)
         return tasks
+
+    def _start(self, broker: BrokerClient, ref: PartitionRef, bounds: Bounds) -> int:
+        """A start time (``startingTimestamp``, ``startingOffsetsByTimestamp``) wins over ``startingOffsets``."""
+        opts = self.options
+        when = wanted_time(opts.starting_timestamp, opts.starting_offsets_by_timestamp, ref.key)
+        if when is not None:
+            return start_at_time(broker, ref, bounds, when, f"{self.base_group}-time", opts)
+        return resolve_offset(opts.starting_offsets, ref.key, earliest=bounds.min_offset, latest=bounds.max_offset,
+                              default=EARLIEST)
+
+    def _end(self, broker: BrokerClient, ref: PartitionRef, bounds: Bounds) -> int:
+        """An end time (``endingTimestamp``, ``endingOffsetsByTimestamp``) wins over ``endingOffsets``."""
+        opts = self.options
+        when = wanted_time(opts.ending_timestamp, opts.ending_offsets_by_timestamp, ref.key)
+        if when is not None:
+            return end_at_time(broker, ref, bounds, when, f"{self.base_group}-time", opts)
+        return resolve_offset(opts.ending_offsets, ref.key, earliest=bounds.min_offset, latest=bounds.max_offset,
+                              default=LATEST)
 
     def _task(self, ref: PartitionRef, start: int, end: int, index: int) -> QueueRange:
         # Splits of one partition run at the same time, so each needs its own read group.

@@ -115,6 +115,26 @@ def sample_from_progress(progress: Any) -> LagSample | None:
                      backlog)
 
 
+def progress_lag(progress: Any) -> dict[str, int]:
+    """Per-partition lag of a query's tubemq source(s) in one progress: ``{partition key: messages behind}``.
+
+    ``progress`` is ``query.lastProgress`` (or an element of ``query.recentProgress``, a listener's
+    ``event.progress``, or its JSON); ``None`` (no batch yet) gives ``{}``. A partition's lag is how far
+    the batch's end was behind the partition's max offset when the source planned that batch (the
+    source's ``latestOffset``, reported through ``reportLatestOffset``): what Spark's Kafka source
+    reports as ``offsetsBehindLatest``, per partition and in messages. 0 everywhere: caught up.
+
+    Why a helper and not ``progress["sources"][0]["metrics"]``: Spark 4.3 gives Python sources no way to
+    report source metrics (their JVM stream classes implement no ``ReportsSourceMetrics``, and the
+    driver-side runner has no call for it), so the progress carries only the two offset maps this
+    derives the lag from.
+    """
+    if progress is None:
+        return {}
+    sample = sample_from_progress(progress)
+    return dict(sample.backlog) if sample is not None else {}
+
+
 class LagHistory:
     """Thread-safe per-query history of :class:`LagSample` (bounded to ``max_samples`` per query)."""
 

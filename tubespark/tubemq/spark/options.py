@@ -15,24 +15,37 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from tubespark.core.options import (
     BOTH,
+    READ,
     WRITE,
     OptionSpec,
     ParsedOptions,
+    choice,
     comma_list,
     parse_attribute_name,
     parse_bool,
+    parse_byte_size,
+    parse_duration_ms,
     parse_host_ports,
+    parse_local_directory,
+    parse_non_negative_ms,
     parse_positive_int,
     parse_text,
     render_table,
 )
+from tubespark.core.tls import client_context
 from tubespark.errors import MessageFormatError, OptionError
-from tubespark.spark.offsets import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
+from tubespark.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    parse_offset_spec,
+    parse_timestamp,
+    parse_timestamp_map,
+)
 from tubespark.tubemq.client.common import ClientSettings, Credentials
 from tubespark.tubemq.wire.formats import PartitionRef
 
@@ -50,6 +63,22 @@ def _topics(name: str, value: str) -> tuple[str, ...]:
         raise OptionError(f"option {name}={value!r}: expected topic names (letter first, then letters, digits or "
                           f"_; 2 to 64 chars)" + (f"; bad: {', '.join(bad)}" if bad else ""))
     return tuple(sorted(set(items)))
+
+
+def _pattern(name: str, value: str) -> re.Pattern[str]:
+    try:
+        return re.compile(value)
+    except re.error as exc:
+        raise OptionError(f"option {name}={value!r}: not a regular expression ({exc})") from None
+
+
+def _web_urls(name: str, value: str) -> tuple[str, ...]:
+    items = comma_list(value)
+    bad = [v for v in items if not re.match(r"^https?://[^\s/:]+(:\d{1,5})?/?$", v)]
+    if not items or bad:
+        raise OptionError(f"option {name}={value!r}: expected http://host:port[,http://host:port...] (the masters' "
+                          f"web API, port 8080 by default)" + (f"; bad: {', '.join(bad)}" if bad else ""))
+    return tuple(items)
 
 
 def _group(name: str, value: str) -> str:
@@ -87,6 +116,10 @@ def _ending(name: str, value: str) -> OffsetSpec:
     return parse_offset_spec(name, value, allow=("latest",), check_key=is_partition_key)
 
 
+def _timestamps(name: str, value: str) -> dict[str, int]:
+    return parse_timestamp_map(name, value, check_key=is_partition_key)
+
+
 def _user(name: str, value: str) -> str:
     if not value.strip() or value != value.strip():
         raise OptionError(f"option {name}={value!r}: expected a user name (not blank, no surrounding spaces)")
@@ -99,30 +132,16 @@ def _ca_file(name: str, value: str) -> str:
     return value
 
 
+def _pem_file(name: str, value: str) -> str:
+    if not os.path.isfile(value) or not os.access(value, os.R_OK):
+        raise OptionError(f"option {name}={value!r}: expected a readable PEM file")
+    return value
+
+
 PAYLOAD_FORMATS = ("raw", "inlongmsg")
 MIN_BUNDLE_BYTES = 1024
 """The smallest ``bundleMaxBytes``: below it a bundle's framing dominates."""
 BUNDLE_COMPRESSIONS = ("snappy", "none")
-
-
-def _choice(choices: tuple[str, ...]) -> Callable[[str, str], str]:
-    def parse(name: str, value: str) -> str:
-        lowered = value.strip().lower()
-        if lowered not in choices:
-            raise OptionError(f"option {name}={value!r}: expected {' or '.join(choices)}")
-        return lowered
-
-    return parse
-
-
-def _non_negative_ms(name: str, value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if number < 0:
-        raise OptionError(f"option {name}={value!r}: expected a non-negative integer (milliseconds)")
-    return number
 
 
 def _bundle_bytes(name: str, value: str) -> int:
@@ -131,14 +150,6 @@ def _bundle_bytes(name: str, value: str) -> int:
         raise OptionError(f"option {name}={value!r}: expected at least {MIN_BUNDLE_BYTES} bytes")
     return number
 
-
-def _directory(name: str, value: str) -> str:
-    value = value.strip()
-    if not value or "://" in value:
-        raise OptionError(f"option {name}={value!r}: expected a local directory path (a shared mount on a cluster)")
-    if os.path.exists(value) and not os.path.isdir(value):
-        raise OptionError(f"option {name}={value!r}: exists and is not a directory")
-    return value
 
 SESSION_TIMEOUT_MS = 30000
 """The servers' default consumer/producer session timeout; a heartbeat period must stay below it."""
@@ -163,6 +174,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
                BOTH, attr="masters"),
     OptionSpec("topic", None, _topics, "Topic(s) to read, comma separated. For writing, the default topic "
                "(a `topic` column is used when this is absent).", False, BOTH, attr="topics"),
+    OptionSpec("topicPattern", None, _pattern, "Reading: every topic whose whole name matches this regular "
+               "expression (like Kafka's `subscribePattern`), instead of `topic`. Topics come from the masters' "
+               "web API (`masterWebUrl`); a stream picks up a new matching topic within `topicRefreshIntervalMs`, "
+               "from its earliest offset."),
+    OptionSpec("masterWebUrl", None, _web_urls, "With `topicPattern`: the masters' web API, `http://host:port"
+               "[,...]`. Unset: port 8080 of each `master` host.", attr="master_web_urls"),
+    OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
+               "lists the topics again."),
     OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
                "group's members; committed offsets are stored for it on the brokers. Required for streaming "
                "reads."),
@@ -172,10 +191,34 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "Batch reads default to `earliest`."),
     OptionSpec("endingOffsets", "latest", _ending, "Batch reads only: where to stop, `latest` or JSON as above "
                "(-1 = latest)."),
+    OptionSpec("startingTimestamp", None, parse_timestamp, "Start every partition at its first message whose "
+               "`msgTime` minute is at or after this time (epoch ms; see [Reading by time](#reading-by-time)). "
+               "Wins over `startingOffsetsByTimestamp` and `startingOffsets`."),
+    OptionSpec("startingOffsetsByTimestamp", None, _timestamps, "JSON `{\"brokerId:topic:partitionId\": epoch "
+               "ms}`: a start time per partition (as `startingTimestamp`); partitions not named follow "
+               "`startingOffsets`."),
+    OptionSpec("startingOffsetsByTimestampStrategy", "error", choice("error", "latest"), "A partition with no "
+               "message at or after its start time: `error` fails naming it, `latest` starts it at its latest "
+               "offset."),
+    OptionSpec("endingTimestamp", None, parse_timestamp, "Batch reads: stop every partition before its first "
+               "message whose `msgTime` minute is at or after this time (epoch ms); a partition with none is read "
+               "to its latest offset. Wins over `endingOffsetsByTimestamp` and `endingOffsets`."),
+    OptionSpec("endingOffsetsByTimestamp", None, _timestamps, "Batch reads: JSON `{\"brokerId:topic:partitionId\": "
+               "epoch ms}`, an end time per partition (as `endingTimestamp`); others follow `endingOffsets`."),
     OptionSpec("maxRecordsPerPartition", None, parse_positive_int, "Batch reads: split a partition's range into "
                "Spark tasks of at most this many messages, so a backfill uses every core."),
     OptionSpec("maxOffsetsPerTrigger", None, parse_positive_int, "Most messages per micro-batch, shared across "
                "partitions in proportion to their backlog. Unset: everything available."),
+    OptionSpec("minOffsetsPerTrigger", None, parse_positive_int, "Fewest new messages a micro-batch waits for "
+               "(no tiny batches from a trickle), until `maxTriggerDelay` has passed since the last batch. "
+               "`Trigger.AvailableNow` never waits: its last batch takes what is left."),
+    OptionSpec("maxTriggerDelay", "15m", parse_duration_ms, "With `minOffsetsPerTrigger`: the longest a query waits "
+               "for that many messages before it reads what there is (`30s`, `15m`, `1h`; a bare number is ms).",
+               attr="max_trigger_delay_ms"),
+    OptionSpec("maxBytesPerTrigger", None, parse_byte_size, "Most bytes of message values per micro-batch (`64m`, "
+               "`1g`, or a number of bytes), shared like `maxOffsetsPerTrigger`, which it composes with (the "
+               "smaller wins). Estimated from a sample of each partition's next messages; a batch reads at "
+               "least one message."),
     OptionSpec("streamIds", "", _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
                "comma separated. Filtered on the broker."),
     OptionSpec("failOnDataLoss", "true", parse_bool, "Fail the query when data it planned to read is gone "
@@ -206,33 +249,45 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "assign partitions when a query starts, and how long a `Trigger.AvailableNow` run waits for an "
                "assigned partition it cannot read yet (occupied by a stale registration, broker down) before "
                "failing with its name."),
-    OptionSpec("payloadFormat", "raw", _choice(PAYLOAD_FORMATS), "`raw`: one row per TubeMQ message. `inlongmsg`: "
+    OptionSpec("payloadFormat", "raw", choice(*PAYLOAD_FORMATS), "`raw`: one row per TubeMQ message. `inlongmsg`: "
                "messages are InLong bundles (InLongMsg or MessageObjs, see [InLong message bundles]"
                "(#inlong-message-bundles)); reading gives one row per record (plus a `recordIndex` column), "
                "writing packs rows into bundles.", False, BOTH),
     OptionSpec("ignoreParseErrors", "false", parse_bool, "With `payloadFormat=inlongmsg`: `false` fails the task "
                "on a message that is not a valid bundle, naming partition and offset; `true` skips it, logs it "
                "and counts it (see `skippedBundlesPath`)."),
-    OptionSpec("skippedBundlesPath", None, _directory, "With `ignoreParseErrors=true`: a directory the executors "
-               "write and the driver reads (local path; a shared mount on a cluster). Each task that skipped "
-               "messages writes one JSON file named by its range; `skipped_bundles(path)` in "
+    OptionSpec("skippedBundlesPath", None, parse_local_directory, "With `ignoreParseErrors=true`: a directory "
+               "the executors write and the driver reads (local path; a shared mount on a cluster). Each task that "
+               "skipped messages writes one JSON file named by its range; `skipped_bundles(path)` in "
                "`tubespark.tubemq.spark.partition` sums them and a streaming driver logs the total."),
     OptionSpec("bundleMaxBytes", None, _bundle_bytes, "Writing with `payloadFormat=inlongmsg`: most bytes of "
                "records (before compression) in one bundle. Unset or larger: the topic's max message size "
                "minus 1 KiB of headroom.", False, WRITE),
     OptionSpec("bundleMaxRows", "500", parse_positive_int, "Writing with `payloadFormat=inlongmsg`: most rows in "
                "one bundle.", False, WRITE),
-    OptionSpec("bundleLingerMs", "200", _non_negative_ms, "Writing with `payloadFormat=inlongmsg`: a bundle open "
+    OptionSpec("bundleLingerMs", "200", parse_non_negative_ms, "Writing with `payloadFormat=inlongmsg`: a bundle open "
                "this long is sent when the next rows arrive, full or not (the end of a task sends every bundle).",
                False, WRITE),
-    OptionSpec("bundleCompression", "snappy", _choice(BUNDLE_COMPRESSIONS), "Writing with `payloadFormat="
+    OptionSpec("bundleCompression", "snappy", choice(*BUNDLE_COMPRESSIONS), "Writing with `payloadFormat="
                "inlongmsg`: `snappy` or `none` for each bundle's records.", False, WRITE),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
-    OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS (to the masters' and brokers' TLS "
-               "ports).", False, BOTH, attr="tls_enable"),
+    OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS: `master` then lists the masters' TLS "
+               "ports, and the brokers' TLS ports come from the master. See [TLS](#tls).", False, BOTH,
+               attr="tls_enable"),
     OptionSpec("tubemq.tlsCaFile", None, _ca_file, "PEM file of CAs to trust for TLS (default: system CAs).",
                False, BOTH, attr="tls_ca_file"),
+    OptionSpec("tubemq.tlsCertFile", None, _pem_file, "PEM file with this client's certificate (and its key, "
+               "unless `tubemq.tlsKeyFile` is set). TubeMQ 2.4.0 servers accept TLS only from clients with a "
+               "certificate signed by a CA in their trust store.", False, BOTH, attr="tls_cert_file"),
+    OptionSpec("tubemq.tlsKeyFile", None, _pem_file, "PEM file with the private key of `tubemq.tlsCertFile`.",
+               False, BOTH, attr="tls_key_file"),
+    OptionSpec("tubemq.tlsKeyPassword", None, parse_text, "Password of an encrypted `tubemq.tlsKeyFile`.", False,
+               BOTH, attr="tls_key_password"),
+    OptionSpec("tubemq.tlsVerifyHostname", "true", parse_bool, "Check that the server's certificate names the "
+               "host connected to (the master address given, the broker address the master lists). `false` "
+               "still checks the certificate's CA and dates, but accepts a certificate for any host.", False,
+               BOTH, attr="tls_verify_hostname"),
 )
 
 PROTECTED = {
@@ -257,11 +312,22 @@ class TubeMQOptions(ParsedOptions):
 
     masters: tuple[str, ...]
     topics: tuple[str, ...] | None
+    topic_pattern: re.Pattern[str] | None
+    master_web_urls: tuple[str, ...] | None
+    topic_refresh_interval_ms: int
     group: str | None
     starting_offsets: OffsetSpec
     ending_offsets: OffsetSpec
+    starting_timestamp: int | None
+    starting_offsets_by_timestamp: dict[str, int] | None
+    starting_offsets_by_timestamp_strategy: str
+    ending_timestamp: int | None
+    ending_offsets_by_timestamp: dict[str, int] | None
     max_records_per_partition: int | None
     max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    max_bytes_per_trigger: int | None
     stream_ids: tuple[str, ...]
     fail_on_data_loss: bool
     commit_to_group: bool
@@ -286,6 +352,10 @@ class TubeMQOptions(ParsedOptions):
     auth_password: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
     tls_enable: bool
     tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
+    tls_key_password: str | None = field(repr=False)
+    tls_verify_hostname: bool
 
     def check(self, mode: str) -> None:
         if mode == WRITE and self.topics and len(self.topics) > 1:
@@ -294,8 +364,46 @@ class TubeMQOptions(ParsedOptions):
             raise OptionError("option dedupe=true needs dedupAttribute (the attribute the writer stamped)")
         if self.skipped_bundles_path and not (self.ignore_parse_errors and self.inlongmsg):
             raise OptionError("option skippedBundlesPath needs payloadFormat=inlongmsg and ignoreParseErrors=true")
+        if mode == READ and bool(self.topics) == bool(self.topic_pattern):
+            raise OptionError("reading needs exactly one of the options topic (names) and topicPattern (a regular "
+                              "expression)")
+        if (self.min_offsets_per_trigger and self.max_offsets_per_trigger
+                and self.min_offsets_per_trigger > self.max_offsets_per_trigger):
+            raise OptionError(f"option minOffsetsPerTrigger={self.min_offsets_per_trigger} is above "
+                              f"maxOffsetsPerTrigger={self.max_offsets_per_trigger}")
         if self.auth_password and not self.auth_user:
             raise OptionError("option auth.password is set but auth.user is not")
+        self._check_tls()
+
+    def _check_tls(self) -> None:
+        """TLS options without ``tubemq.tlsEnable`` would silently connect in plain text: refuse them. Load
+        the files once, so a bad certificate or key fails here, before any network call."""
+        given = [name for name, value in (("tubemq.tlsCaFile", self.tls_ca_file),
+                                          ("tubemq.tlsCertFile", self.tls_cert_file),
+                                          ("tubemq.tlsKeyFile", self.tls_key_file),
+                                          ("tubemq.tlsKeyPassword", self.tls_key_password)) if value]
+        if not self.tls_enable:
+            if given:
+                raise OptionError(f"option {', '.join(given)} set but tubemq.tlsEnable is not true: the connection "
+                                  f"would not use TLS")
+            return
+        if (self.tls_key_file or self.tls_key_password) and not self.tls_cert_file:
+            raise OptionError("option tubemq.tlsKeyFile / tubemq.tlsKeyPassword need tubemq.tlsCertFile")
+        try:
+            self.ssl_context()
+        except ValueError as exc:
+            raise OptionError(f"option tubemq.tlsCaFile / tubemq.tlsCertFile / tubemq.tlsKeyFile: {exc}") from None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS client context these options ask for (``None`` without ``tubemq.tlsEnable``)."""
+        if not self.tls_enable:
+            return None
+        return client_context(ca_file=self.tls_ca_file, cert_file=self.tls_cert_file, key_file=self.tls_key_file,
+                              key_password=self.tls_key_password, verify_hostname=self.tls_verify_hostname)
+
+    def web_urls(self) -> tuple[str, ...]:
+        """The masters' web API addresses: ``masterWebUrl``, else port 8080 of each master host."""
+        return self.master_web_urls or tuple(f"http://{m.rsplit(':', 1)[0]}:8080" for m in self.masters)
 
     @property
     def inlongmsg(self) -> bool:
@@ -304,7 +412,7 @@ class TubeMQOptions(ParsedOptions):
 
     def client_settings(self) -> ClientSettings:
         credentials = Credentials(self.auth_user, self.auth_password or "") if self.auth_user else None
-        context = ssl.create_default_context(cafile=self.tls_ca_file) if self.tls_enable else None
+        context = self.ssl_context()
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
                               call_timeout_s=self.request_timeout_ms / 1000,
                               heartbeat_interval_s=self.heartbeat_interval_ms / 1000,

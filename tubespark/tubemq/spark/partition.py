@@ -138,6 +138,8 @@ def skipped_bundles(path: str) -> SkippedBundles:
 
 def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
+    if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
+        return
     if options.inlongmsg:
         yield from _read_bundles(task, options)
         return

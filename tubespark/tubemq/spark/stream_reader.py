@@ -49,32 +49,35 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import BrokerConnectionError, DataLossError, OptionError, TubeSparkError, UnknownTopicError
-from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
-from tubespark.spark.planning import share_by_backlog
+from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_time
+from tubespark.spark.planning import Admission, share_by_backlog
 from tubespark.spark.shutdown import install_shutdown_hooks
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.group import GroupSession, HeldPartition
 from tubespark.tubemq.client.metadata import topic_partitions
-from tubespark.tubemq.client.ranges import Bounds, probe_bounds
+from tubespark.tubemq.client.ranges import Bounds, RangeReader, probe_bounds
+from tubespark.tubemq.spark.by_time import start_at_time
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.partition import QueueRange, read_range, skipped_bundles
+from tubespark.tubemq.spark.topics import subscribed_topics
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
 
-try:  # admission control and AvailableNow arrived in PySpark 4.2
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-except ImportError:  # pragma: no cover - exercised only on PySpark < 4.2
-    SupportsTriggerAvailableNow = None
-
 log = logging.getLogger(__name__)
+
+SIZE_SAMPLE = 16
+"""Messages read at a partition's next offset to estimate its message size (``maxBytesPerTrigger``)."""
 
 SKIP_MARK = "#skip"
 """``end["<key>#skip"] == end[key]`` marks a batch whose range of ``key`` is skipped, not read: a regained
@@ -97,7 +100,10 @@ class AssignmentUnavailableError(TubeSparkError):
     stale registration, or its broker down) within ``assignmentTimeoutMs``; finishing would skip it."""
 
 
-class _TubeStreamReaderBase(DataSourceStreamReader):
+class TubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The ``tubemq`` stream reader, with admission control (``maxOffsetsPerTrigger`` and the rest) and
+    Trigger.AvailableNow."""
+
     def __init__(self, options: TubeMQOptions) -> None:
         self.options = options
         self.group: str = options.group or ""
@@ -113,6 +119,11 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         self._deferred: set[str] = set()  # initial partitions whose startingOffsets could not be resolved yet
         self._awaiting_first = False  # a new query that saw no assignment yet: the first one is initial
         self._initial: Offsets | None = None  # initialOffset()'s answer, fixed once given
+        self._topics: tuple[str, ...] | None = None  # subscribed now (``topic``, or what topicPattern matched)
+        self._topics_at = 0.0
+        self._hooks_installed = False
+        self._last_batch_at = time.monotonic()  # minOffsetsPerTrigger waits at most maxTriggerDelay from here
+        self._sizes: dict[str, tuple[int, float]] = {}  # key -> (offset sampled at, mean message bytes)
         self._own_end: Offsets = {}  # partitions this query held and dropped (revoked): where it had got to
         self._never_held: set[str] = set()  # initial partitions not held on their broker yet
         self.data_loss_events = 0
@@ -139,16 +150,44 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         with self._lock:
             if self._session is None:
                 opts = self.options
+                if self._topics is None:
+                    self._topics, self._topics_at = subscribed_topics(opts), time.monotonic()
                 stream_ids = list(opts.stream_ids)
-                topics = opts.topics or ()
-                session = GroupSession(opts.masters, self.group, topics, settings=opts.client_settings(),
-                                       filters=dict.fromkeys(topics, stream_ids) if stream_ids else None)
+                session = GroupSession(opts.masters, self.group, self._topics, settings=opts.client_settings(),
+                                       filters=dict.fromkeys(self._topics, stream_ids) if stream_ids else None)
                 session.start()
                 self._session = session
-                install_shutdown_hooks(self.stop)  # Spark 4.3 ends this process with SIGTERM, never calling stop()
+                if not self._hooks_installed:  # Spark 4.3 ends this process with SIGTERM, never calling stop()
+                    install_shutdown_hooks(self.stop)
+                    self._hooks_installed = True
                 # the master's first rebalance: what it assigns, held on the broker yet or not
                 session.wait_for_assignment(opts.assignment_timeout_ms / 1000)
             return self._session
+
+    def _refresh_topics(self) -> None:
+        """``topicPattern``: list the topics again every ``topicRefreshIntervalMs``; when the matching set
+        changed, join the group again with it. A new topic's partitions then join the query at the group's
+        committed offset (earliest for a group that never read them); a removed topic's partitions are
+        handled as vanished (``failOnDataLoss``)."""
+        opts = self.options
+        if opts.topic_pattern is None or time.monotonic() - self._topics_at < opts.topic_refresh_interval_ms / 1000:
+            return
+        self._topics_at = time.monotonic()
+        try:
+            topics = subscribed_topics(opts, allow_none=True)
+        except TubeSparkError as exc:
+            log.warning("cannot list the topics for topicPattern %r (trying again later): %s",
+                        opts.topic_pattern.pattern, exc)
+            return
+        if not topics or topics == self._topics:
+            return  # nothing matches any more: keep the current members' view; vanished partitions fail or go
+        log.info("topicPattern %r of group %s now matches %s (was %s): joining the group again",
+                 opts.topic_pattern.pattern, self.group, list(topics), list(self._topics or ()))
+        with self._lock:
+            session, self._session, self._topics = self._session, None, topics
+        if session is not None:
+            session.close()
+        self._ensure_session()
 
     def _assigned(self) -> dict[str, PartitionRef]:
         assigned = self._ensure_session().assigned()
@@ -199,13 +238,17 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         return dict(offsets)
 
     def _starting_offset(self, key: str, ref: PartitionRef, held: HeldPartition | None) -> int | None:
-        """Where ``startingOffsets`` starts ``key``; ``None`` when that cannot be known yet (the group's
-        offset of a partition not held yet, or a broker that does not answer)."""
-        wanted = wanted_offset(self.options.starting_offsets, key, default=EARLIEST)
-        if wanted == "group":  # the broker tells the group's offset (min if it never committed) on registration
+        """Where a new query starts ``key`` (a start time, else ``startingOffsets``); ``None`` when that
+        cannot be known yet (the group's offset of a partition not held yet, a broker that does not answer)."""
+        opts = self.options
+        when = wanted_time(opts.starting_timestamp, opts.starting_offsets_by_timestamp, key)
+        wanted = wanted_offset(opts.starting_offsets, key, default=EARLIEST)
+        if when is None and wanted == "group":  # the broker tells the group's offset (min if none) on registration
             return None if held is None else held.stored_offset
         try:
             bounds = self._probe(ref)
+            if when is not None:
+                return self._offset_at_time(key, ref, bounds, when)
         except TubeSparkError as exc:
             if not exc.retriable:
                 raise
@@ -220,6 +263,14 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                               f"{bounds.max_offset}")
         return int(wanted)
 
+    def _offset_at_time(self, key: str, ref: PartitionRef, bounds: Bounds, when_ms: int) -> int:
+        """Where a start time puts ``key`` (tubespark/tubemq/spark/by_time.py)."""
+        broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
+        try:
+            return start_at_time(broker, ref, bounds, when_ms, f"{self.probe_group}-time", self.options)
+        finally:
+            broker.close()
+
     def _report_skips(self) -> None:
         """Log the running total of messages the read tasks skipped (ignoreParseErrors + skippedBundlesPath)."""
         path = self.options.skipped_bundles_path
@@ -231,17 +282,24 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                         "details in %s", self.group, total, total - self.skipped_bundles, path)
             self.skipped_bundles = total
 
-    def _plan_end(self, start: Offsets, max_rows: int | None) -> Offsets:
-        end = self._plan_until_readable(start, max_rows)
+    def _admission(self, max_rows: int | None) -> Admission:
+        """This query's limits per micro-batch, with ``max_rows`` as the row cap."""
+        opts = self.options
+        return Admission(max_rows=max_rows, max_bytes=opts.max_bytes_per_trigger,
+                         min_rows=opts.min_offsets_per_trigger, max_delay_s=opts.max_trigger_delay_ms / 1000)
+
+    def _plan_end(self, start: Offsets, admission: Admission) -> Offsets:
+        end = self._plan_until_readable(start, admission)
         if _unmarked(end) == _unmarked(start):
             return start  # nothing new: the very same offsets, so Spark plans no (empty) batch
+        self._last_batch_at = time.monotonic()
         if start == self._initial:  # batch 0 of a new query: it carries its start
             end.update({key + FROM_MARK: offset for key, offset in start.items()})
         return end
 
-    def _plan_until_readable(self, start: Offsets, max_rows: int | None) -> Offsets:
+    def _plan_until_readable(self, start: Offsets, admission: Admission) -> Offsets:
         self._report_skips()
-        end, stuck = self._plan_once(start, max_rows)
+        end, stuck = self._plan_once(start, admission)
         if self._target is None or _unmarked(end) != _unmarked(start) or not stuck:
             return end
         # Trigger.AvailableNow would end here with a partition below its target: wait for it instead
@@ -259,14 +317,18 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
                     f"stale registration has timed out on the broker or the broker is back, or raise "
                     f"assignmentTimeoutMs")
             self._ensure_session().wait_for_change(min(remaining, 1.0))
-            end, stuck = self._plan_once(start, max_rows)
+            end, stuck = self._plan_once(start, admission)
             if _unmarked(end) != _unmarked(start) or not stuck:
                 return end
 
-    def _plan_once(self, start: Offsets, max_rows: int | None) -> tuple[Offsets, dict[str, str]]:
+    def _plan_once(self, start: Offsets, admission: Admission) -> tuple[Offsets, dict[str, str]]:
         """The next batch's end, and the assigned partitions below the AvailableNow target that could not
         be planned (key -> why)."""
+        self._refresh_topics()
         session = self._ensure_session()
+        refusal = session.refusal()
+        if refusal is not None:  # e.g. a broker refuses our TLS certificate: waiting would stall the query
+            raise refusal
         assigned = self._assigned()
         held = session.held()
         pending = session.pending()
@@ -351,7 +413,7 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
             if self._target is not None:
                 high = min(high, self._target.setdefault(key, high))
             backlog[key] = max(0, high - start[key]) // INDEX_RECORD_SIZE
-        shares = share_by_backlog(backlog, max_rows) if max_rows else backlog
+        shares = self._admit(backlog, start, admission)
         for key, count in shares.items():
             end[key] = start[key] + count * INDEX_RECORD_SIZE
         if self._target is not None:  # only what is below its target holds an AvailableNow run open
@@ -361,6 +423,37 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
             stuck = {}
         self._last_end = end
         return end, stuck
+
+    def _admit(self, backlog: dict[str, int], start: Offsets, admission: Admission) -> dict[str, int]:
+        """Messages this batch takes per partition, within the query's limits. A Trigger.AvailableNow run
+        never waits for ``minOffsetsPerTrigger``: all its data is there, and its last batch takes the rest."""
+        if self._target is None and admission.waits(backlog, time.monotonic() - self._last_batch_at):
+            log.debug("group %s: %d messages wait, fewer than minOffsetsPerTrigger", self.group, sum(backlog.values()))
+            return {}
+        sizes = self._message_sizes(backlog, start) if admission.max_bytes else {}
+        cap = admission.rows(backlog, sizes)
+        return share_by_backlog(backlog, cap) if cap else backlog
+
+    def _message_sizes(self, backlog: dict[str, int], start: Offsets) -> dict[str, float]:
+        """Mean value bytes of the next messages of each partition with a backlog (``maxBytesPerTrigger``),
+        read under the private probe group; a partition that cannot be sampled keeps its last estimate."""
+        broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
+        reader = RangeReader(broker, f"{self.probe_group}-size", verify_checksums=False, retry_s=5.0)
+        try:
+            for key, count in sorted(backlog.items()):
+                if count == 0 or self._sizes.get(key, (-1, 0.0))[0] == start[key]:
+                    continue
+                high = start[key] + min(count, SIZE_SAMPLE) * INDEX_RECORD_SIZE
+                try:
+                    sizes = [len(m.data) for m in reader.read(self._refs[key], start[key], high)]
+                except TubeSparkError as exc:
+                    log.info("cannot sample the message size of %s: %s", key, exc)
+                    continue
+                if sizes:
+                    self._sizes[key] = (start[key], sum(sizes) / len(sizes))
+        finally:
+            broker.close()
+        return {key: self._sizes[key][1] for key in backlog if key in self._sizes}
 
     def _first_offset(self, key: str, ref: PartitionRef, item: HeldPartition | None) -> int | None:
         """Where a partition that is not in the offsets yet starts (rules b-e); ``None``: not known yet."""
@@ -473,45 +566,47 @@ class _TubeStreamReaderBase(DataSourceStreamReader):
         if session is not None:
             session.close()
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """The limit Spark hands back to :meth:`latestOffset`; any limit but ``ReadAllAvailable`` means the
+        options' admission applies (Trigger.Once passes ``ReadAllAvailable`` to lift it)."""
+        opts = self.options
+        if opts.max_offsets_per_trigger:
+            return ReadMaxRows(opts.max_offsets_per_trigger)
+        if opts.max_bytes_per_trigger:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
+        if opts.min_offsets_per_trigger:
+            return ReadMinRows(opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
-if SupportsTriggerAvailableNow is not None:
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        if isinstance(limit, ReadAllAvailable):
+            return self._plan_end(start, Admission())
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.options.max_offsets_per_trigger
+        return self._plan_end(start, self._admission(max_rows))
 
-    class TubeStreamReader(_TubeStreamReaderBase, SupportsTriggerAvailableNow):
-        """Stream reader with admission control (``maxOffsetsPerTrigger``) and Trigger.AvailableNow."""
+    def reportLatestOffset(self) -> Offsets | None:
+        return dict(self._latest) or None
 
-        def getDefaultReadLimit(self) -> ReadLimit:
-            limit = self.options.max_offsets_per_trigger
-            return ReadMaxRows(limit) if limit else ReadAllAvailable()
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an AvailableNow run: what is in the assigned partitions now, nothing after.
 
-        def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
-            return self._plan_end(start, limit.max_rows if isinstance(limit, ReadMaxRows) else None)
-
-        def reportLatestOffset(self) -> Offsets | None:
-            return dict(self._latest) or None
-
-        def prepareForTriggerAvailableNow(self) -> None:
-            """Fix the end of an AvailableNow run: what is in the assigned partitions now, nothing after.
-
-            Every partition the master assigned counts, held on its broker or not: the max offsets come
-            from a private probe group, which a stale registration of the user's group does not block.
-            A partition whose broker does not answer gets its target when it first answers.
-            """
-            target: Offsets = {}
-            for key, ref in sorted(self._assigned().items()):
-                try:
-                    target[key] = self._probe(ref).max_offset
-                except TubeSparkError as exc:
-                    if not exc.retriable:
-                        raise
-                    log.warning("AvailableNow: cannot learn the max offset of %s yet: %s", key, exc)
-            self._target = target
-            log.info("AvailableNow run of group %s reads up to %s", self.group, target)
-
-else:  # pragma: no cover - PySpark < 4.2: no admission control
-
-    class TubeStreamReader(_TubeStreamReaderBase):  # type: ignore[no-redef]
-        """Stream reader for PySpark < 4.2 (``maxOffsetsPerTrigger`` still applies)."""
-
-        def latestOffset(self) -> Offsets:
-            start = self._last_end if self._last_end is not None else self.initialOffset()
-            return self._plan_end(start, self.options.max_offsets_per_trigger)
+        Every partition the master assigned counts, held on its broker or not: the max offsets come
+        from a private probe group, which a stale registration of the user's group does not block.
+        A partition whose broker does not answer gets its target when it first answers.
+        """
+        assigned = self._assigned()
+        if not assigned:  # whether the topics have no partition to serve (brokers down) or others hold them
+            topic_partitions(self.options.masters, self._topics or (), self.options.client_settings(),
+                             timeout_s=self.options.request_timeout_ms / 1000)  # raises naming the first case
+            log.info("AvailableNow run of group %s got no partition: other members of the group hold them all",
+                     self.group)
+        target: Offsets = {}
+        for key, ref in sorted(assigned.items()):
+            try:
+                target[key] = self._probe(ref).max_offset
+            except TubeSparkError as exc:
+                if not exc.retriable:
+                    raise
+                log.warning("AvailableNow: cannot learn the max offset of %s yet: %s", key, exc)
+        self._target = target
+        log.info("AvailableNow run of group %s reads up to %s", self.group, target)

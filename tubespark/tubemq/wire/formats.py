@@ -8,6 +8,9 @@ from tubespark.errors import MessageFormatError
 from tubespark.tubemq.wire.constants import PARTITION_STORE_BASE
 
 DEFAULT_BROKER_PORT = 8123
+DEFAULT_BROKER_TLS_PORT = 8124
+"""What a blank port in a broker info means to a client that talks TLS (docs/tubemq/tls.md): a master
+called on its TLS port lists brokers by their TLS ports and leaves the port blank when it is 8124."""
 MAX_TOPIC_PARTITIONS = 10_000
 """Most partitions one topic info line may expand to: its counts are multiplied out, so a few digits from
 the peer would otherwise make millions of objects (far more than any real topic has)."""
@@ -24,13 +27,13 @@ class BrokerInfo:
         return f"{self.host}:{self.port}"
 
     @classmethod
-    def parse(cls, text: str) -> BrokerInfo:
-        """``brokerId:ip:port``; a blank port means the default 8123."""
+    def parse(cls, text: str, default_port: int = DEFAULT_BROKER_PORT) -> BrokerInfo:
+        """``brokerId:ip:port``; a blank port means ``default_port`` (8123, or 8124 over TLS)."""
         parts = text.split(":")
         if len(parts) != 3:
             raise MessageFormatError(f"bad broker info {text!r}, expected brokerId:ip:port")
         try:
-            port = int(parts[2]) if parts[2].strip() else DEFAULT_BROKER_PORT
+            port = int(parts[2]) if parts[2].strip() else default_port
             if not 0 <= port <= 0xFFFF:  # else it fails far from the wire, as an untyped ValueError on connect
                 raise MessageFormatError(f"bad broker info {text!r}: port {port} is outside 0..65535")
             return cls(int(parts[0]), parts[1], port)

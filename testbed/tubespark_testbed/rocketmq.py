@@ -1,0 +1,341 @@
+"""A real local Apache RocketMQ stack (name server + broker groups) from Maven Central, on 127.0.0.1.
+
+What it runs: ``org.apache.rocketmq:rocketmq-namesrv`` and ``rocketmq-broker`` at :data:`ROCKETMQ_VERSION`,
+their runtime closure resolved once by Maven (:func:`tubespark_testbed.javatool.resolve_classpath`), one
+JVM per process on free ports. Why 5.3.3: the newest release whose broker honours ``listenPort`` from its
+config file (see docs/rocketmq/protocol.md, "Test stack"); later versions are adopted once verified here.
+
+Shapes:
+
+* :meth:`RocketMQStack.single`: name server + one master (``broker-a``): the main tests and the bench;
+* :meth:`RocketMQStack.acting_master`: name server with ``supportActingMaster``, ``broker-a`` master +
+  slave with slave-acting-master and remote escape on, and a second master ``broker-b`` (an acting master
+  escapes pop checkpoints to a live master of another group, so pop over a dead master needs one).
+
+Memory: a broker maps its stores and uses direct buffers, so heaps stay small (256-512 MiB) and the
+commit log files are 64 MiB instead of 1 GiB; three brokers and a name server fit beside Spark and
+TubeMQ on a 2-core, 24 GiB machine. Every JVM runs in its own process group and dies with us
+(:mod:`tubespark_testbed.procs`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from tubespark.errors import TubeSparkError
+from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient
+from tubespark_testbed.artifacts import cache_root
+from tubespark_testbed.errors import ClusterError
+from tubespark_testbed.javatool import resolve_classpath, which
+from tubespark_testbed.procs import JavaProcess, wait_until
+
+log = logging.getLogger(__name__)
+
+ROCKETMQ_VERSION = "5.3.3"
+HOST = "127.0.0.1"
+CLUSTER = "TubesparkCluster"
+KEEP_ENV = "TUBESPARK_KEEP_CLUSTER"
+NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
+BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
+
+_COMMON_JVM_FLAGS = (
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dfile.encoding=UTF-8",
+    "-XX:+UseSerialGC",  # small heaps, no GC threads to spare on a 2-core box
+    "-XX:TieredStopAtLevel=1",  # start-up matters more than peak JIT output for tests
+    "-XX:+ExitOnOutOfMemoryError",
+    "-XX:-UsePerfData",
+    "-Xss512k",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+)
+_NAMESRV_JVM_FLAGS = ("-Xms64m", "-Xmx192m", "-XX:MaxDirectMemorySize=64m")
+_BROKER_JVM_FLAGS = ("-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:-AlwaysPreTouch")
+_START_TIMEOUT_S = 120.0
+
+
+def render_pom() -> str:
+    """The throw-away pom whose runtime closure is the name server's and broker's classpath."""
+    deps = "".join(
+        f"    <dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
+        f"<version>{ROCKETMQ_VERSION}</version></dependency>\n" for a in ("rocketmq-namesrv", "rocketmq-broker"))
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
+            "  <modelVersion>4.0.0</modelVersion>\n  <groupId>local.tubespark</groupId>\n"
+            f"  <artifactId>rocketmq-server</artifactId>\n  <version>{ROCKETMQ_VERSION}</version>\n"
+            f"  <packaging>pom</packaging>\n  <dependencies>\n{deps}  </dependencies>\n</project>\n")
+
+
+def ensure_artifacts() -> list[str]:
+    """The server classpath (jars), resolved from Maven Central into the cache on first use."""
+    pom = cache_root() / f"rocketmq-server-{ROCKETMQ_VERSION}.pom.xml"
+    pom.parent.mkdir(parents=True, exist_ok=True)
+    text = render_pom()
+    if not pom.exists() or pom.read_text() != text:
+        pom.write_text(text)
+    jars = resolve_classpath(pom, f"rocketmq-{ROCKETMQ_VERSION}")
+    if not any("rocketmq-broker-" in j for j in jars):
+        raise ClusterError(f"the RocketMQ classpath lacks rocketmq-broker: {jars}")
+    return jars
+
+
+def _free_triple() -> int:
+    """A listen port L with L-2 (the broker's "fast" port) and L+1 (its HA port) free as well."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind((HOST, 0))
+            port = probe.getsockname()[1]
+        if port < 1026 or port > 65533:
+            continue
+        socks = []
+        try:
+            for p in (port - 2, port, port + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("0.0.0.0", p))  # the HA port binds the wildcard address
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise ClusterError("no free port triple for a broker")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class BrokerNode:
+    """One broker JVM: group name, id (0 = master), ports and its process."""
+
+    group: str
+    broker_id: int
+    port: int
+    directory: Path
+    extra: dict[str, str] = field(default_factory=dict)
+    process: JavaProcess | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.group}-{'master' if self.broker_id == 0 else f'slave{self.broker_id}'}"
+
+
+class RocketMQStack:
+    """Name server + brokers as child JVMs. ``start()`` blocks until every broker is in the routes."""
+
+    def __init__(self, groups: Iterable[tuple[str, int]] = (("broker-a", 0),), *, acting_master: bool = False,
+                 work_dir: Path | None = None, keep: bool | None = None) -> None:
+        self.groups = list(groups)
+        self.acting_master = acting_master
+        self.keep = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
+        self._own_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="tubespark-rocketmq-"))
+        self.namesrv_port = _free_port()
+        self.namesrv: JavaProcess | None = None
+        self.brokers: list[BrokerNode] = []
+        for group, slaves in self.groups:
+            for broker_id in range(slaves + 1):
+                node = BrokerNode(group, broker_id, _free_triple(), self.work_dir / f"{group}-{broker_id}")
+                self.brokers.append(node)
+        self._started = False
+        self._client: RocketMQClient | None = None
+
+    @classmethod
+    def single(cls, **kw: object) -> RocketMQStack:
+        return cls((("broker-a", 0),), **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def acting_master(cls, **kw: object) -> RocketMQStack:
+        return cls((("broker-a", 1), ("broker-b", 0)), acting_master=True, **kw)  # type: ignore[arg-type]
+
+    # --- addresses ---------------------------------------------------------------------------------
+
+    @property
+    def namesrv_address(self) -> str:
+        return f"{HOST}:{self.namesrv_port}"
+
+    def node(self, group: str, broker_id: int = 0) -> BrokerNode:
+        for node in self.brokers:
+            if node.group == group and node.broker_id == broker_id:
+                return node
+        raise KeyError(f"no broker {group}/{broker_id}")
+
+    @property
+    def client(self) -> RocketMQClient:
+        """A client of this stack for set-up calls (short route cache, so route changes show at once)."""
+        if self._client is None:
+            self._client = RocketMQClient([self.namesrv_address], ClientSettings(route_ttl_s=0.0, failover_s=10.0))
+        return self._client
+
+    # --- configuration ------------------------------------------------------------------------------
+
+    def _namesrv_conf(self) -> str:
+        lines = [f"listenPort={self.namesrv_port}", f"bindAddress={HOST}", "scanNotActiveBrokerInterval=2000"]
+        if self.acting_master:
+            lines.append("supportActingMaster=true")
+        return "\n".join(lines) + "\n"
+
+    def _broker_conf(self, node: BrokerNode) -> str:
+        props = {
+            "brokerClusterName": CLUSTER, "brokerName": node.group, "brokerId": str(node.broker_id),
+            "brokerRole": "ASYNC_MASTER" if node.broker_id == 0 else "SLAVE", "flushDiskType": "ASYNC_FLUSH",
+            "namesrvAddr": self.namesrv_address, "brokerIP1": HOST, "brokerIP2": HOST, "bindAddress": HOST,
+            "listenPort": str(node.port), "haListenPort": str(node.port + 1),
+            "storePathRootDir": str(node.directory / "store"),
+            "storePathCommitLog": str(node.directory / "store" / "commitlog"),
+            "autoCreateTopicEnable": "true", "autoCreateSubscriptionGroup": "true", "timerWheelEnable": "true",
+            "mappedFileSizeCommitLog": str(64 * 1024 * 1024), "diskMaxUsedSpaceRatio": "95",
+            "deleteWhen": "04", "fileReservedTime": "48", "enablePopLog": "false",
+            "registerBrokerTimeoutMills": "3000", "sendMessageThreadPoolNums": "4",
+            "pullMessageThreadPoolNums": "4", "useReentrantLockWhenPutMessage": "true",
+        }
+        if self.acting_master:
+            props.update({
+                "enableSlaveActingMaster": "true", "enableRemoteEscape": "true", "brokerHeartbeatInterval": "1000",
+                "brokerNotActiveTimeoutMillis": "4000", "sendHeartbeatTimeoutMillis": "1000",
+                "slaveReadEnable": "true", "totalReplicas": "2" if node.group == self.groups[0][0] else "1",
+                "inSyncReplicas": "1", "minInSyncReplicas": "1", "enableAutoInSyncReplicas": "true",
+            })
+        props.update(node.extra)
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _command(self, main: str, conf: Path, flags: tuple[str, ...], home: Path) -> list[str]:
+        return [which("java"), *_COMMON_JVM_FLAGS, *flags, f"-Drocketmq.home.dir={home}", f"-Duser.home={home}",
+                "-cp", os.pathsep.join(self._jars), main, "-c", str(conf)]
+
+    # --- life cycle ---------------------------------------------------------------------------------
+
+    def start(self) -> RocketMQStack:
+        self._jars = ensure_artifacts()
+        atexit.register(self.stop)
+        self._started = True
+        try:
+            self._start_namesrv()
+            for node in self.brokers:
+                self._start_broker(node)
+            for node in self.brokers:
+                self.wait_registered(node)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_namesrv(self) -> None:
+        home = self.work_dir / "namesrv"
+        home.mkdir(parents=True, exist_ok=True)
+        conf = home / "namesrv.conf"
+        conf.write_text(self._namesrv_conf())
+        proc = JavaProcess("namesrv", self._command(NAMESRV_MAIN, conf, _NAMESRV_JVM_FLAGS, home), log_dir=home,
+                           cwd=home, env=dict(os.environ))
+        proc.start()
+        self.namesrv = proc
+        wait_until("the RocketMQ name server", lambda: _port_open(self.namesrv_port), timeout_s=_START_TIMEOUT_S,
+                   watch=[proc], on_timeout=proc.diagnostics)
+
+    def _start_broker(self, node: BrokerNode) -> None:
+        node.directory.mkdir(parents=True, exist_ok=True)
+        conf = node.directory / "broker.conf"
+        conf.write_text(self._broker_conf(node))
+        proc = JavaProcess(node.name, self._command(BROKER_MAIN, conf, _BROKER_JVM_FLAGS, node.directory),
+                           log_dir=node.directory, cwd=node.directory, env=dict(os.environ))
+        proc.start()
+        node.process = proc
+        wait_until(f"broker {node.name} on port {node.port}", lambda: _port_open(node.port),
+                   timeout_s=_START_TIMEOUT_S, watch=[proc], on_timeout=lambda: self.diagnostics(node))
+
+    def restart_broker(self, node: BrokerNode) -> None:
+        """Start a stopped broker again on the same ports and store."""
+        if node.process is not None and node.process.alive():
+            raise ClusterError(f"{node.name} is still running")
+        self._start_broker(node)
+
+    def wait_registered(self, node: BrokerNode, timeout_s: float = _START_TIMEOUT_S) -> None:
+        """Until the name server lists ``node`` under its id in its group (the default topic's route)."""
+        def listed() -> bool:
+            try:
+                route = self.client.route("TBW102", refresh=True)
+            except TubeSparkError:
+                return False
+            broker = route.brokers.get(node.group)
+            return broker is not None and broker.addresses.get(node.broker_id) == node.address
+        wait_until(f"{node.name} registered with the name server", listed, timeout_s=timeout_s, interval_s=0.5,
+                   watch=[p for p in (node.process,) if p is not None], on_timeout=lambda: self.diagnostics(node))
+
+    def create_topic(self, topic: str, queues: int = 4, *, groups: Iterable[str] | None = None) -> str:
+        """Create ``topic`` on every master (and slave) of ``groups`` (default: all), then wait for its route."""
+        wanted = set(groups or (g for g, _ in self.groups))
+        for node in self.brokers:
+            if node.group in wanted and node.process is not None and node.process.alive():
+                self.client.create_topic(node.address, topic, queues)
+
+        def routed() -> bool:
+            try:
+                route = self.client.route(topic, refresh=True)
+            except TubeSparkError:
+                return False
+            return wanted <= {q.broker_name for q in route.queues}
+        wait_until(f"the route of topic {topic}", routed, timeout_s=60.0, interval_s=0.3)
+        return topic
+
+    def kill(self, node: BrokerNode) -> None:
+        """SIGKILL one broker (a crash: no unregistering, the name server notices by heartbeat timeout)."""
+        if node.process is not None:
+            node.process.kill()
+
+    def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        for node in reversed(self.brokers):
+            if node.process is not None:
+                with contextlib.suppress(ClusterError):
+                    node.process.stop(grace_s=3.0)
+        if self.namesrv is not None:
+            with contextlib.suppress(ClusterError):
+                self.namesrv.stop(grace_s=3.0)
+        if self._own_dir and not self.keep:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def diagnostics(self, node: BrokerNode) -> str:
+        parts = [node.process.diagnostics() if node.process else "(not started)"]
+        broker_log = node.directory / "logs" / "rocketmqlogs" / "broker.log"
+        if broker_log.exists():
+            from tubespark_testbed.procs import tail
+
+            parts.append(f"--- broker.log ---\n{tail(broker_log)}")
+        return "\n".join(parts)
+
+    def __enter__(self) -> RocketMQStack:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((HOST, port)) == 0

@@ -1,0 +1,129 @@
+"""What users of Spark's Kafka source expect, with real Spark against the real local cluster: admission
+(``minOffsetsPerTrigger``/``maxTriggerDelay``, ``maxBytesPerTrigger``: the batch sizes users see), reads
+bounded by time, and ``topicPattern`` picking up a topic deployed while a stream runs."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.integration.helpers import produce
+from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def stream(spark, master: str, topic: str, **options: str):
+    reader = (spark.readStream.format("tubemq").option("master", master)
+              .option("group", "g" + uuid.uuid4().hex[:8]).option("startingOffsets", "earliest")
+              .option("heartbeatIntervalMs", "1000"))
+    if topic:
+        reader = reader.option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def batch_rows(query) -> list[int]:
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def test_max_bytes_per_trigger_sizes_every_batch(spark, tubemq_cluster, topic_factory, tmp_path):
+    topic, master = topic_factory(partitions=1, stores=4), tubemq_cluster.master_address
+    produce(master, topic, [OutgoingMessage(b"%04d" % i + b"x" * 996) for i in range(200)])  # 1,000 bytes each
+    seen: list[bytes] = []
+    query = (stream(spark, master, topic, maxBytesPerTrigger="40k").writeStream
+             .foreachBatch(lambda frame, _id: seen.extend(r.value for r in frame.select("value").collect()))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    assert query.awaitTermination(180) and query.exception() is None, query.exception()
+    sizes = batch_rows(query)
+    assert sorted(seen) == sorted(b"%04d" % i + b"x" * 996 for i in range(200))  # all, exactly once
+    assert len(sizes) >= 5 and all(rows <= 41 for rows in sizes), sizes  # 40 KiB ~ 40 messages (an estimate)
+
+
+def test_min_offsets_per_trigger_waits_until_max_trigger_delay(spark, tubemq_cluster, topic_factory):
+    topic, master = topic_factory(partitions=1, stores=4), tubemq_cluster.master_address
+    produce(master, topic, [OutgoingMessage(b"early-%d" % i) for i in range(30)])
+    name = "minrows_" + uuid.uuid4().hex[:8]
+    started = time.monotonic()
+    query = (stream(spark, master, topic, minOffsetsPerTrigger="100", maxTriggerDelay="12s")
+             .select("value").writeStream.format("memory").queryName(name)
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        def rows() -> int:
+            return spark.sql(f"select count(*) from {name}").first()[0]
+
+        time.sleep(6)
+        assert rows() == 0, "a batch ran with 30 of the 100 messages before maxTriggerDelay"
+        deadline = time.monotonic() + 60
+        while rows() < 30 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        waited = time.monotonic() - started
+        assert rows() == 30 and waited >= 10, f"the trickle was read after {waited:.1f} s (delay 12 s)"
+        produce(master, topic, [OutgoingMessage(b"burst-%d" % i) for i in range(150)])  # enough: read at once
+        deadline = time.monotonic() + 10
+        while rows() < 180 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert rows() == 180, "150 new messages (over minOffsetsPerTrigger) were not read within 10 s"
+        assert batch_rows(query) == [30, 150], batch_rows(query)
+    finally:
+        query.stop()
+
+
+def test_batch_read_between_two_times(spark, tubemq_cluster, topic_factory):
+    topic, master = topic_factory(partitions=1, stores=4), tubemq_cluster.master_address
+    base = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+    minutes = [i // 10 for i in range(60)]  # 10 messages in each of 6 minutes
+    produce(master, topic, [OutgoingMessage(b"m%d-%d" % (m, i), msg_time=format_msg_time(base + timedelta(minutes=m)))
+                            for i, m in enumerate(minutes)])
+
+    def epoch_ms(minute: float) -> str:
+        return str(int((base + timedelta(minutes=minute)).timestamp() * 1000))
+
+    frame = (spark.read.format("tubemq").option("master", master).option("topic", topic)
+             .option("startingTimestamp", epoch_ms(1.5)).option("endingTimestamp", epoch_ms(4)).load())
+    got = sorted(r.value.decode() for r in frame.select("value").collect())
+    assert got == sorted(f"m{m}-{i}" for i, m in enumerate(minutes) if 1 <= m < 4)  # minutes 1, 2, 3
+    late = (spark.read.format("tubemq").option("master", master).option("topic", topic)
+            .option("startingTimestamp", epoch_ms(30)))
+    with pytest.raises(Exception, match="has no message at or after the start time"):
+        late.load().count()
+    assert late.option("startingOffsetsByTimestampStrategy", "latest").load().count() == 0
+
+
+def test_topic_pattern_reads_matching_topics_and_picks_up_a_new_one(spark, tubemq_cluster):
+    master, run = tubemq_cluster.master_address, uuid.uuid4().hex[:6]
+    first, second, other = f"pat{run}_a", f"pat{run}_b", f"nopat{run}_c"
+    tubemq_cluster.create_topics([first, second, other], partitions=1, stores=2)
+    for topic in (first, second, other):
+        produce(master, topic, [OutgoingMessage(f"{topic}-{i}".encode()) for i in range(5)])
+    pattern = {"topicPattern": f"pat{run}_.*", "masterWebUrl": tubemq_cluster.master_web_url}
+
+    frame = spark.read.format("tubemq").option("master", master).options(**pattern).load()
+    assert sorted(r.topic for r in frame.select("topic").distinct().collect()) == [first, second]
+    assert frame.count() == 10
+
+    name = "pattern_" + run
+    query = (stream(spark, master, "", **pattern, topicRefreshIntervalMs="2000")  # topic="": not set
+             .select("topic", "value").writeStream.format("memory").queryName(name)
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        def topics_read() -> dict[str, int]:
+            return {r.topic: r.n for r in spark.sql(f"select topic, count(*) n from {name} group by topic").collect()}
+
+        deadline = time.monotonic() + 60
+        while topics_read() != {first: 5, second: 5} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert topics_read() == {first: 5, second: 5}
+        late = f"pat{run}_late"
+        tubemq_cluster.create_topic(late, partitions=1, stores=2)  # deployed while the query runs
+        produce(master, late, [OutgoingMessage(f"{late}-{i}".encode()) for i in range(7)])
+        deadline = time.monotonic() + 90
+        while topics_read().get(late, 0) < 7 and query.isActive and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert topics_read() == {first: 5, second: 5, late: 7}, (topics_read(), query.exception())
+    finally:
+        query.stop()

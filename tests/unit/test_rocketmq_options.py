@@ -1,0 +1,62 @@
+"""``rocketmq`` options: typed values, defaults, cross-option rules, all before any network call."""
+
+from __future__ import annotations
+
+import pytest
+
+from tubespark.errors import OptionError
+from tubespark.rocketmq.spark.options import OPTIONS, RocketMQOptions, is_queue_key, option_table
+
+BASE = {"namesrv": "127.0.0.1:9876", "topic": "orders"}
+
+
+def test_defaults_and_types() -> None:
+    options = RocketMQOptions.from_raw(BASE, mode="read")
+    assert options.namesrvs == ("127.0.0.1:9876",) and options.topics == ("orders",)
+    assert options.consume_mode == "pull" and not options.pop and options.starting_offsets == "latest"
+    assert options.pop_invisible_time_ms == 120000 and options.pop_partitions == 2
+    settings = options.client_settings()
+    assert (settings.connect_timeout_s, settings.call_timeout_s, settings.failover_s) == (3.0, 10.0, 45.0)
+
+
+def test_every_spec_has_a_field() -> None:
+    assert RocketMQOptions.missing_attributes() == (set(), set())
+    assert all(f"`{spec.name}`" in option_table() for spec in OPTIONS)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"topic": "t"}, "namesrv is required"),
+    ({**BASE, "consumeMode": "pop"}, "needs option group"),
+    ({**BASE, "consumeMode": "pop", "group": "g", "startingOffsets": '{"orders:b:0": 1}'}, "earliest or latest"),
+    ({**BASE, "startingOffsets": "group"}, "needs option group"),
+    ({**BASE, "startingOffsets": '{"orders:b": 1}'}, "topic:brokerName:queueId"),
+    ({**BASE, "topic": "a b"}, "topic names"),
+    ({**BASE, "popPartitions": "0"}, "an integer from 1 to 1024"),
+    ({**BASE, "popPollMs": "30000"}, "an integer from 1 to 20000"),
+    ({"namesrv": "h:1"}, "topic is required"),
+])
+def test_bad_read_options(raw: dict, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        RocketMQOptions.from_raw(raw, mode="read")
+
+
+def test_write_options() -> None:
+    options = RocketMQOptions.from_raw({"namesrv": "h:1", "batchMaxBytes": "65536"}, mode="write")
+    assert options.topics is None and options.batch_max_bytes == 65536 and options.max_in_flight == 64
+    with pytest.raises(OptionError, match="one topic"):
+        RocketMQOptions.from_raw({"namesrv": "h:1", "topic": "a,b"}, mode="write")
+    with pytest.raises(OptionError, match="1024"):
+        RocketMQOptions.from_raw({"namesrv": "h:1", "batchMaxBytes": "9999999"}, mode="write")
+
+
+def test_queue_keys() -> None:
+    assert is_queue_key("orders:broker-a:3") and is_queue_key("%RETRY%g_t:b:0")
+    assert not is_queue_key("orders:broker-a") and not is_queue_key("bad topic:b:1")
+
+
+def test_readme_rocketmq_table_is_generated_from_the_definitions() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## RocketMQ", 1)[1].split("\n## ", 1)[0]
+    assert option_table() in section, "README's RocketMQ option table is stale: paste option_table() output"

@@ -1,0 +1,244 @@
+"""The client every RocketMQ feature builds on: name-server routes and calls to the broker serving a queue.
+
+Why routes are re-read rather than trusted: with slave-acting-master, the name server answers a route in
+which a group whose master died has its slave at id 0 and no WRITE permission, and puts the master back
+when it returns (docs/rocketmq/protocol.md, "Acting master"). So a read goes to the group's current
+id 0; when that address does not answer, the route is fetched again and the call goes to the next member
+the route lists (a slave serves reads of what it replicated), so reads continue while the name server
+has not noticed the death yet. Writes go only to a group's master.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from tubespark.core.retry import RetryPolicy, call_with_retry
+from tubespark.errors import BrokerConnectionError, NoMasterAvailableError, TubeSparkError, UnknownTopicError
+from tubespark.rocketmq.net.connection import RemotingConnection, connection_pool, wait
+from tubespark.rocketmq.wire import codes, headers
+from tubespark.rocketmq.wire.frame import Command
+from tubespark.rocketmq.wire.route import MessageQueue, TopicRoute, parse_route
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Timeouts of every call. ``failover_s``: how long a call keeps re-routing around a dead broker (the
+    name server needs up to its scan interval plus the broker timeout, about 15 s by default, to notice)."""
+
+    connect_timeout_s: float = 3.0
+    call_timeout_s: float = 10.0
+    route_ttl_s: float = 5.0
+    failover_s: float = 45.0
+
+
+class RocketMQClient:
+    """Routes from the name servers, and calls to the broker of a queue. Thread-safe; close when done."""
+
+    def __init__(self, namesrv: Sequence[str], settings: ClientSettings | None = None) -> None:
+        if not namesrv:
+            raise ValueError("at least one name server address is needed")
+        self.namesrv = list(namesrv)
+        self.settings = settings or ClientSettings()
+        self._pool = connection_pool(connect_timeout_s=self.settings.connect_timeout_s,
+                                     io_timeout_s=self.settings.call_timeout_s)
+        self._routes: dict[str, tuple[float, TopicRoute]] = {}
+        self._down: dict[str, float] = {}  # address -> until when it is tried last
+        self._lock = threading.Lock()
+        self._next_ns = 0
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> RocketMQClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- connections --------------------------------------------------------------------------------
+
+    def connection(self, address: str) -> RemotingConnection:
+        return self._pool.get(address)
+
+    def call_address(self, address: str, cmd: Command, what: str) -> Command:
+        """One call to ``address``; a broken connection is dropped so the next call reconnects."""
+        try:
+            return self._pool.get(address).call(cmd, self.settings.call_timeout_s, what)
+        except BrokerConnectionError:
+            self._mark_down(address)
+            raise
+
+    def call_async(self, address: str, cmd: Command, *, defer: bool = False) -> Future[Command]:
+        try:
+            return self._pool.get(address).call_async(cmd, defer=defer)
+        except BrokerConnectionError:
+            self._mark_down(address)
+            raise
+
+    def _mark_down(self, address: str) -> None:
+        self._pool.drop(address)
+        with self._lock:
+            self._down[address] = time.monotonic() + 2 * self.settings.call_timeout_s
+
+    def is_down(self, address: str) -> bool:
+        with self._lock:
+            until = self._down.get(address)
+            if until is not None and until < time.monotonic():
+                del self._down[address]
+                return False
+            return until is not None
+
+    # --- routes -------------------------------------------------------------------------------------
+
+    def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
+        """The topic's route (cached ``route_ttl_s``); UnknownTopicError when no name server knows it."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._routes.get(topic)
+        if cached is not None and not refresh and now - cached[0] < self.settings.route_ttl_s:
+            return cached[1]
+        last: TubeSparkError | None = None
+        for _ in range(len(self.namesrv)):
+            with self._lock:
+                address = self.namesrv[self._next_ns % len(self.namesrv)]
+            try:
+                response = self.call_address(address, headers.route_request(topic), f"route of {topic}")
+            except BrokerConnectionError as exc:
+                last = exc
+                with self._lock:
+                    self._next_ns += 1
+                continue
+            if response.code == codes.TOPIC_NOT_EXIST:
+                raise UnknownTopicError(response.code, response.remark or "", context=f"route of {topic}")
+            headers.read_ok(response, f"route of {topic}")
+            route = parse_route(topic, response.body)
+            with self._lock:
+                self._routes[topic] = (time.monotonic(), route)
+            return route
+        raise NoMasterAvailableError(f"no name server of {self.namesrv} answered: {last}")
+
+    def read_candidates(self, mq: MessageQueue, *, refresh: bool = False) -> list[str]:
+        """Addresses that may serve reads of ``mq``'s group, best first: id 0, then the other members, the
+        ones that failed recently last."""
+        route = self.route(mq.topic, refresh=refresh)
+        broker = route.brokers.get(mq.broker_name)
+        if broker is None or not broker.addresses:
+            raise BrokerConnectionError(f"the route of {mq.topic} lists no live member of {mq.broker_name}")
+        ordered = [broker.addresses[i] for i in sorted(broker.addresses)]
+        return sorted(ordered, key=self.is_down)
+
+    def read_address(self, mq: MessageQueue) -> str:
+        return self.read_candidates(mq)[0]
+
+    def write_address(self, mq: MessageQueue, *, refresh: bool = False) -> str:
+        address = self.route(mq.topic, refresh=refresh).write_address(mq.broker_name)
+        if address is None:
+            raise BrokerConnectionError(f"{mq.broker_name} has no master for writes to {mq.topic} right now")
+        return address
+
+    def failover_policy(self) -> RetryPolicy:
+        return RetryPolicy(timeout_s=self.settings.failover_s, backoff_s=0.2, max_backoff_s=2.0)
+
+    def read_call(self, mq: MessageQueue, make: Callable[[], Command], what: str) -> Command:
+        """A read-side call for ``mq`` that follows the route around a dead member (see the module docstring)."""
+        state = {"refresh": False}
+
+        def attempt() -> Command:
+            candidates = self.read_candidates(mq, refresh=state["refresh"])
+            state["refresh"] = True
+            return self.call_address(candidates[0], make(), what)
+
+        return call_with_retry(attempt, self.failover_policy(), what=what)
+
+    # --- offsets ------------------------------------------------------------------------------------
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """The next offset to be written (exclusive end) of ``mq``, from the member serving its reads."""
+        what = f"max offset of {mq.key}"
+        return headers.read_offset(self.read_call(mq, lambda: headers.max_offset_request(mq.topic, mq.queue_id),
+                                                  what), what)
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        what = f"min offset of {mq.key}"
+        return headers.read_offset(self.read_call(mq, lambda: headers.min_offset_request(mq.topic, mq.queue_id),
+                                                  what), what)
+
+    def bounds(self, queues: Sequence[MessageQueue], *, follow: bool = True) -> dict[str, tuple[int, int]]:
+        """``{queue key: (min, max)}``, the calls of all queues in flight together.
+
+        A queue whose broker does not answer is asked again following the route (``follow``), or left
+        out of the result (``follow=False``: a planner that must not block on one dead broker).
+        """
+        out: dict[str, tuple[int, int]] = {}
+        pending = []
+        for mq in queues:
+            try:
+                address = self.read_address(mq)
+                low = self.call_async(address, headers.min_offset_request(mq.topic, mq.queue_id))
+                high = self.call_async(address, headers.max_offset_request(mq.topic, mq.queue_id))
+                pending.append((mq, address, low, high))
+            except BrokerConnectionError:
+                pending.append((mq, "", None, None))
+        timeout = self.settings.call_timeout_s
+        for mq, address, low, high in pending:
+            try:
+                if low is None or high is None:
+                    raise BrokerConnectionError(f"no connection for {mq.key}")
+                out[mq.key] = (headers.read_offset(wait(low, timeout, f"min of {mq.key}"), f"min of {mq.key}"),
+                               headers.read_offset(wait(high, timeout, f"max of {mq.key}"), f"max of {mq.key}"))
+            except BrokerConnectionError as exc:
+                if address:
+                    self._mark_down(address)
+                if follow:
+                    out[mq.key] = (self.min_offset(mq), self.max_offset(mq))  # one by one, following the route
+                else:
+                    log.info("bounds of %s unknown this time: %s", mq.key, exc)
+        return out
+
+    def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed offset of ``mq``, ``None`` when it has none."""
+        what = f"offset of group {group} on {mq.key}"
+        return headers.read_consumer_offset(self.read_call(
+            mq, lambda: headers.query_consumer_offset_request(group, mq.topic, mq.queue_id), what), what)
+
+    def commit_offset(self, group: str, mq: MessageQueue, offset: int) -> None:
+        """Store ``offset`` as the group's offset of ``mq``.
+
+        The broker stores offsets only for subscription groups it knows, and creates one (with
+        ``autoCreateSubscriptionGroup``, its default) on the group's first pull: a group that never
+        pulled is introduced by an empty pull at the queue's end first.
+        """
+        what = f"store offset {offset} of group {group} on {mq.key}"
+
+        def store() -> Command:
+            return self.read_call(mq, lambda: headers.update_consumer_offset_request(
+                group, mq.topic, mq.queue_id, offset), what)
+
+        response = store()
+        if response.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST:
+            end = self.max_offset(mq)
+            self.read_call(mq, lambda: headers.pull_request(group=group, topic=mq.topic, queue_id=mq.queue_id,
+                                                            offset=end, max_messages=1,
+                                                            now_ms=int(time.time() * 1000)),
+                           f"introduce group {group} on {mq.key}")
+            response = store()
+        headers.read_ok(response, what)
+
+    # --- admin --------------------------------------------------------------------------------------
+
+    def create_topic(self, broker_address: str, topic: str, queues: int) -> None:
+        """Create (or update) ``topic`` with ``queues`` queues on one broker."""
+        headers.read_ok(self.call_address(broker_address, headers.create_topic_request(topic, queues),
+                                          f"create topic {topic}"), f"create topic {topic}")
+
+
+def all_queues(client: RocketMQClient, topics: Sequence[str], *, refresh: bool = False) -> list[MessageQueue]:
+    """Every read queue of ``topics``, sorted."""
+    return sorted(q for topic in topics for q in client.route(topic, refresh=refresh).read_queues())

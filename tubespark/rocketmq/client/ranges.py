@@ -1,0 +1,154 @@
+"""Exact offset ranges of one queue: every message of ``[start, end)``, in order, once.
+
+Why pipelined: a broker answers a pull with at most 32 messages (and 256 KiB) by default, so one pull at
+a time is a round trip per 32 messages. Offsets of a queue are consecutive, so the reader keeps several
+pulls in flight for consecutive windows ``[o, o+n)``, ``[o+n, o+2n)`` ..., drops whatever an answer holds
+beyond its window, and fills a window the broker answered only partly before moving on.
+
+The range's end was planned from the broker's max offset, so every offset below it existed. An answer
+starting *above* the window (the queue's minimum moved past it: retention) is data loss: raised as
+:class:`DataLossError`, or logged and skipped when ``fail_on_data_loss`` is off. An answer with no data
+below the end (a slave acting for a dead master that had not replicated everything yet) is retried until
+``retry_s`` passes, following the route: the data comes back with the master.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+from tubespark.core.retry import RetryPolicy
+from tubespark.errors import BrokerConnectionError, DataLossError, NoDataError, TubeSparkError
+from tubespark.rocketmq.client.client import RocketMQClient
+from tubespark.rocketmq.net.connection import wait
+from tubespark.rocketmq.wire import headers
+from tubespark.rocketmq.wire.frame import Command
+from tubespark.rocketmq.wire.message import StoredMessage, decode_stored
+from tubespark.rocketmq.wire.route import MessageQueue
+
+log = logging.getLogger(__name__)
+
+PULL_BATCH = 32
+"""Messages asked for per pull: what a broker sends at most by default (``maxTransferCountOnMessageInMemory``)."""
+DEFAULT_DEPTH = 8
+
+
+class RangeReader:
+    """Reads exact ranges of queues with ``group`` (the broker auto-creates the subscription group)."""
+
+    def __init__(self, client: RocketMQClient, group: str, *, depth: int = DEFAULT_DEPTH,
+                 fail_on_data_loss: bool = True, verify_crc: bool = False, retry_s: float = 60.0) -> None:
+        self.client = client
+        self.group = group
+        self.depth = max(1, depth)
+        self.fail_on_data_loss = fail_on_data_loss
+        self.verify_crc = verify_crc
+        self.retry_s = retry_s
+        self.lost: list[tuple[str, int, int]] = []
+        """``(queue, from, to)`` of every range skipped as lost (fail_on_data_loss off)."""
+
+    def read(self, mq: MessageQueue, start: int, end: int) -> Iterator[list[StoredMessage]]:
+        """Messages of ``[start, end)`` in order, in lists of up to one pull each."""
+        pos = start
+        policy = RetryPolicy(timeout_s=self.retry_s, backoff_s=0.2, max_backoff_s=2.0)
+        deadline = time.monotonic() + self.retry_s
+        failures = 0
+        refresh = False
+        while pos < end:
+            try:
+                address = self.client.read_candidates(mq, refresh=refresh)[0]
+                for batch, next_pos in self._pipeline(address, mq, pos, end):
+                    pos = next_pos
+                    failures = 0
+                    deadline = time.monotonic() + self.retry_s
+                    if batch:
+                        yield batch
+            except (BrokerConnectionError, NoDataError) as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                failures += 1
+                refresh = True
+                pause = policy.delay(failures)
+                log.info("reading %s at offset %d: %s; trying again in %.1fs (route re-read)", mq.key, pos, exc,
+                         pause)
+                time.sleep(pause)
+            except TubeSparkError as exc:
+                if not exc.retriable or time.monotonic() >= deadline:
+                    raise
+                failures += 1
+                time.sleep(policy.delay(failures))
+
+    def _pull(self, address: str, mq: MessageQueue, low: int, high: int) -> Future[Command]:
+        cmd = headers.pull_request(group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=low,
+                                   max_messages=min(PULL_BATCH, high - low), now_ms=int(time.time() * 1000))
+        return self.client.call_async(address, cmd)
+
+    def _pipeline(self, address: str, mq: MessageQueue, start: int,
+                  end: int) -> Iterator[tuple[list[StoredMessage], int]]:
+        """``(messages, next offset)`` of consecutive windows from ``start``; raises on a failed pull."""
+        windows: deque[tuple[int, int, Future[Command]]] = deque()
+        issued = start
+        timeout = self.client.settings.call_timeout_s
+
+        def top_up() -> None:
+            nonlocal issued
+            while len(windows) < self.depth and issued < end:
+                high = min(issued + PULL_BATCH, end)
+                windows.append((issued, high, self._pull(address, mq, issued, high)))
+                issued = high
+
+        try:
+            top_up()
+            while windows:
+                low, high, future = windows.popleft()
+                pos = low
+                while pos < high:
+                    result = headers.read_pull(wait(future, timeout, f"pull of {mq.key} at {pos}"),
+                                               f"pull of {mq.key} at {pos}")
+                    messages, pos = self._take(mq, result, pos, high)
+                    yield messages, pos
+                    if pos < high:  # the broker sent part of the window: ask for the rest before going on
+                        future = self._pull(address, mq, pos, high)
+                top_up()
+        finally:
+            for _low, _high, future in windows:
+                future.cancel()
+
+    def _take(self, mq: MessageQueue, result: headers.PullResult, pos: int,
+              high: int) -> tuple[list[StoredMessage], int]:
+        """The messages of one answer inside ``[pos, high)`` and the offset to continue from."""
+        if result.status == headers.FOUND:
+            messages = [m for m in decode_stored(result.body, verify_crc=self.verify_crc)
+                        if pos <= m.queue_offset < high]
+            if not messages:
+                first = result.next_offset if result.next_offset > pos else None
+                if first is None:
+                    raise NoDataError(0, f"pull at {pos} returned nothing of [{pos}, {high})",
+                                      context=mq.key)
+                return [], self._lost(mq, pos, min(first, high))
+            if messages[0].queue_offset > pos:
+                self._lost(mq, pos, messages[0].queue_offset)
+            expected = messages[0].queue_offset
+            for m in messages:  # consecutive offsets: a hole inside one answer is a broker bug, not retention
+                if m.queue_offset != expected:
+                    raise DataLossError(f"{mq.key}: pull answer jumps from offset {expected} to {m.queue_offset}")
+                expected += 1
+            return messages, expected
+        if result.status == headers.OFFSET_MOVED or (result.status == headers.NOT_FOUND and result.min_offset > pos):
+            return [], self._lost(mq, pos, min(max(result.min_offset, result.next_offset), high))
+        # not found below the planned end, or "retry": this member does not hold it (yet)
+        raise NoDataError(0, f"the broker has no message at {pos} (its max offset is {result.max_offset}), below "
+                             f"the planned end {high}", context=mq.key)
+
+    def _lost(self, mq: MessageQueue, low: int, high: int) -> int:
+        if high <= low:
+            raise NoDataError(0, f"no progress at offset {low}", context=mq.key)
+        message = f"{mq.key}: offsets [{low}, {high}) are gone from the broker (retention)"
+        if self.fail_on_data_loss:
+            raise DataLossError(f"{message}; set failOnDataLoss=false to skip them")
+        log.warning("%s; failOnDataLoss=false: skipping them", message)
+        self.lost.append((mq.key, low, high))
+        return high

@@ -1,0 +1,1 @@
+"""RocketMQ's binding of :mod:`tubespark.core.framed`: one multiplexed remoting connection per address."""

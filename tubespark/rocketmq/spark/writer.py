@@ -1,0 +1,102 @@
+"""The RocketMQ sink: ``df.write.format("rocketmq")`` and ``df.writeStream.format("rocketmq")``.
+
+Columns: ``value`` (binary or string, required), ``topic`` (unless the ``topic`` option is set; the option
+wins), ``tags``, ``keys`` (space-separated message keys), ``properties`` (map<string,string>) and
+``partitionKey`` (rows with the same key go to the same queue; otherwise whole batches go round robin).
+
+Rows are gathered per queue into batch sends (``batchMaxMessages`` / ``batchMaxBytes``) with up to
+``maxInFlight`` requests awaiting acknowledgement; a task returns only after every batch was
+acknowledged and fails (after ``sendRetries`` re-sends following the route) otherwise. At-least-once: a
+retried task sends its rows again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.types import BinaryType, MapType, StringType, StructType
+
+from tubespark.errors import OptionError
+from tubespark.rocketmq.client.producer import BatchProducer
+from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.partition import shared_client
+from tubespark.rocketmq.wire.message import KEYS, TAGS
+from tubespark.spark.arrow import column_values
+from tubespark.spark.writers import SentCommitMessage, StampedBatchWriter, StampedStreamWriter, task_index
+
+log = logging.getLogger(__name__)
+
+_ALLOWED = {
+    "value": (BinaryType, StringType),
+    "topic": (StringType,),
+    "tags": (StringType,),
+    "keys": (StringType,),
+    "properties": (MapType,),
+    "partitionKey": (StringType,),
+}
+
+
+def check_sink_schema(schema: StructType, options: RocketMQOptions) -> None:
+    """Fail the write on the driver, before any task runs, if the columns cannot be sent."""
+    names = {f.name: f.dataType for f in schema.fields}
+    if "value" not in names:
+        raise OptionError(f"the RocketMQ sink needs a 'value' column (binary or string); got {sorted(names)}")
+    if not options.topics and "topic" not in names:
+        raise OptionError("the RocketMQ sink needs a topic: set option 'topic' or add a 'topic' column")
+    for name, data_type in names.items():
+        allowed = _ALLOWED.get(name)
+        if allowed is None:
+            raise OptionError(f"column {name!r} is not sent to RocketMQ; the sink takes {sorted(_ALLOWED)}")
+        if not isinstance(data_type, allowed):
+            raise OptionError(f"column {name!r} has type {data_type.simpleString()}, expected "
+                              f"{' or '.join(t.typeName() for t in allowed)}")
+        if isinstance(data_type, MapType) and not (isinstance(data_type.keyType, StringType)
+                                                  and isinstance(data_type.valueType, StringType)):
+            raise OptionError("column 'properties' must be map<string,string>")
+
+
+def send_batches(batches: Iterator[pa.RecordBatch], options: RocketMQOptions) -> SentCommitMessage:
+    """Send every row; return after all are acknowledged."""
+    producer = BatchProducer(shared_client(options), group=options.producer_group,
+                             max_in_flight=options.max_in_flight, batch_messages=options.batch_max_messages,
+                             batch_bytes=options.batch_max_bytes, retries=options.send_retries)
+    fixed_topic = options.topics[0] if options.topics else None
+    rows = 0
+    try:
+        for batch in batches:
+            values, topics = column_values(batch, "value"), column_values(batch, "topic")
+            tags, keys = column_values(batch, "tags"), column_values(batch, "keys")
+            properties, routes = column_values(batch, "properties"), column_values(batch, "partitionKey")
+            for i, value in enumerate(values or ()):
+                topic = fixed_topic or (topics[i] if topics else None)
+                if not topic:
+                    raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
+                props = dict(properties[i] or ()) if properties else {}
+                if tags and tags[i]:
+                    props[TAGS] = tags[i]
+                if keys and keys[i]:
+                    props[KEYS] = keys[i]
+                data = value.encode() if isinstance(value, str) else (value or b"")
+                producer.add(topic, data, props, key=routes[i] if routes else None)
+                rows += 1
+        producer.flush()
+    except BaseException:
+        producer.abandon()
+        raise
+    return SentCommitMessage(task_index(), rows, producer.sent_bytes)
+
+
+class RocketMQBatchWriter(StampedBatchWriter):
+    broker = "RocketMQ"
+
+    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
+        return send_batches(batches, self.options)
+
+
+class RocketMQStreamWriter(StampedStreamWriter):
+    broker = "RocketMQ"
+
+    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
+        return send_batches(batches, self.options)

@@ -1,0 +1,105 @@
+"""Request and response codes of the remoting protocol, and the errors the response codes become.
+
+Callers branch on the error class and its ``retriable`` flag, never on a number
+(docs/rocketmq/protocol.md, "Codes").
+"""
+
+from __future__ import annotations
+
+from tubespark.errors import (
+    BadRequestError,
+    BrokerError,
+    NoDataError,
+    ServerBusyError,
+    TubeSparkError,
+    UnknownTopicError,
+)
+
+# --- request codes ---------------------------------------------------------------------------------
+SEND_MESSAGE = 10
+PULL_MESSAGE = 11
+QUERY_CONSUMER_OFFSET = 14
+UPDATE_CONSUMER_OFFSET = 15
+UPDATE_AND_CREATE_TOPIC = 17
+GET_MAX_OFFSET = 30
+GET_MIN_OFFSET = 31
+HEART_BEAT = 34
+GET_ROUTEINFO_BY_TOPIC = 105
+GET_BROKER_CLUSTER_INFO = 106
+SEND_MESSAGE_V2 = 310
+SEND_BATCH_MESSAGE = 320
+POP_MESSAGE = 200050
+ACK_MESSAGE = 200051
+CHANGE_MESSAGE_INVISIBLETIME = 200053
+BATCH_ACK_MESSAGE = 200151
+
+BINARY_CODE_LIMIT = 0x7FFF
+"""The binary header stores ``code`` in 16 signed bits: the pop family (2000xx) only travels in JSON."""
+
+# --- response codes --------------------------------------------------------------------------------
+SUCCESS = 0
+SYSTEM_ERROR = 1
+SYSTEM_BUSY = 2
+REQUEST_CODE_NOT_SUPPORTED = 3
+FLUSH_DISK_TIMEOUT = 10
+SLAVE_NOT_AVAILABLE = 11
+FLUSH_SLAVE_TIMEOUT = 12
+MESSAGE_ILLEGAL = 13
+SERVICE_NOT_AVAILABLE = 14
+NO_PERMISSION = 16
+TOPIC_NOT_EXIST = 17
+PULL_NOT_FOUND = 19
+PULL_RETRY_IMMEDIATELY = 20
+PULL_OFFSET_MOVED = 21
+QUERY_NOT_FOUND = 22
+SUBSCRIPTION_PARSE_FAILED = 23
+SUBSCRIPTION_NOT_EXIST = 24
+SUBSCRIPTION_GROUP_NOT_EXIST = 26
+INVALID_PARAMETER = 29
+NO_MESSAGE = 208
+POLLING_FULL = 209
+POLLING_TIMEOUT = 210
+FLOW_CONTROL = 215
+GO_AWAY = 1500
+
+STORED_NOT_CONFIRMED = frozenset({FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT})
+"""Send answers meaning "stored on the master, but the flush or the slave copy was not confirmed": the
+message *is* in the queue (the header carries its offset), so a sender counts it as sent."""
+
+
+class NoPermissionError(BrokerError):
+    """The broker refused the operation for this broker group right now, typically a write to a read-only
+    group (its master is down and a slave acts for it): the route changes, so trying again can help."""
+
+    retriable = True
+
+
+class OffsetOutOfRangeError(BrokerError):
+    """An ack or invisible-time change named an offset the queue no longer (or not yet) holds."""
+
+
+_BUSY = {SYSTEM_ERROR, SYSTEM_BUSY, SERVICE_NOT_AVAILABLE, POLLING_FULL, FLOW_CONTROL, GO_AWAY,
+         PULL_RETRY_IMMEDIATELY}
+_BAD = {REQUEST_CODE_NOT_SUPPORTED, MESSAGE_ILLEGAL, SUBSCRIPTION_PARSE_FAILED, SUBSCRIPTION_NOT_EXIST,
+        SUBSCRIPTION_GROUP_NOT_EXIST, INVALID_PARAMETER}
+
+
+def error_for_code(code: int, remark: str | None, *, context: str = "", broker: str = "") -> TubeSparkError:
+    """The typed error for a response ``code`` that is not the success the call expected."""
+    message = remark or "(no remark)"
+    kind: type[BrokerError]
+    if code in _BUSY:
+        kind = ServerBusyError
+    elif code == TOPIC_NOT_EXIST:
+        kind = UnknownTopicError
+    elif code == NO_PERMISSION:
+        kind = NoPermissionError
+    elif code == NO_MESSAGE:
+        kind = OffsetOutOfRangeError
+    elif code in (POLLING_TIMEOUT, PULL_NOT_FOUND):
+        kind = NoDataError
+    elif code in _BAD:
+        kind = BadRequestError
+    else:
+        kind = BadRequestError
+    return kind(code, message, context=context, broker=broker)

@@ -1,0 +1,1 @@
+"""The ``tank`` Spark data source: typed options, stream and batch readers, batch and stream writers."""

@@ -1,0 +1,53 @@
+"""What the driver ships to an executor for one Spark task: one partition and one sequence range."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from tubespark.errors import DataLossError, UnknownTopicError
+from tubespark.tank.client.ranges import RangeReader
+from tubespark.tank.spark.options import TankOptions, partition_key
+from tubespark.tank.spark.schema import arrow_schema, to_record_batch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SeqRange(InputPartition):
+    """Read ``[start, end)`` of ``topic``/``partition`` from ``broker``. Small and picklable."""
+
+    broker: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.topic, self.partition)
+
+
+def read_range(task: SeqRange, options: TankOptions) -> Iterator[pa.RecordBatch]:
+    """Executor side: exactly the messages of the task's range, one Arrow batch per fetch."""
+    schema = arrow_schema()
+    reader = RangeReader(task.broker, options.client_settings(), fetch_size=options.fetch_size_bytes,
+                         retry_s=options.retry_s, fail_on_data_loss=options.fail_on_data_loss)
+    rows = 0
+    try:
+        for columns in reader.read(task.topic, task.partition, task.start, task.end):
+            rows += len(columns)
+            yield to_record_batch(columns, task.topic, task.partition, schema)
+    except UnknownTopicError as exc:
+        if options.fail_on_data_loss:
+            raise DataLossError(f"partition {task.key} vanished while [{task.start}, {task.end}) was planned: {exc}; "
+                                f"set failOnDataLoss=false to skip it") from exc
+        log.warning("partition %s vanished (%s); skipping [%d, %d)", task.key, exc, task.start, task.end)
+    finally:
+        reader.close()
+    log.info("read %s [%d, %d): %d messages, %d refetches of cut bundles", task.key, task.start, task.end, rows,
+             reader.refetches)

@@ -1,0 +1,1 @@
+"""TANK's bytes: primitives, frames, bundles and the request/response codecs. No sockets, no threads."""
