@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def test_demo_streams_events_and_shuts_down_cleanly():
-    done = subprocess.run([sys.executable, "-m", "tubespark_testbed", "demo", "--seconds", "30"],
+    done = subprocess.run([sys.executable, "-m", "tubespark_testbed", "demo", "--seconds", "20"],
                           capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert "group lag (messages): p0=" in done.stdout

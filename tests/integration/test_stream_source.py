@@ -17,6 +17,7 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from tests.integration.helpers import produce
+from tubespark.tubemq.spark.monitoring import parse_offsets
 from tubespark.tubemq.spark.schema import read_schema
 from tubespark.tubemq.wire.message import OutgoingMessage
 
@@ -138,7 +139,7 @@ def test_committed_batches_become_the_groups_offsets(spark, tubemq_cluster, topi
     group = "g" + uuid.uuid4().hex[:8]
     query = run_available_now(reader(spark, tubemq_cluster.master_address, topic, group,
                                      maxOffsetsPerTrigger="40"), tmp_path / "out", tmp_path / "ck")
-    end = json.loads(query.lastProgress["sources"][0]["endOffset"])
+    end = parse_offsets(query.lastProgress["sources"][0]["endOffset"])
 
     def stored() -> dict[str, int]:
         offsets = group_offsets(tubemq_cluster, group, topic)

@@ -60,3 +60,21 @@ def test_readme_rocketmq_table_is_generated_from_the_definitions() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("## RocketMQ", 1)[1].split("\n## ", 1)[0]
     assert option_table() in section, "README's RocketMQ option table is stale: paste option_table() output"
+
+
+def test_the_driver_acks_the_receipts_of_each_tasks_last_attempt(tmp_path) -> None:
+    """A retried task pops anew: only the rows of its last attempt reached the sink, so only its receipts are
+    acked. A stage Spark runs again numbers its task attempts from 0 again, and still counts as later."""
+    import json
+
+    from tubespark.rocketmq.spark.partition import last_attempt_receipts, receipt_file
+
+    def leave(index: int, stage_attempt: int, attempt: int, receipt: str) -> None:
+        receipt_file(str(tmp_path), index, stage_attempt, attempt).write_text(
+            json.dumps([{"topic": "t", "receipt": receipt}]))
+
+    leave(0, 0, 0, "task0-failed")
+    leave(0, 0, 1, "task0-kept")
+    leave(1, 0, 2, "task1-first-stage-attempt")
+    leave(1, 1, 0, "task1-stage-run-again")
+    assert last_attempt_receipts(tmp_path) == {"t": ["task0-kept", "task1-stage-run-again"]}

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import DataType, MapType, StringType, StructType
+
+from tubespark.errors import OptionError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,28 @@ class SentCommitMessage(WriterCommitMessage):
     task: int
     rows: int
     bytes: int
+
+
+def check_sink_columns(schema: StructType, allowed: Mapping[str, tuple[type[DataType], ...]], *, broker: str,
+                       topic_option: bool) -> None:
+    """Fail a write on the driver, before any task runs, if ``broker``'s sink cannot send its columns: it
+    needs ``value``, a topic (the option, else a ``topic`` column), and only the columns of ``allowed``
+    with one of their types; a map column must be map<string,string>."""
+    names = {f.name: f.dataType for f in schema.fields}
+    if "value" not in names:
+        raise OptionError(f"the {broker} sink needs a 'value' column (binary or string); got {sorted(names)}")
+    if not topic_option and "topic" not in names:
+        raise OptionError(f"the {broker} sink needs a topic: set option 'topic' or add a 'topic' column")
+    for name, data_type in names.items():
+        types = allowed.get(name)
+        if types is None:
+            raise OptionError(f"column {name!r} is not sent to {broker}; the sink takes {sorted(allowed)}")
+        if not isinstance(data_type, types):
+            raise OptionError(f"column {name!r} has type {data_type.simpleString()}, expected "
+                              f"{' or '.join(t.typeName() for t in types)}")
+        if isinstance(data_type, MapType) and not (isinstance(data_type.keyType, StringType)
+                                                  and isinstance(data_type.valueType, StringType)):
+            raise OptionError(f"column {name!r} must be map<string,string>")
 
 
 def task_index() -> int:

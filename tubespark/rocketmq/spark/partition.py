@@ -151,8 +151,10 @@ class PopTask(InputPartition):
     receipts_dir: str
 
 
-def receipt_file(receipts_dir: str, index: int, attempt: int) -> Path:
-    return Path(receipts_dir) / f"part-{index:05d}-attempt-{attempt:03d}.json"
+def receipt_file(receipts_dir: str, index: int, stage_attempt: int, attempt: int) -> Path:
+    """Named so that sorting puts the latest attempt of a task last: a stage that Spark runs again (a later
+    stage attempt) numbers its task attempts from 0 again."""
+    return Path(receipts_dir) / f"part-{index:05d}-attempt-{stage_attempt:03d}.{attempt:03d}.json"
 
 
 def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatch]:
@@ -160,6 +162,8 @@ def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatc
 
     The receipt file is written only after Spark took every row of the task, and per attempt: the driver
     acks the last attempt of each task only, so rows of a failed attempt are never acked (they reappear).
+    "Last" is the one whose rows Spark kept as long as no two attempts of a task run at once, which is
+    why speculative execution (``spark.speculation``, off by default) must stay off for pop reads.
     """
     assert options.topics and options.group
     schema = arrow_schema_for(read_schema(options.include_properties, pop=True))
@@ -180,8 +184,8 @@ def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatc
             yield to_record_batch([i.message for i in items], broker_name=broker, schema=schema,
                                   receipts=[i.receipt for i in items])
     context = TaskContext.get()
-    attempt = context.attemptNumber() if context else 0
-    target = receipt_file(task.receipts_dir, task.index, attempt)
+    stage_attempt, attempt = (context.stageAttemptNumber(), context.attemptNumber()) if context else (0, 0)
+    target = receipt_file(task.receipts_dir, task.index, stage_attempt, attempt)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".receipts-", dir=target.parent)
     with os.fdopen(fd, "w") as out:

@@ -24,7 +24,13 @@ from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.partition import shared_client
 from tubespark.rocketmq.wire.message import KEYS, TAGS
 from tubespark.spark.arrow import column_values
-from tubespark.spark.writers import SentCommitMessage, StampedBatchWriter, StampedStreamWriter, task_index
+from tubespark.spark.writers import (
+    SentCommitMessage,
+    StampedBatchWriter,
+    StampedStreamWriter,
+    check_sink_columns,
+    task_index,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +46,7 @@ _ALLOWED = {
 
 def check_sink_schema(schema: StructType, options: RocketMQOptions) -> None:
     """Fail the write on the driver, before any task runs, if the columns cannot be sent."""
-    names = {f.name: f.dataType for f in schema.fields}
-    if "value" not in names:
-        raise OptionError(f"the RocketMQ sink needs a 'value' column (binary or string); got {sorted(names)}")
-    if not options.topics and "topic" not in names:
-        raise OptionError("the RocketMQ sink needs a topic: set option 'topic' or add a 'topic' column")
-    for name, data_type in names.items():
-        allowed = _ALLOWED.get(name)
-        if allowed is None:
-            raise OptionError(f"column {name!r} is not sent to RocketMQ; the sink takes {sorted(_ALLOWED)}")
-        if not isinstance(data_type, allowed):
-            raise OptionError(f"column {name!r} has type {data_type.simpleString()}, expected "
-                              f"{' or '.join(t.typeName() for t in allowed)}")
-        if isinstance(data_type, MapType) and not (isinstance(data_type.keyType, StringType)
-                                                  and isinstance(data_type.valueType, StringType)):
-            raise OptionError("column 'properties' must be map<string,string>")
+    check_sink_columns(schema, _ALLOWED, broker="RocketMQ", topic_option=bool(options.topics))
 
 
 def send_batches(batches: Iterator[pa.RecordBatch], options: RocketMQOptions) -> SentCommitMessage:

@@ -30,7 +30,13 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, ShortType, Stri
 from tubespark.errors import MessageFormatError, OptionError
 from tubespark.spark.arrow import column_values
 from tubespark.spark.bundling import Bundle, Bundler
-from tubespark.spark.writers import SentCommitMessage, StampedBatchWriter, StampedStreamWriter, task_index
+from tubespark.spark.writers import (
+    SentCommitMessage,
+    StampedBatchWriter,
+    StampedStreamWriter,
+    check_sink_columns,
+    task_index,
+)
 from tubespark.tank.client.broker import TankClient
 from tubespark.tank.client.producer import Producer
 from tubespark.tank.spark.options import TankOptions
@@ -51,18 +57,7 @@ MESSAGE_OVERHEAD = 12
 
 def check_sink_schema(schema: StructType, options: TankOptions) -> None:
     """Fail the write on the driver, before any task runs, if the columns cannot be sent."""
-    names = {f.name: f.dataType for f in schema.fields}
-    if "value" not in names:
-        raise OptionError(f"the TANK sink needs a 'value' column (binary or string); got {sorted(names)}")
-    if not options.topics and "topic" not in names:
-        raise OptionError("the TANK sink needs a topic: set option 'topic' or add a 'topic' column")
-    for name, data_type in names.items():
-        allowed = _ALLOWED.get(name)
-        if allowed is None:
-            raise OptionError(f"column {name!r} is not sent to TANK; the sink takes {sorted(_ALLOWED)}")
-        if not isinstance(data_type, allowed):
-            raise OptionError(f"column {name!r} has type {data_type.simpleString()}, expected "
-                              f"{' or '.join(t.typeName() for t in allowed)}")
+    check_sink_columns(schema, _ALLOWED, broker="TANK", topic_option=bool(options.topics))
 
 
 def check_sink_reachable(options: TankOptions) -> None:

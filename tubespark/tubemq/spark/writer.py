@@ -37,7 +37,13 @@ from tubespark.formats import PayloadEncodeError, format_attributes
 from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG
 from tubespark.spark.arrow import column_values
 from tubespark.spark.bundling import RECORD_OVERHEAD_BYTES, Bundle, Bundler, attributes_cost, encode_bundle
-from tubespark.spark.writers import SentCommitMessage, StampedBatchWriter, StampedStreamWriter, task_index
+from tubespark.spark.writers import (
+    SentCommitMessage,
+    StampedBatchWriter,
+    StampedStreamWriter,
+    check_sink_columns,
+    task_index,
+)
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -57,21 +63,7 @@ _ALLOWED = {
 
 def check_sink_schema(schema: StructType, options: TubeMQOptions) -> None:
     """Fail the write on the driver, before any task runs, if the columns cannot be sent."""
-    names = {f.name: f.dataType for f in schema.fields}
-    if "value" not in names:
-        raise OptionError(f"the TubeMQ sink needs a 'value' column (binary or string); got {sorted(names)}")
-    if not options.topics and "topic" not in names:
-        raise OptionError("the TubeMQ sink needs a topic: set option 'topic' or add a 'topic' column")
-    for name, data_type in names.items():
-        allowed = _ALLOWED.get(name)
-        if allowed is None:
-            raise OptionError(f"column {name!r} is not sent to TubeMQ; the sink takes {sorted(_ALLOWED)}")
-        if not isinstance(data_type, allowed):
-            raise OptionError(f"column {name!r} has type {data_type.simpleString()}, expected "
-                              f"{' or '.join(t.typeName() for t in allowed)}")
-        if isinstance(data_type, MapType) and not (isinstance(data_type.keyType, StringType)
-                                                  and isinstance(data_type.valueType, StringType)):
-            raise OptionError("column 'attributes' must be map<string,string>")
+    check_sink_columns(schema, _ALLOWED, broker="TubeMQ", topic_option=bool(options.topics))
 
 
 _producers: dict[tuple, Producer] = {}
