@@ -64,17 +64,16 @@ def test_readme_rocketmq_table_is_generated_from_the_definitions() -> None:
 
 def test_the_driver_acks_the_receipts_of_each_tasks_last_attempt(tmp_path) -> None:
     """A retried task pops anew: only the rows of its last attempt reached the sink, so only its receipts are
-    acked. A stage Spark runs again numbers its task attempts from 0 again, and still counts as later."""
+    acked. Spark's task attempt ids grow with every attempt, also when a stage runs again."""
     import json
 
     from tubespark.rocketmq.spark.partition import last_attempt_receipts, receipt_file
 
-    def leave(index: int, stage_attempt: int, attempt: int, receipt: str) -> None:
-        receipt_file(str(tmp_path), index, stage_attempt, attempt).write_text(
-            json.dumps([{"topic": "t", "receipt": receipt}]))
+    def leave(index: int, task_attempt_id: int, receipt: str) -> None:
+        receipt_file(str(tmp_path), index, task_attempt_id).write_text(json.dumps([{"topic": "t", "receipt": receipt}]))
 
-    leave(0, 0, 0, "task0-failed")
-    leave(0, 0, 1, "task0-kept")
-    leave(1, 0, 2, "task1-first-stage-attempt")
-    leave(1, 1, 0, "task1-stage-run-again")
+    leave(0, 7, "task0-failed")
+    leave(0, 12, "task0-kept")
+    leave(1, 9, "task1-first-stage-attempt")
+    leave(1, 130, "task1-stage-run-again")
     assert last_attempt_receipts(tmp_path) == {"t": ["task0-kept", "task1-stage-run-again"]}

@@ -151,10 +151,11 @@ class PopTask(InputPartition):
     receipts_dir: str
 
 
-def receipt_file(receipts_dir: str, index: int, stage_attempt: int, attempt: int) -> Path:
-    """Named so that sorting puts the latest attempt of a task last: a stage that Spark runs again (a later
-    stage attempt) numbers its task attempts from 0 again."""
-    return Path(receipts_dir) / f"part-{index:05d}-attempt-{stage_attempt:03d}.{attempt:03d}.json"
+def receipt_file(receipts_dir: str, index: int, task_attempt_id: int) -> Path:
+    """Named by Spark's task attempt id, which grows with every attempt the application starts, so sorting
+    puts a task's latest attempt last, also across a stage Spark runs again (whose attempt numbers start
+    from 0 again)."""
+    return Path(receipts_dir) / f"part-{index:05d}-attempt-{task_attempt_id:020d}.json"
 
 
 def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatch]:
@@ -184,8 +185,7 @@ def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatc
             yield to_record_batch([i.message for i in items], broker_name=broker, schema=schema,
                                   receipts=[i.receipt for i in items])
     context = TaskContext.get()
-    stage_attempt, attempt = (context.stageAttemptNumber(), context.attemptNumber()) if context else (0, 0)
-    target = receipt_file(task.receipts_dir, task.index, stage_attempt, attempt)
+    target = receipt_file(task.receipts_dir, task.index, context.taskAttemptId() if context else 0)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".receipts-", dir=target.parent)
     with os.fdopen(fd, "w") as out:

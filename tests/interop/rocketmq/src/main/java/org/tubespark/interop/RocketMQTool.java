@@ -7,6 +7,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -70,6 +71,9 @@ public final class RocketMQTool {
         consumer.setNamesrvAddr(namesrv);
         consumer.setAutoCommit(false);
         consumer.setPullBatchSize(32);
+        // a new group starts at the first offset anyway: a queue whose pull task starts before its
+        // seekToBegin below takes effect (a race under load) then still misses nothing
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.start();
         Collection<MessageQueue> queues = consumer.fetchMessageQueues(topic);
         consumer.assign(queues);
