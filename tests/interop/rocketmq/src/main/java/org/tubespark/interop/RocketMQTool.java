@@ -71,15 +71,13 @@ public final class RocketMQTool {
         consumer.setNamesrvAddr(namesrv);
         consumer.setAutoCommit(false);
         consumer.setPullBatchSize(32);
-        // a new group starts at the first offset anyway: a queue whose pull task starts before its
-        // seekToBegin below takes effect (a race under load) then still misses nothing
+        // The group is new, so it starts every queue at its first offset. No seekToBegin after assign():
+        // it races with the pull tasks assign() starts, and under load a queue was read from its end
+        // (messages missed) or read twice (duplicates).
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.start();
         Collection<MessageQueue> queues = consumer.fetchMessageQueues(topic);
         consumer.assign(queues);
-        for (MessageQueue q : queues) {
-            consumer.seekToBegin(q);
-        }
         long start = System.nanoTime();
         long deadline = System.currentTimeMillis() + timeoutMs;
         int got = 0;
