@@ -45,6 +45,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -194,14 +195,20 @@ class TubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._refs.update(assigned)
         return assigned
 
-    def _probe(self, ref: PartitionRef) -> Bounds:
-        """``[min, max)`` of ``ref`` under a private probe group: a stale registration of the user's group
-        (410) does not block it."""
+    @contextmanager
+    def _probe_broker(self) -> Iterator[BrokerClient]:
+        """A broker client for the driver's private probe groups: a stale registration of the user's group
+        (410) does not block them."""
         broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
         try:
-            return probe_bounds(broker, ref, self.probe_group)
+            yield broker
         finally:
             broker.close()
+
+    def _probe(self, ref: PartitionRef) -> Bounds:
+        """``[min, max)`` of ``ref`` under the private probe group."""
+        with self._probe_broker() as broker:
+            return probe_bounds(broker, ref, self.probe_group)
 
     # --- offsets --------------------------------------------------------------------------------
 
@@ -246,9 +253,10 @@ class TubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if when is None and wanted == "group":  # the broker tells the group's offset (min if none) on registration
             return None if held is None else held.stored_offset
         try:
-            bounds = self._probe(ref)
-            if when is not None:
-                return self._offset_at_time(key, ref, bounds, when)
+            with self._probe_broker() as broker:
+                bounds = probe_bounds(broker, ref, self.probe_group)
+                if when is not None:  # tubespark/tubemq/spark/by_time.py
+                    return start_at_time(broker, ref, bounds, when, f"{self.probe_group}-time", opts)
         except TubeSparkError as exc:
             if not exc.retriable:
                 raise
@@ -262,14 +270,6 @@ class TubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise OptionError(f"startingOffsets for {key} is {wanted}, beyond the partition's max offset "
                               f"{bounds.max_offset}")
         return int(wanted)
-
-    def _offset_at_time(self, key: str, ref: PartitionRef, bounds: Bounds, when_ms: int) -> int:
-        """Where a start time puts ``key`` (tubespark/tubemq/spark/by_time.py)."""
-        broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
-        try:
-            return start_at_time(broker, ref, bounds, when_ms, f"{self.probe_group}-time", self.options)
-        finally:
-            broker.close()
 
     def _report_skips(self) -> None:
         """Log the running total of messages the read tasks skipped (ignoreParseErrors + skippedBundlesPath)."""
@@ -437,22 +437,20 @@ class TubeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _message_sizes(self, backlog: dict[str, int], start: Offsets) -> dict[str, float]:
         """Mean value bytes of the next messages of each partition with a backlog (``maxBytesPerTrigger``),
         read under the private probe group; a partition that cannot be sampled keeps its last estimate."""
-        broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
-        reader = RangeReader(broker, f"{self.probe_group}-size", verify_checksums=False, retry_s=5.0)
-        try:
-            for key, count in sorted(backlog.items()):
-                if count == 0 or self._sizes.get(key, (-1, 0.0))[0] == start[key]:
-                    continue
-                high = start[key] + min(count, SIZE_SAMPLE) * INDEX_RECORD_SIZE
-                try:
-                    sizes = [len(m.data) for m in reader.read(self._refs[key], start[key], high)]
-                except TubeSparkError as exc:
-                    log.info("cannot sample the message size of %s: %s", key, exc)
-                    continue
-                if sizes:
-                    self._sizes[key] = (start[key], sum(sizes) / len(sizes))
-        finally:
-            broker.close()
+        stale = [key for key, count in sorted(backlog.items())
+                 if count and self._sizes.get(key, (-1, 0.0))[0] != start[key]]
+        if stale:
+            with self._probe_broker() as broker:
+                reader = RangeReader(broker, f"{self.probe_group}-size", verify_checksums=False, retry_s=5.0)
+                for key in stale:
+                    high = start[key] + min(backlog[key], SIZE_SAMPLE) * INDEX_RECORD_SIZE
+                    try:
+                        sizes = [len(m.data) for m in reader.read(self._refs[key], start[key], high)]
+                    except TubeSparkError as exc:
+                        log.info("cannot sample the message size of %s: %s", key, exc)
+                        continue
+                    if sizes:
+                        self._sizes[key] = (start[key], sum(sizes) / len(sizes))
         return {key: self._sizes[key][1] for key in backlog if key in self._sizes}
 
     def _first_offset(self, key: str, ref: PartitionRef, item: HeldPartition | None) -> int | None:
