@@ -1,0 +1,62 @@
+"""The benchmark harness (``python -m bench``) end to end at smoke size, with the cheap cases only.
+
+Not a timed test: it proves the command runs against a real cluster and real Spark and writes the JSON
+the README's Performance section describes (expected keys, positive rates, the broker's JVM flags).
+The bench starts its own TubeMQ cluster (its broker on Java's default flags), so this costs ~40 s of
+cluster start-up plus a minute of Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[3]
+CASES = ("tubespark_batch", "ceiling", "kafka_batch", "tubespark_sink", "kafka_sink", "java_consume", "java_produce")
+
+
+@pytest.mark.timeout(1200)
+def test_bench_smoke_writes_the_expected_json(tmp_path):
+    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
+        pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
+    out, chart = tmp_path / "smoke.json", tmp_path / "smoke.png"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "testbed"), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "bench", "--size", "smoke", "--cores", "2", "--sizes", "100",
+           "--cases", ",".join(CASES), "--repeats", "2", "--warmup", "1", "--out", str(out), "--chart", str(chart)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "ratios of medians" in proc.stdout
+
+    doc = json.loads(out.read_text())
+    assert {"profile", "config", "host", "spark", "tubemq", "kafka", "results", "ratios", "latency", "memory",
+            "errors", "durations"} <= doc.keys()
+    assert doc["profile"] == "smoke" and doc["errors"] == []
+    assert doc["tubemq"]["broker_jvm"] == "default"
+    assert not any("TieredStopAtLevel" in flag for flag in doc["tubemq"]["broker_jvm_flags"])
+    assert any("TieredStopAtLevel" in flag for flag in doc["tubemq"]["testbed_broker_jvm_flags"])
+
+    by_case = {r["case"]: r for r in doc["results"]}
+    assert set(by_case) == set(CASES)
+    for name, record in by_case.items():
+        assert {"kind", "system", "size", "cores", "rows", "median_seconds", "rows_per_s", "mb_per_s",
+                "rows_per_s_per_core", "runs", "short_runs", "error"} <= record.keys(), name
+        assert record["error"] is None, (name, record["error"])
+        assert len(record["runs"]) == 2, name
+        assert record["rows_per_s"] > 0 and record["mb_per_s"] > 0, name
+        assert record["size"] == 100 and record["cores"] == 2
+        if record["uses_spark"]:
+            assert record["rows_per_s_per_core"] == pytest.approx(record["rows_per_s"] / 2, rel=1e-3)
+    assert by_case["tubespark_batch"]["rows"] == doc["config"]["read_rows"]["100"]
+
+    names = {r["name"] for r in doc["ratios"]}
+    assert {"tubespark_batch/ceiling", "tubespark_batch/java_consume", "tubespark_sink/java_produce"} <= names
+    assert all(r["value"] > 0 for r in doc["ratios"])
+    assert chart.stat().st_size > 0

@@ -1,0 +1,61 @@
+"""The notebooks in notebooks/ run end to end (nbclient, a python3 kernel of this interpreter) against
+the session cluster, and print the numbers they promise."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+NOTEBOOKS = Path(__file__).resolve().parents[3] / "notebooks"
+
+
+def _run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> str:
+    """Execute ``notebooks/<name>`` in a fresh kernel (which inherits these env vars); return its text output."""
+    for key, value in {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **env}.items():
+        monkeypatch.setenv(key, value)
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=240, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    text = []
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            text.append(output.get("text", "") or output.get("data", {}).get("text/plain", ""))
+    return "".join(text)
+
+
+def _number(label: str, text: str) -> int:
+    match = re.search(rf"^{re.escape(label)}: (\d+)", text, re.MULTILINE)
+    assert match, f"no '{label}: N' line in the notebook output:\n{text}"
+    return int(match.group(1))
+
+
+def test_quickstart_notebook(tubemq_cluster, topic_factory, tmp_path, monkeypatch) -> None:
+    text = _run("quickstart.ipynb", tmp_path, monkeypatch,
+                {"TUBEMQ_MASTER": tubemq_cluster.master_address, "TUBESPARK_NB_TOPIC": topic_factory()})
+    assert _number("written rows", text) == 1000
+    assert _number("streamed rows", text) == 1000
+    assert _number("backfill rows", text) == 1000
+    assert _number("orders", text) == 250
+    assert re.search(r"clicks: 750", text)
+
+
+def test_monitoring_notebook(tubemq_cluster, topic_factory, tmp_path, monkeypatch) -> None:
+    text = _run("monitoring.ipynb", tmp_path, monkeypatch,
+                {"TUBEMQ_MASTER": tubemq_cluster.master_address, "TUBESPARK_NB_TOPIC": topic_factory(),
+                 "TUBESPARK_NB_SECONDS": "10"})
+    produced, read = _number("produced", text), _number("read", text)
+    assert produced > 0 and 0 < read <= produced
+    assert _number("samples", text) >= 5
+    assert _number("partitions", text) >= 1
+    assert _number("max backlog", text) > 0  # production outran maxOffsetsPerTrigger at some point
+    png = re.search(r"saved plot: (\S+) \((\d+) bytes\)", text)
+    assert png and os.path.isfile(png.group(1)) and int(png.group(2)) > 1000

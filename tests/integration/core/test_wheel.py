@@ -1,0 +1,106 @@
+"""A wheel that installs anywhere, with the oldest PySpark the range admits.
+
+``python -m build`` makes tubespark's sdist and, from it, the wheel; the test bed's wheel is built from a
+copy of ``testbed/`` and ``conf/tubemq``. Both go into a fresh venv, away from the checkout (its own
+working directory, no ``PYTHONPATH``), as ``tubespark[cluster]`` next to the lower bound of the declared
+pyspark range (the main environment runs the newest release in it). There ``roundtrip_job.py`` writes,
+reads and streams (admission control and Trigger.AvailableNow, which the lower bound must have), and
+``python -m tubespark demo`` runs the demo on its own embedded cluster from the wheels alone.
+
+pip's cache keeps the PySpark wheel it builds from the sdist, so only the first run on a machine pays
+for the download and the build (about 40 s here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parents[3]
+JOB = Path(__file__).resolve().parents[1] / "roundtrip_job.py"
+ROWS = 400
+
+
+def oldest_pyspark() -> str:
+    """The lower bound of the spark extra's pyspark range, as a release (4.2 -> 4.2.0)."""
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]["spark"]
+    spec = next(Requirement(r).specifier for r in extras if Requirement(r).name == "pyspark")
+    lower = next(s.version for s in spec if s.operator == ">=")
+    parts = lower.split(".")
+    return ".".join(parts + ["0"] * (3 - len(parts)))
+
+
+def _run(command: list, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(c) for c in command], capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{command}\n{done.stdout[-2000:]}\n{done.stderr[-5000:]}"
+    return done
+
+
+class Venv:
+    def __init__(self, root: Path, work: Path) -> None:
+        self.python = root / "bin" / "python"
+        self.work = work
+        self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
+        self.env["PYSPARK_PYTHON"] = str(self.python)
+
+    def run(self, *args: object, timeout: float = 600) -> subprocess.CompletedProcess:
+        return _run([self.python, *args], cwd=self.work, env=self.env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    base = tmp_path_factory.mktemp("wheel")
+    dist = base / "dist"
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT], timeout=300)  # sdist, then wheel
+    src = base / "src"  # the test bed's wheel takes ../conf/tubemq: build it from a copy, not in the checkout
+    shutil.copytree(ROOT / "testbed", src / "testbed",
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    shutil.copytree(ROOT / "conf" / "tubemq", src / "conf" / "tubemq")
+    _run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", dist, src / "testbed"], timeout=300)
+    names = sorted(p.name for p in dist.iterdir())
+    assert [re.sub(r"-[^-]+-py3-none-any\.whl$|-[^-]+\.tar\.gz$", "", n) for n in names] == \
+        ["tubespark", "tubespark", "tubespark_testbed"], names  # sdist + wheel, and the test bed's wheel
+    core = next(dist.glob("tubespark-*.whl"))
+    testbed = next(dist.glob("tubespark_testbed-*.whl"))
+    work = base / "work"
+    work.mkdir()
+    _run([sys.executable, "-m", "venv", base / "venv"], timeout=120)
+    venv = Venv(base / "venv", work)
+    # by file, not by name: nothing may come from the checkout or from an index's "tubespark"
+    venv.run("-m", "pip", "install", "--disable-pip-version-check", "-q", f"{core}[cluster]", testbed,
+             f"pyspark=={oldest_pyspark()}", timeout=900)
+    return venv
+
+
+def test_the_wheel_alone_runs_on_the_oldest_pyspark(wheel_venv: Venv, tubemq_cluster, topic_factory) -> None:
+    where = json.loads(wheel_venv.run("-c", "import json, pyspark, tubespark, tubespark_testbed.config as c; "
+                                      "print(json.dumps([pyspark.__version__, tubespark.__file__, "
+                                      "str(c.conf_dir())]))").stdout)
+    prefix = str(wheel_venv.python.parent.parent)
+    assert where[0] == oldest_pyspark()
+    assert where[1].startswith(prefix) and where[2].startswith(prefix), where  # not the checkout
+    shutil.copy(JOB, wheel_venv.work / JOB.name)
+    done = wheel_venv.run(JOB.name, tubemq_cluster.master_address, topic_factory(), topic_factory(),
+                          wheel_venv.work, "--rows", ROWS)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["pyspark"] == oldest_pyspark() and result["tubespark_file"].startswith(prefix)
+    assert result["read"] == ROWS and result["copied"] == ROWS and result["copied_matches"], result
+    assert sum(result["stream_batches"]) == ROWS and max(result["stream_batches"]) <= ROWS // 4, result
+
+
+def test_demo_runs_from_the_wheels(wheel_venv: Venv) -> None:
+    done = wheel_venv.run("-m", "tubespark", "demo", "--seconds", "15", timeout=600)
+    read = re.search(r"Demo finished: the stream read (\d+) events", done.stdout)
+    assert read and int(read.group(1)) > 0, done.stdout[-2000:]

@@ -1,0 +1,162 @@
+"""The layer rules of ARCHITECTURE.md, checked on every import in the package (lazy ones included).
+
+A broker folder stacks ``wire`` (bytes <-> messages, no sockets) < ``net`` < ``client`` < ``spark``; all of
+them build on the shared ``tubespark.errors``, ``tubespark.core`` and ``tubespark.formats``; the shared
+Spark layer ``tubespark.spark`` knows no broker; no broker imports another; the connector never imports
+the test bed. The checker is plain AST walking, so a violation names file, line and the rule it breaks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGE = ROOT / "tubespark"
+BROKER_LAYERS = ("wire", "net", "client", "spark")
+SHARED = ("tubespark.errors", "tubespark.core", "tubespark.formats")
+SPARK_LIBS = ("pyspark", "pyarrow", "pandas")
+APP_MODULES = ("tubespark", "tubespark.__main__", "tubespark.cli")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """Every module ``source`` imports, as absolute names, with line numbers."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            if name != "tubespark" or any(alias.name != "__version__" for alias in node.names):
+                found.append((node.lineno, name))
+            found.extend((node.lineno, f"{name}.{alias.name}") for alias in node.names)
+    return found
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _broker_and_layer(module: str) -> tuple[str, str] | None:
+    """``("tubemq", "client")`` for ``tubespark.tubemq.client.group``; ``None`` outside broker folders."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "tubespark" or parts[1] in ("core", "spark", "formats", "errors", "cli",
+                                                                 "__main__"):
+        return None
+    return parts[1], (parts[2] if len(parts) > 2 else "")
+
+
+def violation(module: str, imported: str) -> str | None:
+    """Why ``module`` may not import ``imported``, or ``None`` when the import is allowed."""
+    if _within(imported, "tubespark_testbed"):
+        return "the connector never imports the test bed"
+    if imported == "tubespark.__version__":  # the one version source; the root imports only errors eagerly
+        return None
+    if module in APP_MODULES:
+        return None
+    own = _broker_and_layer(module)
+    spark_allowed = _within(module, "tubespark.spark") or (own is not None and own[1] in ("spark", "backfill"))
+    if any(_within(imported, lib) for lib in SPARK_LIBS) and not spark_allowed:
+        return "only Spark layers import pyspark/pyarrow/pandas"
+    if own is not None and own[1] == "wire" and imported.partition(".")[0] in ("socket", "ssl", "threading"):
+        return "the wire codec is bytes only: no sockets or threads"
+    if not _within(imported, "tubespark"):
+        return None
+    if any(_within(module, shared) for shared in SHARED):
+        if any(_within(imported, shared) for shared in SHARED):
+            return None
+        return "shared foundations import only shared foundations"
+    if _within(module, "tubespark.spark"):
+        if any(_within(imported, shared) for shared in (*SHARED, "tubespark.spark")):
+            return None
+        return "the shared Spark layer knows no broker"
+    if own is None:
+        return None
+    if any(_within(imported, shared) for shared in (*SHARED, "tubespark.spark")):
+        return None if own[1] in ("spark", "backfill") or not _within(imported, "tubespark.spark") else \
+            "only a broker's Spark layer imports the shared Spark layer"
+    target = _broker_and_layer(imported)
+    if target is None:
+        # a broker's tools outside its layers (backfill) may use the package's entry points
+        return None if own[1] not in BROKER_LAYERS and imported in APP_MODULES else \
+            f"{imported} is not a layer a broker may import"
+    if target[0] != own[0]:
+        return "no broker imports another broker"
+    if own[1] not in BROKER_LAYERS or target[1] not in BROKER_LAYERS:
+        return None if own[1] not in BROKER_LAYERS else f"{imported} is above the broker's layers"
+    if BROKER_LAYERS.index(target[1]) > BROKER_LAYERS.index(own[1]):
+        return f"{own[1]} may not import the higher layer {target[1]}"
+    return None
+
+
+def _package_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "pb" not in p.relative_to(PACKAGE).parts)
+
+
+def test_every_import_respects_the_layers() -> None:
+    broken = []
+    for path in _package_files():
+        module = module_name(path)
+        for line, imported in imports_of(path.read_text(), module, path.name == "__init__.py"):
+            why = violation(module, imported)
+            if why:
+                broken.append(f"{path.relative_to(ROOT)}:{line} imports {imported}: {why}")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_checker_sees_the_package() -> None:
+    modules = {module_name(p) for p in _package_files()}
+    assert {"tubespark.errors", "tubespark.tubemq.wire.frame", "tubespark.tubemq.net.connection",
+            "tubespark.tubemq.client.group", "tubespark.tubemq.spark.source", "tubespark.tank.wire.bundle",
+            "tubespark.tank.net.connection", "tubespark.tank.client.ranges", "tubespark.tank.spark.source",
+            "tubespark.rocketmq.wire.frame", "tubespark.rocketmq.net.connection", "tubespark.rocketmq.client.ranges",
+            "tubespark.rocketmq.spark.source"} <= modules
+
+
+@pytest.mark.parametrize(("module", "source", "rule"), [
+    ("tubespark.tubemq.wire.frame", "from tubespark.tubemq.net.connection import Connection", "higher layer"),
+    ("tubespark.tubemq.net.master", "import tubespark.tubemq.client.group", "higher layer"),
+    ("tubespark.tubemq.client.group", "from tubespark.tubemq.spark import options", "higher layer"),
+    ("tubespark.tubemq.client.group", "def f():\n    from tubespark.tubemq.spark.options import X", "higher layer"),
+    ("tubespark.tubemq.spark.monitoring", "from tubespark_testbed.local import LocalCluster", "test bed"),
+    ("tubespark.core.retry", "from tubespark.tubemq.wire import errcodes", "shared foundations"),
+    ("tubespark.spark.arrow", "from tubespark.tubemq.wire.message import ReceivedMessage", "knows no broker"),
+    ("tubespark.tank.client.fetch", "from tubespark.tubemq.client.broker import BrokerClient", "another broker"),
+    ("tubespark.tubemq.wire.frame", "import socket", "bytes only"),
+    ("tubespark.rocketmq.wire.frame", "import threading", "bytes only"),
+    ("tubespark.rocketmq.net.connection", "from tubespark.rocketmq.client.client import RocketMQClient",
+     "higher layer"),
+    ("tubespark.rocketmq.client.ranges", "from tubespark.tubemq.client.broker import BrokerClient", "another broker"),
+    ("tubespark.tubemq.client.ranges", "import pyarrow as pa", "Spark layers"),
+    ("tubespark.tubemq.wire.frame", "from ..net import connection", "higher layer"),
+    ("tubespark.tubemq.client.common", "from tubespark import register", "not a layer"),
+])
+def test_the_checker_catches_each_kind_of_break(module: str, source: str, rule: str) -> None:
+    reasons = [violation(module, name) for _line, name in imports_of(source, module)]
+    assert any(reason and rule in reason for reason in reasons), reasons
+
+
+@pytest.mark.parametrize(("module", "source"), [
+    ("tubespark.tubemq.spark.stream_reader", "from tubespark.tubemq.client.group import GroupSession"),
+    ("tubespark.tubemq.spark.partition", "from tubespark.spark.arrow import x\nimport pyarrow"),
+    ("tubespark.tubemq.net.connection", "from tubespark.core.framed import FramedConnection"),
+    ("tubespark.tubemq.client.broker", "from tubespark.tubemq.wire.pb import broker_service_pb2"),
+    ("tubespark.cli", "from tubespark.tubemq.spark.monitoring import group_lag"),
+    ("tubespark.tubemq.client.common", "from tubespark import __version__"),
+])
+def test_the_checker_allows_downward_imports(module: str, source: str) -> None:
+    assert [violation(module, name) for _line, name in imports_of(source, module)] == [None] * len(
+        imports_of(source, module))

@@ -1,0 +1,79 @@
+"""``rocketmq`` options: typed values, defaults, cross-option rules, all before any network call."""
+
+from __future__ import annotations
+
+import pytest
+
+from tubespark.errors import OptionError
+from tubespark.rocketmq.spark.options import OPTIONS, RocketMQOptions, is_queue_key, option_table
+
+BASE = {"namesrv": "127.0.0.1:9876", "topic": "orders"}
+
+
+def test_defaults_and_types() -> None:
+    options = RocketMQOptions.from_raw(BASE, mode="read")
+    assert options.namesrvs == ("127.0.0.1:9876",) and options.topics == ("orders",)
+    assert options.consume_mode == "pull" and not options.pop and options.starting_offsets == "latest"
+    assert options.pop_invisible_time_ms == 120000 and options.pop_partitions == 2
+    settings = options.client_settings()
+    assert (settings.connect_timeout_s, settings.call_timeout_s, settings.failover_s) == (3.0, 10.0, 45.0)
+
+
+def test_every_spec_has_a_field() -> None:
+    assert RocketMQOptions.missing_attributes() == (set(), set())
+    assert all(f"`{spec.name}`" in option_table() for spec in OPTIONS)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"topic": "t"}, "namesrv is required"),
+    ({**BASE, "consumeMode": "pop"}, "needs option group"),
+    ({**BASE, "consumeMode": "pop", "group": "g", "startingOffsets": '{"orders:b:0": 1}'}, "earliest or latest"),
+    ({**BASE, "startingOffsets": "group"}, "needs option group"),
+    ({**BASE, "startingOffsets": '{"orders:b": 1}'}, "topic:brokerName:queueId"),
+    ({**BASE, "topic": "a b"}, "topic names"),
+    ({**BASE, "popPartitions": "0"}, "an integer from 1 to 1024"),
+    ({**BASE, "popPollMs": "30000"}, "an integer from 1 to 20000"),
+    ({"namesrv": "h:1"}, "topic is required"),
+])
+def test_bad_read_options(raw: dict, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        RocketMQOptions.from_raw(raw, mode="read")
+
+
+def test_write_options() -> None:
+    options = RocketMQOptions.from_raw({"namesrv": "h:1", "batchMaxBytes": "65536"}, mode="write")
+    assert options.topics is None and options.batch_max_bytes == 65536 and options.max_in_flight == 64
+    with pytest.raises(OptionError, match="one topic"):
+        RocketMQOptions.from_raw({"namesrv": "h:1", "topic": "a,b"}, mode="write")
+    with pytest.raises(OptionError, match="1024"):
+        RocketMQOptions.from_raw({"namesrv": "h:1", "batchMaxBytes": "9999999"}, mode="write")
+
+
+def test_queue_keys() -> None:
+    assert is_queue_key("orders:broker-a:3") and is_queue_key("%RETRY%g_t:b:0")
+    assert not is_queue_key("orders:broker-a") and not is_queue_key("bad topic:b:1")
+
+
+def test_readme_rocketmq_table_is_generated_from_the_definitions() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("## RocketMQ", 1)[1].split("\n## ", 1)[0]
+    assert option_table() in section, "README's RocketMQ option table is stale: paste option_table() output"
+
+
+def test_the_driver_acks_the_receipts_of_each_tasks_last_attempt(tmp_path) -> None:
+    """A retried task pops anew: only the rows of its last attempt reached the sink, so only its receipts are
+    acked. Spark's task attempt ids grow with every attempt, also when a stage runs again."""
+    import json
+
+    from tubespark.rocketmq.spark.partition import last_attempt_receipts, receipt_file
+
+    def leave(index: int, task_attempt_id: int, receipt: str) -> None:
+        receipt_file(str(tmp_path), index, task_attempt_id).write_text(json.dumps([{"topic": "t", "receipt": receipt}]))
+
+    leave(0, 7, "task0-failed")
+    leave(0, 12, "task0-kept")
+    leave(1, 9, "task1-first-stage-attempt")
+    leave(1, 130, "task1-stage-run-again")
+    assert last_attempt_receipts(tmp_path) == {"t": ["task0-kept", "task1-stage-run-again"]}
