@@ -188,6 +188,23 @@ class DataLossError(TubeSparkError):
     """Data the query planned to read is gone (retention, vanished partition) and failOnDataLoss is on."""
 
 
+class PartitionsUnavailableError(TubeSparkError):
+    """Partitions the read covers are configured on brokers that do not serve them now (down, stopped, offline).
+
+    A read that planned only the served partitions would return part of the data without a word, so it
+    fails instead, naming each broker and its partitions: ``unavailable`` maps a broker id to the keys
+    (``brokerId:topic:partitionId``) it holds, ``reasons`` a broker id to what the master says of it.
+    Retriable: the broker may come back.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, unavailable: dict[int, tuple[str, ...]], reasons: dict[int, str]) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
+        self.reasons = reasons
+
+
 class AdminApiError(TubeSparkError):
     """A master's or broker's HTTP admin API failed or refused a call (the answer says why)."""
 

@@ -138,6 +138,9 @@ def _pem_file(name: str, value: str) -> str:
     return value
 
 
+UNAVAILABLE_CHOICES = ("fail", "skip")
+"""``onUnavailablePartitions``: fail the batch read, or read what is served and say what was left out."""
+
 PAYLOAD_FORMATS = ("raw", "inlongmsg")
 MIN_BUNDLE_BYTES = 1024
 """The smallest ``bundleMaxBytes``: below it a bundle's framing dominates."""
@@ -178,8 +181,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "expression (like Kafka's `subscribePattern`), instead of `topic`. Topics come from the masters' "
                "web API (`masterWebUrl`); a stream picks up a new matching topic within `topicRefreshIntervalMs`, "
                "from its earliest offset."),
-    OptionSpec("masterWebUrl", None, _web_urls, "With `topicPattern`: the masters' web API, `http://host:port"
-               "[,...]`. Unset: port 8080 of each `master` host.", attr="master_web_urls"),
+    OptionSpec("masterWebUrl", None, _web_urls, "The masters' web API, `http://host:port[,...]`: where "
+               "`topicPattern` lists topics and where batch reads learn which partitions are configured "
+               "(`onUnavailablePartitions`). Unset: port 8080 of each `master` host.", attr="master_web_urls"),
     OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
                "lists the topics again."),
     OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
@@ -223,6 +227,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "comma separated. Filtered on the broker."),
     OptionSpec("failOnDataLoss", "true", parse_bool, "Fail the query when data it planned to read is gone "
                "(retention removed it, a partition vanished). `false`: log it and go on."),
+    OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads (and `backfill "
+               "export`): partitions the master's configuration puts on a broker that does not serve them now (down, "
+               "stopped, offline; the web API of `masterWebUrl` says). `fail`: fail before reading anything, naming "
+               "each broker and its partitions. `skip`: read the other partitions and log, as a warning, which were "
+               "left out. When no web API answers and `masterWebUrl` is unset, the read cannot check and logs a "
+               "warning saying so."),
     OptionSpec("commitToGroup", "true", parse_bool, "When a micro-batch commits, store its end offsets as the "
                "group's offsets on the brokers, so TubeMQ's admin tools show the group's lag."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
@@ -330,6 +340,7 @@ class TubeMQOptions(ParsedOptions):
     max_bytes_per_trigger: int | None
     stream_ids: tuple[str, ...]
     fail_on_data_loss: bool
+    on_unavailable_partitions: str
     commit_to_group: bool
     include_attributes: bool
     verify_checksums: bool
