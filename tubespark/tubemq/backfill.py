@@ -109,7 +109,7 @@ def export(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
         written = spark.read.format(args.format).load(args.output)
         rows, size = written.select(F.count("*"), F.coalesce(F.sum(F.length("value")), F.lit(0))).first()
         print(progress.summary(rows, size), file=sys.stderr)
-    # offsets tell the count when every store's partitions share one range (docs/tubemq/protocol.md, "Several
+    # offsets tell the count when every store's partitions share one range (docs/tubemq/brokers.md, "Several
     # partitions per store") and nothing is filtered; otherwise count what the ranges hold
     refs = {task.ref.key: task.ref for task in tasks}
     exact = None if "streamIds" in options else exact_messages({refs[k]: (starts[k], ends[k]) for k in starts})

@@ -1,6 +1,6 @@
 """The partitions a batch read plans: those the master lists now, checked against its configuration.
 
-The master lists only the partitions of brokers that serve (``docs/tubemq/protocol.md``, "Configured and
+The master lists only the partitions of brokers that serve (``docs/tubemq/brokers.md``, "Configured and
 served partitions"), so a plan from that list alone silently leaves out every broker that is down. The
 configuration (the master's web API) says what is missing; ``onUnavailablePartitions`` says what to do.
 """
