@@ -1,0 +1,230 @@
+"""The TubeMQ source and sink on a cluster of three brokers (127.0.0.1-3, ids 1-3), and with one of them down.
+
+One 3-broker cluster serves the whole file (``tubemq_brokers``); a test that takes a broker down brings it
+back before it ends. What is checked is what a user sees: exact rows, on which broker, errors that name the
+broker and its partitions, and nothing left out without a word.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+
+import pytest
+from pyspark.sql import functions as F
+from tubespark_testbed.errors import ClusterError
+
+from tests.integration.helpers import bodies, produce
+from tubespark.errors import PartitionsUnavailableError
+from tubespark.tubemq import backfill
+from tubespark.tubemq.client.common import ClientSettings
+from tubespark.tubemq.client.metadata import topic_partitions
+from tubespark.tubemq.client.placement import Placement, configured_partitions
+from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+from tubespark.tubemq.spark.options import TubeMQOptions
+from tubespark.tubemq.wire.message import OutgoingMessage
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+RELEASE_TIMEOUT_S = 40.0  # the testbed's broker heartbeat timeout is 10 s; a graceful stop is released at once
+
+
+class _SharedSession:
+    """The test session's SparkSession for ``backfill.main``, which stops its session at the end: not this one."""
+
+    def __init__(self, spark) -> None:
+        self._spark = spark
+
+    def __getattr__(self, name: str):
+        return getattr(self._spark, name)
+
+    def stop(self) -> None:
+        pass
+
+
+def _read(spark, cluster, topic: str, **options: str):
+    return (spark.read.format("tubemq").option("master", cluster.master_address).option("topic", topic)
+            .option("masterWebUrl", ",".join(cluster.master_web_urls)).options(**options).load())
+
+
+def _placement(cluster, topic: str) -> Placement:
+    return configured_partitions(cluster.master_web_urls, [topic])
+
+
+def _wait_released(cluster, topic: str, broker_id: int) -> None:
+    """Until the master lists none of ``broker_id``'s partitions of ``topic`` (it released the broker)."""
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        listed = topic_partitions(cluster.master_address, [topic], timeout_s=5, missing_ok=True)[topic]
+        if listed and broker_id not in {p.broker_id for p in listed}:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the master still lists broker {broker_id}'s partitions of {topic} after "
+                         f"{RELEASE_TIMEOUT_S:.0f} s")
+
+
+def _sent(cluster, topic: str, count: int, prefix: str) -> dict[bytes, int]:
+    """Send ``count`` messages round-robin; value -> the broker that acknowledged it."""
+    results = produce(cluster.master_address, topic, bodies([f"{prefix}{i}".encode() for i in range(count)]))
+    return {f"{prefix}{i}".encode(): r.partition.broker_id for i, r in enumerate(results)}
+
+
+def test_three_brokers_on_their_own_addresses_serve_every_topic(tubemq_brokers):
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+    assert [(b.name, b.broker_id, b.host) for b in cluster.brokers] == [
+        ("broker", 1, "127.0.0.1"), ("broker-2", 2, "127.0.0.2"), ("broker-3", 3, "127.0.0.3")]
+    assert cluster.broker_address == cluster.brokers[0].address  # the single-broker API: the first broker
+    with pytest.raises(ClusterError, match="Duplicated broker configure record, query by brokerIp"):
+        cluster.master_admin("admin_add_broker_configure", brokerId=9, brokerIp="127.0.0.2", brokerPort=1)
+    for node in cluster.brokers:
+        status = cluster.broker_run_status(node.name)
+        assert (status["brokerId"], status["brokerIp"], status["runStatus"]) == (node.broker_id, node.host, "running")
+    listed = topic_partitions(cluster.master_address, [topic])[topic]
+    assert {(p.broker_id, p.host, p.port) for p in listed} == {(b.broker_id, b.host, b.port) for b in cluster.brokers}
+    assert len(listed) == 6  # 2 stores x 1 partition on each of the three
+    placement = _placement(cluster, topic)
+    assert placement.partitions[topic] == {p.key for p in listed}
+    assert placement.offline_brokers == frozenset() and placement.missing_from(p.key for p in listed) == {}
+
+
+def test_batch_read_is_exact_with_rows_from_every_broker(spark, tubemq_brokers):
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+    sent = _sent(cluster, topic, 3000, "b")
+    rows = _read(spark, cluster, topic, maxRecordsPerPartition="400").select("value", "brokerId").collect()
+    assert sorted(r.value for r in rows) == sorted(sent)  # every message once, nothing else
+    assert {r.value: r.brokerId for r in rows} == sent  # each from the broker that acknowledged it
+    assert set(Counter(sent.values())) and set(sent.values()) == {1, 2, 3}
+
+
+def test_sink_spreads_rows_over_the_brokers_and_each_is_acknowledged_once(spark, tubemq_brokers):
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+    plain = spark.createDataFrame([(f"w{i}",) for i in range(3000)], "value string")
+    plain.write.format("tubemq").option("master", cluster.master_address).option("topic", topic).mode("append").save()
+    keyed = spark.createDataFrame([(f"x{i}", f"k{i % 11}") for i in range(1100)], "value string, partitionKey string")
+    keyed.write.format("tubemq").option("master", cluster.master_address).option("topic", topic).mode("append").save()
+    back = _read(spark, cluster, topic).select("value", "brokerId", "partitionKey").collect()
+    values = Counter(r.value.decode() for r in back)
+    assert values == Counter([f"w{i}" for i in range(3000)] + [f"x{i}" for i in range(1100)])  # each once
+    per_broker = Counter(r.brokerId for r in back if r.value.startswith(b"w"))
+    assert set(per_broker) == {1, 2, 3} and min(per_broker.values()) >= 3000 // 6, per_broker
+    partitions_of_key: dict[str, set[str]] = {}
+    for r in back:
+        if r.value.startswith(b"x"):
+            partitions_of_key.setdefault(f"k{int(r.value[1:]) % 11}", set()).add(r.partitionKey)
+    assert all(len(parts) == 1 for parts in partitions_of_key.values())  # one key, one partition
+    assert len({p for parts in partitions_of_key.values() for p in parts}) > 3  # keys spread over the brokers
+
+
+def test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_skipped(spark, tubemq_brokers, tmp_path,
+                                                                                  caplog, capsys):
+    """Today's reader planned the partitions the master listed and returned two thirds of the topic without an
+    error; it must fail naming the broker and its partitions, or, asked to, read the rest and say so."""
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+    sent = _sent(cluster, topic, 1200, "g")
+    gone = sorted(f"2:{topic}:{pid}" for pid in (0, 10000))
+    with cluster.outage("broker-2", how="terminate"):
+        _wait_released(cluster, topic, 2)
+        placement = _placement(cluster, topic)  # the helper: configured, on a broker that is not running
+        assert placement.offline_brokers == {2} and placement.unserved() == {2: tuple(gone)}
+        assert all(placement.is_configured(key) for key in gone) and len(placement.partitions[topic]) == 6
+
+        with pytest.raises(Exception, match="PartitionsUnavailableError") as failed:
+            _read(spark, cluster, topic).collect()
+        text = str(failed.value)
+        assert "broker 2 (127.0.0.2:" in text, text[-3000:]
+        assert all(key in text for key in gone) and "onUnavailablePartitions=skip" in text
+
+        raw = {"master": cluster.master_address, "topic": topic, "masterWebUrl": ",".join(cluster.master_web_urls),
+               "startingOffsets": "earliest"}
+        with pytest.raises(PartitionsUnavailableError) as typed:
+            TubeBatchReader(TubeMQOptions.from_raw(raw, mode="read")).plan()
+        assert typed.value.unavailable == {2: tuple(gone)} and typed.value.retriable
+
+        skipping = TubeMQOptions.from_raw({**raw, "onUnavailablePartitions": "skip"}, mode="read")
+        with caplog.at_level(logging.WARNING, logger="tubespark.tubemq.spark.availability"):
+            reader = TubeBatchReader(skipping)
+            tasks = reader.plan()
+        assert reader.left_out == {2: tuple(gone)} and {t.ref.broker_id for t in tasks} == {1, 3}
+        assert any("LEAVES OUT 2 of its 6 partitions" in r.getMessage() and gone[0] in r.getMessage()
+                   for r in caplog.records)
+        rows = _read(spark, cluster, topic, onUnavailablePartitions="skip").select("value").collect()
+        assert sorted(r.value for r in rows) == sorted(v for v, b in sent.items() if b != 2)
+
+        def export(*extra: str) -> tuple[int, str]:
+            code = backfill.main(["export", "--master", cluster.master_address, "--topic", topic,
+                                  "--master-web-url", ",".join(cluster.master_web_urls), "--format", "json",
+                                  *extra], session_factory=lambda: _SharedSession(spark))
+            return code, capsys.readouterr().err
+
+        code, err = export("--output", str(tmp_path / "refused"))
+        assert code == 2 and "export: FAILED" in err and "broker 2" in err and gone[0] in err, err
+        assert not (tmp_path / "refused").exists()
+        code, err = export("--output", str(tmp_path / "partial"), "--on-unavailable-partitions", "skip")
+        assert code == backfill.EXIT_LEFT_OUT, err
+        assert "LEAVES OUT 2 partitions" in err and all(key in err for key in gone), err
+        exported = spark.read.json(str(tmp_path / "partial")).select(F.unbase64("value").alias("v")).collect()
+        assert sorted(r.v for r in exported) == sorted(v for v, b in sent.items() if b != 2)
+    rows = _read(spark, cluster, topic).select("value").collect()  # back: all of it again, no error
+    assert sorted(r.value for r in rows) == sorted(sent)
+
+
+def test_sink_routes_around_a_crashed_broker_and_each_row_lands_once(spark, tubemq_brokers, caplog):
+    """kill -9 of a broker: the master keeps listing its partitions until its heartbeat times out, and a sink
+    that sends to them fails its tasks. It must send to the other brokers, say so, and store every row once."""
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+    with cluster.outage("broker-3", how="kill"):
+        listed = topic_partitions(cluster.master_address, [topic], timeout_s=5)[topic]
+        assert 3 in {p.broker_id for p in listed}  # not released yet: the window the producer must handle
+        with caplog.at_level(logging.WARNING, logger="tubespark.tubemq.client.producer"), \
+                Producer(cluster.master_address, ClientSettings(heartbeat_interval_s=2)) as producer:
+            producer.publish([topic])
+            for i in range(300):
+                producer.send_async(topic, OutgoingMessage(f"c{i}".encode()), defer=True)
+            acked = producer.flush()
+        assert len(acked) == 300 and {r.partition.broker_id for r in acked} <= {1, 2}
+        assert any("broker 3 (127.0.0.3:" in r.getMessage() and "other brokers" in r.getMessage()
+                   for r in caplog.records)
+        frame = spark.createDataFrame([(f"s{i}",) for i in range(3000)], "value string")
+        frame.write.format("tubemq").option("master", cluster.master_address).option("topic", topic) \
+            .mode("append").save()
+
+        _wait_released(cluster, topic, 3)  # a crash is released after the heartbeat timeout
+        placement = _placement(cluster, topic)
+        assert placement.offline_brokers == {3} and all(placement.is_configured(f"3:{topic}:{pid}")
+                                                        for pid in (0, 10000))
+        with pytest.raises(Exception, match="PartitionsUnavailableError"):
+            _read(spark, cluster, topic).collect()
+    back = _read(spark, cluster, topic).select("value", "brokerId").collect()
+    assert Counter(r.value.decode() for r in back) == Counter([f"c{i}" for i in range(300)] +
+                                                              [f"s{i}" for i in range(3000)])
+    assert {r.brokerId for r in back} == {1, 2}  # nothing reached the dead broker
+
+
+def test_a_deleted_deployment_is_not_configured_any_more(tubemq_brokers):
+    """A broker that is down keeps its partitions configured; a deployment deleted at the master does not."""
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+
+    def modify(method: str, **params: object) -> None:
+        [item] = cluster.master_admin(method, topicName=topic, brokerId=3, **params)["data"]
+        assert item["success"], item  # result=true covers the request; each record has its own flag
+
+    # 2.4.0 refuses to delete an open deployment: errCode 406 "The values of acceptPublish and acceptSubscribe
+    # must be false before change status of brokerId-topicName(3:<topic>) record!"
+    [refused] = cluster.master_admin("admin_delete_topic_deploy_info", topicName=topic, brokerId=3)["data"]
+    assert (refused["success"], refused["errCode"]) == (False, 406) and "must be false" in refused["errInfo"]
+    modify("admin_update_topic_deploy_info", acceptPublish=False, acceptSubscribe=False)
+    assert _placement(cluster, topic).is_configured(f"3:{topic}:0")  # closed, still configured
+    modify("admin_delete_topic_deploy_info")
+    placement = _placement(cluster, topic)
+    assert not any(placement.is_configured(f"3:{topic}:{pid}") for pid in (0, 10000))
+    assert {key.split(":")[0] for key in placement.partitions[topic]} == {"1", "2"}
+    listed = topic_partitions(cluster.master_address, [topic], timeout_s=10)[topic]
+    assert placement.missing_from(p.key for p in listed) == {}  # nothing to report: that data was deleted

@@ -1,0 +1,70 @@
+"""The local cluster's several brokers before any JVM starts: addresses, ids, ports, configs, commands."""
+
+from __future__ import annotations
+
+import pytest
+from tubespark_testbed import ClusterPorts, ClusterSettings, LocalCluster
+from tubespark_testbed.__main__ import _command
+from tubespark_testbed.config import broker_host, render_cluster_files
+from tubespark_testbed.errors import ClusterError
+
+
+def test_each_broker_gets_its_own_address_id_ports_and_data(tmp_path):
+    ports = ClusterPorts.pick(2, brokers=3)
+    assert len(ports.brokers) == 3 and len({p for b in ports.brokers for p in b} | {p for m in ports.masters
+                                                                                  for p in m}) == 15
+    files = render_cluster_files(tmp_path, ports, ClusterSettings(broker_id=7))
+    assert [f.name for f in files.broker_inis] == ["broker.ini", "broker-2.ini", "broker-3.ini"]
+    assert files.broker_ini == files.broker_inis[0]  # the single-broker name stays the first broker's
+    for index, (ini, (rpc, web, prom)) in enumerate(zip(files.broker_inis, ports.brokers, strict=True)):
+        text = ini.read_text()
+        data = "broker-data" if index == 0 else f"broker-{index + 1}-data"
+        for line in (f"brokerId={7 + index}", f"hostName=127.0.0.{index + 1}", f"port={rpc}", f"webPort={web}",
+                     f"promHttpPort={prom}", f"primaryPath={tmp_path / data}"):
+            assert f"\n{line}\n" in text, (ini.name, line)
+        assert (tmp_path / data).is_dir()
+        assert "masterAddressList=" + ",".join(f"127.0.0.1:{m[0]}" for m in ports.masters) in text
+    more = ports.with_another_broker()
+    assert more.brokers[:3] == ports.brokers and len(more.brokers) == 4
+
+
+def test_broker_counts_and_tls_are_checked_before_anything_starts():
+    assert broker_host(0) == "127.0.0.1" and broker_host(2) == "127.0.0.3"
+    for bad in (0, 17):
+        with pytest.raises(ClusterError, match="brokers must be 1-16"):
+            LocalCluster(brokers=bad)
+    with pytest.raises(ClusterError, match="TLS with one broker only"):
+        LocalCluster(brokers=2, settings=ClusterSettings(tls_keystore="k.jks", tls_truststore="t.jks"))
+    cluster = LocalCluster(brokers=3)
+    assert cluster.broker_names == ["broker", "broker-2", "broker-3"]
+    assert cluster.jvm_flags("broker-3") == cluster.jvm_flags("broker")  # every broker runs like the first
+
+
+class _Recorder:
+    """Stands in for a running LocalCluster: records what the commands ask of it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+
+    def __getattr__(self, name: str):
+        def call(*args: object) -> str:
+            self.calls.append((name, args[0] if args else None))
+            if name == "kill" and args[0] == "nobody":
+                raise ClusterError("no process 'nobody' in this cluster")
+            return "broker-4"
+
+        return call
+
+
+def test_stdin_commands_of_a_running_cluster():
+    cluster = _Recorder()
+    assert _command(cluster, ["kill", "broker-2"]) == "kill broker-2: done"  # type: ignore[arg-type]
+    assert _command(cluster, ["pause", "3"]) == "pause 3: done"  # type: ignore[arg-type]
+    assert _command(cluster, ["start", "broker-2"]) == "start broker-2: done"  # type: ignore[arg-type]
+    assert _command(cluster, ["add-broker", "events"]) == "added broker-4"  # type: ignore[arg-type]
+    assert cluster.calls == [("kill", "broker-2"), ("pause", 3), ("start_again", "broker-2"),
+                             ("add_broker", ["events"])]
+    assert _command(cluster, ["kill", "nobody"]).startswith("error: no process")  # type: ignore[arg-type]
+    assert _command(cluster, ["kill"]) == "error: kill needs a process name (or a broker id)"  # type: ignore[arg-type]
+    assert "terminate NAME" in _command(cluster, ["help"])  # type: ignore[arg-type]
+    assert _command(cluster, []) == ""  # type: ignore[arg-type]
