@@ -92,6 +92,8 @@ ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # sun.nio.ch.DirectBuffer.cleaner() with a Java 8 signature -> NoSuchMethodError) after ~0.1 s, so a
 # broker with many stores takes seconds to exit. Its data dir is throw-away: do not wait for long.
 _STOP_GRACE_S = {"broker": 2.0, "master": 5.0, "zookeeper": 5.0}
+TERMINATE_GRACE_S = 60.0
+"""How long :meth:`LocalCluster.terminate` lets a process stop by itself: its data outlives it there."""
 
 ZK_START_TIMEOUT_S = 30.0
 MASTER_START_TIMEOUT_S = 60.0
@@ -593,15 +595,20 @@ class LocalCluster:
         self._down.add(proc.name)
         proc.kill()
 
-    def terminate(self, name: str | int) -> None:
-        """Stop one JVM gracefully (SIGTERM, as a rolling restart does) and leave it down.
+    def terminate(self, name: str | int, *, grace_s: float = TERMINATE_GRACE_S) -> float:
+        """Stop one JVM gracefully (SIGTERM, as a rolling restart does) and leave it down; returns the seconds
+        it took to exit.
 
         A broker stopped this way unregisters from the master, which stops listing its partitions at
-        once (a crash takes the broker heartbeat timeout). SIGKILL follows after a short grace period.
+        once (a crash takes the broker heartbeat timeout). SIGKILL follows only after ``grace_s``.
         """
         proc = self.process(name)
         self._down.add(proc.name)
-        proc.stop(grace_s=_STOP_GRACE_S.get(process_kind(proc.name), 5.0))
+        started = time.monotonic()
+        proc.stop(grace_s=grace_s)
+        took = time.monotonic() - started
+        log.info("%s stopped %.1fs after SIGTERM", proc.name, took)
+        return took
 
     def pause(self, name: str | int) -> None:
         """Stall one JVM (SIGSTOP): its sockets stay open and accept connections, but nothing answers.
@@ -652,7 +659,7 @@ class LocalCluster:
         if kill:
             self.kill(name)
         else:
-            self.terminate(name)
+            self.terminate(name, grace_s=_STOP_GRACE_S.get(process_kind(self.process(name).name), 5.0))
         return self.start_again(name, timeout_s=timeout_s)
 
     @contextlib.contextmanager
