@@ -627,8 +627,14 @@ class LocalCluster:
         self._down.discard(proc.name)
         self._wait_serving(proc, timeout_s)
 
-    def start_again(self, name: str | int, *, timeout_s: float | None = None) -> float:
+    def start_again(self, name: str | int, *, timeout_s: float | None = None, new_registration: bool = True) -> float:
         """Start a killed or terminated JVM on the same ports and data, and wait until it serves.
+
+        ``new_registration`` (brokers): wait until the master has taken the new process's registration,
+        not the old one's. Right after a kill the master still shows the old process as running and
+        serving (until its broker heartbeat timeout), so without this the wait could end before the new
+        process registered; with it, it ends once the new registration went through the master's steps
+        (about 33 s: the master's 30 s ``wait_sub``).
 
         Returns the seconds until it accepted TCP connections on its RPC port; see :meth:`restart`.
         """
@@ -643,7 +649,7 @@ class LocalCluster:
         wait_until(f"{proc.name} to accept connections again", lambda: _port_open(port, self._host(proc.name)),
                    timeout_s=limit, interval_s=0.1, watch=[proc], on_timeout=proc.diagnostics)
         accepting = time.monotonic() - started
-        self._wait_serving(proc, limit)
+        self._wait_serving(proc, limit, new_registration=new_registration)
         return accepting
 
     def restart(self, name: str | int, *, kill: bool = True, timeout_s: float | None = None) -> float:
@@ -660,7 +666,9 @@ class LocalCluster:
             self.kill(name)
         else:
             self.terminate(name, grace_s=_STOP_GRACE_S.get(process_kind(self.process(name).name), 5.0))
-        return self.start_again(name, timeout_s=timeout_s)
+        # as before start_again existed: right after a kill the master's view of the old process can count
+        # as serving (see start_again's new_registration), so this may return before the broker re-registered
+        return self.start_again(name, timeout_s=timeout_s, new_registration=False)
 
     @contextlib.contextmanager
     def outage(self, name: str | int, how: str = "kill") -> Iterator[None]:
@@ -671,7 +679,12 @@ class LocalCluster:
         """
         if how not in OUTAGES:
             raise ClusterError(f"outage how={how!r}: expected one of {', '.join(OUTAGES)}")
-        {"kill": self.kill, "terminate": self.terminate, "pause": self.pause}[how](name)
+        if how == "kill":
+            self.kill(name)
+        elif how == "terminate":
+            self.terminate(name)
+        else:
+            self.pause(name)
         try:
             yield
         finally:
@@ -696,14 +709,25 @@ class LocalCluster:
         return {"zookeeper": ZK_START_TIMEOUT_S, "master": MASTER_START_TIMEOUT_S,
                 "broker": BROKER_START_TIMEOUT_S}[process_kind(name)]
 
-    def _wait_serving(self, proc: JavaProcess, timeout_s: float | None) -> None:
+    def _wait_serving(self, proc: JavaProcess, timeout_s: float | None, *, new_registration: bool = False) -> None:
         """Block until ``proc`` serves again: ZooKeeper answers ``srvr``; a master answers admin calls (as the
-        active one or a standby); a broker is registered and its topics publishable and subscribable."""
+        active one or a standby); a broker is registered and its topics publishable and subscribable.
+
+        ``new_registration`` (brokers): first see the master show it not serving (the old registration gone,
+        or the new one going through its steps), so a stale view of the old process does not count.
+        """
         name = proc.name
+        away = [not new_registration]
+
+        def broker_ready() -> bool:
+            serving = self._broker_serving(name)
+            away[0] = away[0] or not serving
+            return away[0] and serving and self.topics_ready(self.topic_names(name), [name])
+
         ready = {
             "zookeeper": lambda: _zk_ok(self._need_ports().zk),
             "master": lambda: self._master_role(name) != "down" and self.broker_run_status() is not None,
-            "broker": lambda: self._broker_serving(name) and self.topics_ready(self.topic_names(name), [name]),
+            "broker": broker_ready,
         }[process_kind(name)]
         wait_until(f"{name} to serve again", _swallowing(ready), timeout_s=timeout_s or self._start_timeout(name),
                    interval_s=0.25, watch=[proc], on_timeout=proc.diagnostics)
