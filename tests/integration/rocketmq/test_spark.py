@@ -16,8 +16,8 @@ from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.client.pop import PopConsumer
 from tubespark.rocketmq.client.producer import BatchProducer
+from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.readers import RocketMQBatchReader
 from tubespark.rocketmq.wire.route import MessageQueue
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -151,7 +151,7 @@ def test_the_checker_catches_each_kind_of_break(module: str, source: str, rule: 
 
 @pytest.mark.parametrize(("module", "source"), [
     ("tubespark.tubemq.spark.stream_reader", "from tubespark.tubemq.client.group import GroupSession"),
-    ("tubespark.tubemq.spark.partition", "from tubespark.spark.arrow import x\nimport pyarrow"),
+    ("tubespark.tubemq.spark.read_task", "from tubespark.spark.arrow import x\nimport pyarrow"),
     ("tubespark.tubemq.net.connection", "from tubespark.core.framed import FramedConnection"),
     ("tubespark.tubemq.client.broker", "from tubespark.tubemq.wire.pb import broker_service_pb2"),
     ("tubespark.cli", "from tubespark.tubemq.spark.monitoring import group_lag"),

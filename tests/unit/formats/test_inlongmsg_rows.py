@@ -14,7 +14,7 @@ from tubespark.formats import PayloadEncodeError, Record, decode_bundle, encode_
 from tubespark.spark.bundling import Bundler, encode_bundle
 from tubespark.tubemq.spark import writer
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.partition import (
+from tubespark.tubemq.spark.read_task import (
     BundleParseError,
     QueueRange,
     SkipCounter,

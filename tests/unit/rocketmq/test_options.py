@@ -67,7 +67,7 @@ def test_the_driver_acks_the_receipts_of_each_tasks_last_attempt(tmp_path) -> No
     acked. Spark's task attempt ids grow with every attempt, also when a stage runs again."""
     import json
 
-    from tubespark.rocketmq.spark.partition import last_attempt_receipts, receipt_file
+    from tubespark.rocketmq.spark.pop_task import last_attempt_receipts, receipt_file
 
     def leave(index: int, task_attempt_id: int, receipt: str) -> None:
         receipt_file(str(tmp_path), index, task_attempt_id).write_text(json.dumps([{"topic": "t", "receipt": receipt}]))

@@ -14,9 +14,11 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.partition import read_schema
-from tubespark.rocketmq.spark.readers import PopStreamReader, PullStreamReader, RocketMQBatchReader
+from tubespark.rocketmq.spark.pop_reader import PopStreamReader
+from tubespark.rocketmq.spark.schema import read_schema
+from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.spark.writer import RocketMQBatchWriter, RocketMQStreamWriter, check_sink_schema
 
 

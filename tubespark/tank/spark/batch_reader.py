@@ -18,7 +18,7 @@ from tubespark.errors import DataLossError, OptionError
 from tubespark.spark.planning import split_range
 from tubespark.tank.spark.bounds import EARLIEST, LATEST, discover, resolve
 from tubespark.tank.spark.options import TankOptions
-from tubespark.tank.spark.partition import SeqRange, read_range
+from tubespark.tank.spark.read_task import SeqRange, read_range
 
 log = logging.getLogger(__name__)
 

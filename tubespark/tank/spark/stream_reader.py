@@ -10,7 +10,7 @@ Driver: ``initialOffset`` resolves ``startingOffsets`` against DiscoverPartition
 available, ``latest`` = high-water mark + 1); ``latestOffset`` asks DiscoverPartitions again and plans
 up to each high-water mark + 1, sharing ``maxOffsetsPerTrigger`` by backlog (core's planning helper).
 A partition that appears later (a topic grew) joins at its first available number. Executors read the
-ranges (:func:`tubespark.tank.spark.partition.read_range`).
+ranges (:func:`tubespark.tank.spark.read_task.read_range`).
 
 Numbers that vanish (``failOnDataLoss``): a start below the partition's first available number
 (retention) is data loss when this query had seen messages at or above it, or does not know (after a
@@ -35,7 +35,7 @@ from tubespark.spark.planning import share_by_backlog
 from tubespark.tank.client.broker import TankClient
 from tubespark.tank.spark.bounds import EARLIEST, Bounds, discover, resolve
 from tubespark.tank.spark.options import TankOptions, split_key
-from tubespark.tank.spark.partition import SeqRange, read_range
+from tubespark.tank.spark.read_task import SeqRange, read_range
 
 log = logging.getLogger(__name__)
 

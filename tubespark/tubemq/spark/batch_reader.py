@@ -23,7 +23,7 @@ from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.ranges import Bounds, probe_bounds
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.partition import QueueRange, read_range
+from tubespark.tubemq.spark.read_task import QueueRange, read_range
 from tubespark.tubemq.spark.topics import subscribed_topics
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef

@@ -259,7 +259,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("skippedBundlesPath", None, parse_local_directory, "With `ignoreParseErrors=true`: a directory "
                "the executors write and the driver reads (local path; a shared mount on a cluster). Each task that "
                "skipped messages writes one JSON file named by its range; `skipped_bundles(path)` in "
-               "`tubespark.tubemq.spark.partition` sums them and a streaming driver logs the total."),
+               "`tubespark.tubemq.spark.read_task` sums them and a streaming driver logs the total."),
     OptionSpec("bundleMaxBytes", None, _bundle_bytes, "Writing with `payloadFormat=inlongmsg`: most bytes of "
                "records (before compression) in one bundle. Unset or larger: the topic's max message size "
                "minus 1 KiB of headroom.", False, WRITE),
