@@ -188,6 +188,11 @@ class DataLossError(TubeSparkError):
     """Data the query planned to read is gone (retention, vanished partition) and failOnDataLoss is on."""
 
 
+class AvailableNowIncompleteError(TubeSparkError):
+    """A Trigger.AvailableNow run cannot read a partition below its target (occupied by a stale registration,
+    its broker down) within the time it waits: finishing would skip that partition's data."""
+
+
 class AdminApiError(TubeSparkError):
     """A master's or broker's HTTP admin API failed or refused a call (the answer says why)."""
 

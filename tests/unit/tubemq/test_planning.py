@@ -187,12 +187,11 @@ def test_partition_assigned_after_start_resumes_from_the_group_offset(make_reade
     reader._ensure_session().wait_for_partitions(2, timeout_s=5)
 
     end2 = reader.latestOffset(end, ReadAllAvailable())
-    assert end2 == {keys[0]: 280, keys[1]: 140}  # p1 joins at the group's offset, nothing planned yet
-    assert [t.partition_id for t in reader.partitions(end, end2)] == []
-    end3 = reader.latestOffset(end2, ReadAllAvailable())
-    assert end3 == {keys[0]: 280, keys[1]: 840}
-    [task] = reader.partitions(end2, end3)
+    # p1 joins at the group's offset and is read in the same batch; the mark says where its range starts
+    assert end2 == {keys[0]: 280, keys[1]: 840, keys[1] + "#from": 140}
+    [task] = reader.partitions(end, end2)
     assert (task.partition_id, task.start, task.end) == (p1.partition_id, 140, 840)
+    assert reader.latestOffset(end2, ReadAllAvailable()) == end2  # nothing new: no batch
 
 
 def test_available_now_stops_at_what_was_there(make_reader, broker, keys):
@@ -341,7 +340,8 @@ def test_group_starting_offsets_wait_for_an_occupied_partition(make_reader, brok
     assert partitions_of(end) == {keys[0]: 280}
     broker.hold(GROUP, p1, None)
     wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held")
-    assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 140}  # rule e
+    # rule e: p1 joins at the group's offset and is read in the same batch
+    assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 840, keys[1] + "#from": 140}
 
 
 def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_reader, broker, master, keys):
@@ -358,10 +358,10 @@ def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_re
     master.push_event(EventType.CONNECT, [p1])  # and p1 comes back
     wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held again")
     end3 = reader.latestOffset(end2, ReadAllAvailable())
-    assert end3[keys[1]] == 20 * 28  # rule d: the group's offset is ahead of its own (6)
-    # the jump is a skip, not a read, also when Spark replays this batch (the marker is in the offsets)
-    assert [t.partition_id for t in reader.partitions(end2, end3)] == [p for p in [_p0.partition_id]
-                                                                         if end3[keys[0]] > end2[keys[0]]]
+    assert end3[keys[1] + "#from"] == 20 * 28  # rule d: it resumes at the group's offset, ahead of its own (6)
+    # [6, 20) is skipped, not read, also when Spark replays this batch (the mark is in the offsets)
+    assert [(t.start, t.end) for t in reader.partitions(end2, end3) if t.partition_id == p1.partition_id] == [
+        (20 * 28, end3[keys[1]])]
     after = reader.latestOffset(end3, ReadAllAvailable())  # the next batch reads on from 20
     assert after[keys[1]] >= 20 * 28 and keys[1] + "#skip" not in after
     assert [task.start for task in reader.partitions(end3, after) if task.partition_id == p1.partition_id] in (
@@ -395,9 +395,9 @@ def test_broker_below_the_query_offset_continues_from_the_broker_offset(make_rea
     end = reader.latestOffset({keys[0]: 0, keys[1]: 840}, ReadAllAvailable())
     broker.lose(p0, keep=4)
     end2 = reader.latestOffset(end, ReadAllAvailable())
-    assert end2 == {keys[0]: 112, keys[1]: 840}  # the next batch starts at the broker's offset
+    assert partitions_of(end2) == {keys[0]: 112, keys[1]: 840}  # the next batch starts at the broker's offset
     assert reader.partitions(end, end2) == []
-    assert (reader.data_loss_events, reader.data_losses) == (1, [(keys[0], 280, 112)])
+    assert [(loss.key, loss.offset, loss.resumes_at) for loss in reader.data_losses] == [(keys[0], 280, 112)]
     broker.append(p0, b"new-1", b"new-2")  # written at the reused offsets 112 and 140
     end3 = reader.latestOffset(end2, ReadAllAvailable())
     [task] = reader.partitions(end2, end3)
