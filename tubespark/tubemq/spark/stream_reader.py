@@ -23,10 +23,8 @@ query's offset lost acknowledged messages (TubeMQ acknowledges before the data i
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -43,17 +41,14 @@ from tubespark.errors import (
 )
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_time
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
-from tubespark.spark.shutdown import install_shutdown_hooks
 from tubespark.spark.stream_engine import StreamEngine, Survey
-from tubespark.tubemq.client.broker import BrokerClient
-from tubespark.tubemq.client.group import GroupSession, HeldPartition
-from tubespark.tubemq.client.metadata import topic_partitions
+from tubespark.tubemq.client.group import HeldPartition
 from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
 from tubespark.tubemq.spark.by_time import start_at_time
 from tubespark.tubemq.spark.ledger import PartitionLedger, PartitionState
+from tubespark.tubemq.spark.membership import GroupMembership
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.read_task import QueueRange, read_range, skipped_bundles
-from tubespark.tubemq.spark.topics import subscribed_topics
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
 
@@ -87,16 +82,11 @@ class TubeStreamReader(StreamEngine):
         self.options: TubeMQOptions = options
         self.group: str = options.group or ""
         self.read_group = f"{self.group}-tubespark-read"
-        self.probe_group = f"{self.group}-tubespark-probe"
         self.run_id = uuid.uuid4().hex[:12]
         self.ledger = PartitionLedger()
-        self._session: GroupSession | None = None
-        self._refs: dict[str, PartitionRef] = {}
+        self.member = GroupMembership(options, self.run_id, self.stop)
         self._stored: Offsets = {}
         self._down: set[str] = set()  # brokers that did not take this trigger's offsets: planned nothing
-        self._topics: tuple[str, ...] | None = None  # subscribed now (``topic``, or what topicPattern matched)
-        self._topics_at = 0.0
-        self._hooks_installed = False
         self.skipped_bundles = 0
         """Messages read tasks skipped as unparseable so far (``skippedBundlesPath``; ``ignoreParseErrors``)."""
 
@@ -104,74 +94,14 @@ class TubeStreamReader(StreamEngine):
         return {"run_id": self.run_id}
 
     def restore_task_state(self, state: dict[str, Any]) -> None:
-        self.run_id = state["run_id"]
-
-    # --- group session (driver) -----------------------------------------------------------------
-
-    def _ensure_session(self) -> GroupSession:
-        with self._lock:
-            if self._session is None:
-                opts = self.options
-                if self._topics is None:
-                    self._topics, self._topics_at = subscribed_topics(opts), time.monotonic()
-                stream_ids = list(opts.stream_ids)
-                session = GroupSession(opts.masters, self.group, self._topics, settings=opts.client_settings(),
-                                       filters=dict.fromkeys(self._topics, stream_ids) if stream_ids else None)
-                session.start()
-                self._session = session
-                if not self._hooks_installed:  # Spark 4.3 ends this process with SIGTERM, never calling stop()
-                    install_shutdown_hooks(self.stop)
-                    self._hooks_installed = True
-                # the master's first rebalance: what it assigns, held on the broker yet or not
-                session.wait_for_assignment(opts.assignment_timeout_ms / 1000)
-            return self._session
-
-    def _refresh_topics(self) -> None:
-        """``topicPattern``: list the topics again every ``topicRefreshIntervalMs``; when the matching set
-        changed, join the group again with it. A new topic's partitions then join the query at the group's
-        committed offset (earliest for a group that never read them); a removed topic's partitions are
-        handled as vanished (``failOnDataLoss``)."""
-        opts = self.options
-        if opts.topic_pattern is None or time.monotonic() - self._topics_at < opts.topic_refresh_interval_ms / 1000:
-            return
-        self._topics_at = time.monotonic()
-        try:
-            topics = subscribed_topics(opts, allow_none=True)
-        except TubeSparkError as exc:
-            log.warning("cannot list the topics for topicPattern %r (trying again later): %s",
-                        opts.topic_pattern.pattern, exc)
-            return
-        if not topics or topics == self._topics:
-            return  # nothing matches any more: keep the current members' view; vanished partitions fail or go
-        log.info("topicPattern %r of group %s now matches %s (was %s): joining the group again",
-                 opts.topic_pattern.pattern, self.group, list(topics), list(self._topics or ()))
-        with self._lock:
-            session, self._session, self._topics = self._session, None, topics
-        if session is not None:
-            session.close()
-        self._ensure_session()
-
-    def _assigned(self) -> dict[str, PartitionRef]:
-        assigned = self._ensure_session().assigned()
-        self._refs.update(assigned)
-        return assigned
-
-    @contextmanager
-    def _probe_broker(self) -> Iterator[BrokerClient]:
-        """A broker client for the driver's private probe groups: a stale registration of the user's group
-        (410) does not block them."""
-        broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
-        try:
-            yield broker
-        finally:
-            broker.close()
+        self.run_id = self.member.run_id = state["run_id"]
 
     # --- where partitions start -------------------------------------------------------------------
 
     def start_offsets(self) -> Offsets:
         """A new query: its initial partitions (the master's first assignment) start at startingOffsets."""
-        assigned = self._assigned()
-        held = self._ensure_session().held()
+        assigned = self.member.assigned()
+        held = self.member.session().held()
         offsets = self.ledger.start_query(assigned, held, lambda key: self._resolve_start(key, held.get(key)))
         spec = self.options.starting_offsets
         if isinstance(spec, dict):
@@ -188,12 +118,12 @@ class TubeStreamReader(StreamEngine):
         wanted = wanted_offset(opts.starting_offsets, key, default=EARLIEST)
         if when is None and wanted == "group":  # the broker tells the group's offset (min if none) on registration
             return None if held is None else held.stored_offset
-        ref = self._refs[key]
+        ref = self.member.refs[key]
         try:
-            with self._probe_broker() as broker:
-                bounds = probe_bounds(broker, ref, self.probe_group)
+            with self.member.probe_broker() as broker:
+                bounds = probe_bounds(broker, ref, self.member.probe_group)
                 if when is not None:  # tubespark/tubemq/spark/by_time.py
-                    return start_at_time(broker, ref, bounds, when, f"{self.probe_group}-time", opts)
+                    return start_at_time(broker, ref, bounds, when, f"{self.member.probe_group}-time", opts)
         except TubeSparkError as exc:
             if not exc.retriable:
                 raise
@@ -212,12 +142,12 @@ class TubeStreamReader(StreamEngine):
 
     def survey(self, start: Offsets) -> Survey:
         self._report_skips()
-        self._refresh_topics()
-        session = self._ensure_session()
+        self.member.refresh_topics()
+        session = self.member.session()
         refusal = session.refusal()
         if refusal is not None:  # e.g. a broker refuses our TLS certificate: waiting would stall the query
             raise refusal
-        assigned = self._assigned()
+        assigned = self.member.assigned()
         held = session.held()
         pending = session.pending()
         ledger = self.ledger
@@ -268,7 +198,7 @@ class TubeStreamReader(StreamEngine):
             survey.unavailable[key] = f"broker {ref.broker.address} unreachable"
             return
         try:
-            fresh = self._ensure_session().refresh(ref)
+            fresh = self.member.session().refresh(ref)
         except UnknownTopicError as exc:
             if not self._partition_exists(key):
                 survey.gone[key] = str(exc)
@@ -292,8 +222,7 @@ class TubeStreamReader(StreamEngine):
         """Whether the master still lists ``key`` in its topic (a revoked partition may have been deleted)."""
         topic = PartitionRef.parse_key(key)[1]
         try:
-            layout = topic_partitions(self.options.masters, [topic], self.options.client_settings(),
-                                      timeout_s=self.options.request_timeout_ms / 1000)
+            layout = self.member.layout([topic])
         except UnknownTopicError:
             return False
         except TubeSparkError as exc:  # the master cannot tell right now: assume it exists, ask again later
@@ -315,17 +244,16 @@ class TubeStreamReader(StreamEngine):
     def available_now_target(self) -> Offsets:
         """Every partition the master assigned counts, held on its broker or not: the max offsets come from
         a private probe group, which a stale registration of the user's group does not block."""
-        assigned = self._assigned()
+        assigned = self.member.assigned()
         if not assigned:  # whether the topics have no partition to serve (brokers down) or others hold them
-            topic_partitions(self.options.masters, self._topics or (), self.options.client_settings(),
-                             timeout_s=self.options.request_timeout_ms / 1000)  # raises naming the first case
+            self.member.layout(self.member.topics)  # raises naming the first case
             log.info("AvailableNow run of group %s got no partition: other members of the group hold them all",
                      self.group)
         target: Offsets = {}
         for key, ref in sorted(assigned.items()):
             try:
-                with self._probe_broker() as broker:
-                    target[key] = probe_bounds(broker, ref, self.probe_group).max_offset
+                with self.member.probe_broker() as broker:
+                    target[key] = probe_bounds(broker, ref, self.member.probe_group).max_offset
             except TubeSparkError as exc:
                 if not exc.retriable:
                     raise
@@ -333,30 +261,30 @@ class TubeStreamReader(StreamEngine):
         return target
 
     def wait_for_change(self, timeout_s: float) -> None:
-        self._ensure_session().wait_for_change(timeout_s)
+        self.member.session().wait_for_change(timeout_s)
 
     def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
         """Read under a private probe group: the read tasks' group may hold the partition right now."""
-        with self._probe_broker() as broker:
-            reader = RangeReader(broker, f"{self.probe_group}-size", verify_checksums=False, retry_s=5.0)
-            return [len(m.data) for m in reader.read(self._refs[key], low, high)]
+        with self.member.probe_broker() as broker:
+            reader = RangeReader(broker, f"{self.member.probe_group}-size", verify_checksums=False, retry_s=5.0)
+            return [len(m.data) for m in reader.read(self.member.refs[key], low, high)]
 
     # --- tasks and offsets ----------------------------------------------------------------------------
 
     def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
-        missing = [key for key in ranges if key not in self._refs]
+        missing = [key for key in ranges if key not in self.member.refs]
         if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
             topics = {PartitionRef.parse_key(k)[1] for k in missing}
             # a master restarting right now must not fail the batch: wait for it like the session does
             layouts = call_with_retry(
-                lambda: topic_partitions(self.options.masters, topics, self.options.client_settings()),
+                lambda: self.member.layout(topics),
                 RetryPolicy(timeout_s=self.options.assignment_timeout_ms / 1000, backoff_s=0.5, max_backoff_s=5.0),
                 what=f"look up the brokers of {sorted(topics)}")
             for parts in layouts.values():
-                self._refs.update({p.key: p for p in parts})
+                self.member.refs.update({p.key: p for p in parts})
         tasks: list[InputPartition] = []
         for key, (low, high) in ranges.items():
-            ref = self._refs.get(key)
+            ref = self.member.refs.get(key)
             if ref is None:
                 if self.options.fail_on_data_loss:
                     raise DataLossError(f"partition {key} no longer exists but offsets [{low}, {high}) were "
@@ -379,7 +307,7 @@ class TubeStreamReader(StreamEngine):
         self._down = set()
         if not self.options.commit_to_group:
             return
-        session = self._ensure_session()
+        session = self.member.session()
         for key, item in sorted(session.held().items()):
             address = item.ref.broker.address
             if key not in offsets or self._stored.get(key) == offsets[key] or address in self._down:
@@ -395,6 +323,4 @@ class TubeStreamReader(StreamEngine):
                 log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group, exc)
 
     def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            session.close()
+        self.member.close()
