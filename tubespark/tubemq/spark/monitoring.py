@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tubespark.spark.offsets import BatchOffsets
 from tubespark.spark.offsets import parse_offsets as shared_parse_offsets
 from tubespark.spark.planning import backlog_between
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
@@ -40,8 +41,7 @@ def parse_offsets(raw: Any) -> dict[str, int] | None:
     ``None`` for anything that is not a tubemq offset (another source's format, empty, unparsable).
     """
     offsets = shared_parse_offsets(raw, is_key=lambda key: key.count(":") >= 2)
-    # the stream reader's "<key>#skip" and "<key>#from" entries are marks, not partitions
-    return None if offsets is None else {key: value for key, value in offsets.items() if "#" not in key}
+    return None if offsets is None else BatchOffsets.parse(offsets).positions  # marks are no partitions
 
 
 def backlog_messages(end: Mapping[str, int], latest: Mapping[str, int]) -> dict[str, int]:
