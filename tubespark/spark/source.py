@@ -8,7 +8,7 @@ Spark through :class:`OptionErrorStreamReader`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from tubespark.spark.compat import require_supported_pyspark
@@ -42,13 +42,29 @@ class BrokerDataSource(DataSource):
     """Options a stream needs beyond a batch read (``load()`` cannot check them: Spark calls ``schema()``
     for both)."""
     read_required: ClassVar[tuple[str, ...]] = ()
-    read_schema: ClassVar[Callable[[Any], StructType]]
-    stream_reader: ClassVar[Callable[[Any], DataSourceStreamReader]]
-    batch_reader: ClassVar[Callable[[Any], DataSourceReader]]
-    batch_writer: ClassVar[Callable[[Any], DataSourceWriter]]
-    stream_writer: ClassVar[Callable[[Any], DataSourceStreamWriter]]
-    check_sink: ClassVar[Callable[[StructType, Any], None]]
-    """Fails a write on the driver, before any task runs, when the columns cannot be sent."""
+
+    # --- what each broker declares: the classes serving Spark's calls, given parsed options -------------
+
+    def read_schema(self, options: Any) -> StructType:
+        raise NotImplementedError
+
+    def stream_reader(self, options: Any) -> DataSourceStreamReader:
+        raise NotImplementedError
+
+    def batch_reader(self, options: Any) -> DataSourceReader:
+        raise NotImplementedError
+
+    def batch_writer(self, options: Any) -> DataSourceWriter:
+        raise NotImplementedError
+
+    def stream_writer(self, options: Any) -> DataSourceStreamWriter:
+        raise NotImplementedError
+
+    def check_sink(self, schema: StructType, options: Any) -> None:
+        """Fail a write on the driver, before any task runs, when the columns cannot be sent."""
+        raise NotImplementedError
+
+    # --- Spark's calls -------------------------------------------------------------------------------
 
     @classmethod
     def name(cls) -> str:
@@ -59,28 +75,28 @@ class BrokerDataSource(DataSource):
                                            defaults=dict(defaults) if defaults else None)
 
     def schema(self) -> StructType:
-        return type(self).read_schema(self._options("read", self.read_required))
+        return self.read_schema(self._options("read", self.read_required))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
             options = self._options("read", self.read_required + self.stream_required)
         except OptionError as exc:
             return OptionErrorStreamReader(exc)
-        return type(self).stream_reader(options)
+        return self.stream_reader(options)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return type(self).batch_reader(self._options("read", self.read_required, BATCH_READ_DEFAULTS))
+        return self.batch_reader(self._options("read", self.read_required, BATCH_READ_DEFAULTS))
 
     def _write_options(self, schema: StructType) -> Any:
         options = self._options("write")
-        type(self).check_sink(schema, options)
+        self.check_sink(schema, options)
         return options
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return type(self).batch_writer(self._write_options(schema))
+        return self.batch_writer(self._write_options(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return type(self).stream_writer(self._write_options(schema))
+        return self.stream_writer(self._write_options(schema))
 
 
 class OptionErrorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -188,7 +188,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         previous = BatchOffsets.parse(start).positions
         return list(self.read_tasks(BatchOffsets.parse(end).ranges(previous)))
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]  # Arrow batches, not tuples
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.read_partition(partition)
 
     def commit(self, end: Offsets) -> None:

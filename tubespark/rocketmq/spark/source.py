@@ -6,18 +6,15 @@ Register it with ``tubespark.register(spark)`` (or ``spark.dataSource.register(R
 from __future__ import annotations
 
 from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.types import StructType
 
+from tubespark.rocketmq.spark import schema
 from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.pop_reader import PopStreamReader
-from tubespark.rocketmq.spark.schema import read_schema
 from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.spark.writer import RocketMQBatchWriter, RocketMQStreamWriter, check_sink_schema
 from tubespark.spark.source import BrokerDataSource
-
-
-def _stream_reader(options: RocketMQOptions) -> DataSourceStreamReader:
-    return PopStreamReader(options) if options.pop else PullStreamReader(options)
 
 
 class RocketMQDataSource(BrokerDataSource):
@@ -25,9 +22,21 @@ class RocketMQDataSource(BrokerDataSource):
 
     format = "rocketmq"
     options_class = RocketMQOptions
-    read_schema = staticmethod(lambda options: read_schema(options.include_properties, options.pop))
-    stream_reader = staticmethod(_stream_reader)
-    batch_reader = RocketMQBatchReader
-    batch_writer = RocketMQBatchWriter
-    stream_writer = RocketMQStreamWriter
-    check_sink = staticmethod(check_sink_schema)
+
+    def read_schema(self, options: RocketMQOptions) -> StructType:
+        return schema.read_schema(options.include_properties, options.pop)
+
+    def stream_reader(self, options: RocketMQOptions) -> DataSourceStreamReader:
+        return PopStreamReader(options) if options.pop else PullStreamReader(options)
+
+    def batch_reader(self, options: RocketMQOptions) -> RocketMQBatchReader:
+        return RocketMQBatchReader(options)
+
+    def batch_writer(self, options: RocketMQOptions) -> RocketMQBatchWriter:
+        return RocketMQBatchWriter(options)
+
+    def stream_writer(self, options: RocketMQOptions) -> RocketMQStreamWriter:
+        return RocketMQStreamWriter(options)
+
+    def check_sink(self, schema: StructType, options: RocketMQOptions) -> None:
+        check_sink_schema(schema, options)

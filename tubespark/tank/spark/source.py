@@ -5,6 +5,8 @@ Register it with ``tubespark.register(spark)`` (or ``spark.dataSource.register(T
 
 from __future__ import annotations
 
+from pyspark.sql.types import StructType
+
 from tubespark.spark.source import BrokerDataSource
 from tubespark.tank.spark.batch_reader import TankBatchReader
 from tubespark.tank.spark.options import TankOptions
@@ -19,9 +21,21 @@ class TankDataSource(BrokerDataSource):
     format = "tank"
     options_class = TankOptions
     read_required = ("topic",)
-    read_schema = staticmethod(lambda options: READ_SCHEMA)
-    stream_reader = TankStreamReader
-    batch_reader = TankBatchReader
-    batch_writer = TankBatchWriter
-    stream_writer = TankStreamWriter
-    check_sink = staticmethod(check_sink_schema)
+
+    def read_schema(self, options: TankOptions) -> StructType:
+        return READ_SCHEMA
+
+    def stream_reader(self, options: TankOptions) -> TankStreamReader:
+        return TankStreamReader(options)
+
+    def batch_reader(self, options: TankOptions) -> TankBatchReader:
+        return TankBatchReader(options)
+
+    def batch_writer(self, options: TankOptions) -> TankBatchWriter:
+        return TankBatchWriter(options)
+
+    def stream_writer(self, options: TankOptions) -> TankStreamWriter:
+        return TankStreamWriter(options)
+
+    def check_sink(self, schema: StructType, options: TankOptions) -> None:
+        check_sink_schema(schema, options)

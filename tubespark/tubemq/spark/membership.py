@@ -57,7 +57,7 @@ class GroupMembership:
                 if self._topics is None:
                     self._topics, self._topics_at = subscribed_topics(opts), time.monotonic()
                 stream_ids = list(opts.stream_ids)
-                session = GroupSession(opts.masters, self.group, self._topics, settings=opts.client_settings(),
+                session = GroupSession(list(opts.masters), self.group, self._topics, settings=opts.client_settings(),
                                        filters=dict.fromkeys(self._topics, stream_ids) if stream_ids else None)
                 session.start()
                 self._session = session
@@ -98,9 +98,9 @@ class GroupMembership:
             session.close()
         self.session()
 
-    def layout(self, topics: Iterable[str]) -> dict[str, list[PartitionRef]]:
+    def layout(self, topics: Iterable[str]) -> dict[str, tuple[PartitionRef, ...]]:
         """The partitions the master lists for ``topics`` now (raises for a topic it does not know)."""
-        return topic_partitions(self.options.masters, list(topics), self.options.client_settings(),
+        return topic_partitions(list(self.options.masters), list(topics), self.options.client_settings(),
                                 timeout_s=self.options.request_timeout_ms / 1000)
 
     @contextmanager

@@ -6,10 +6,12 @@ Register it once per session with ``tubespark.register(spark)`` (or
 
 from __future__ import annotations
 
+from pyspark.sql.types import StructType
+
 from tubespark.spark.source import BrokerDataSource
+from tubespark.tubemq.spark import schema
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.schema import read_schema
 from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 from tubespark.tubemq.spark.writer import TubeBatchWriter, TubeStreamWriter, check_sink_schema
 
@@ -20,9 +22,21 @@ class TubeMQDataSource(BrokerDataSource):
     format = "tubemq"
     options_class = TubeMQOptions
     stream_required = ("group",)  # topic or topicPattern: TubeMQOptions.check()
-    read_schema = staticmethod(lambda options: read_schema(options.include_attributes, options.inlongmsg))
-    stream_reader = TubeStreamReader
-    batch_reader = TubeBatchReader
-    batch_writer = TubeBatchWriter
-    stream_writer = TubeStreamWriter
-    check_sink = staticmethod(check_sink_schema)
+
+    def read_schema(self, options: TubeMQOptions) -> StructType:
+        return schema.read_schema(options.include_attributes, options.inlongmsg)
+
+    def stream_reader(self, options: TubeMQOptions) -> TubeStreamReader:
+        return TubeStreamReader(options)
+
+    def batch_reader(self, options: TubeMQOptions) -> TubeBatchReader:
+        return TubeBatchReader(options)
+
+    def batch_writer(self, options: TubeMQOptions) -> TubeBatchWriter:
+        return TubeBatchWriter(options)
+
+    def stream_writer(self, options: TubeMQOptions) -> TubeStreamWriter:
+        return TubeStreamWriter(options)
+
+    def check_sink(self, schema: StructType, options: TubeMQOptions) -> None:
+        check_sink_schema(schema, options)

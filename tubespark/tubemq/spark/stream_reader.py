@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -64,10 +65,14 @@ class _LostAcknowledged(BoundsPolicy):
 
     def above(self, key: str, start: int, bounds: Bounds) -> Resolution:
         return Resolution(bounds.high, f"the broker's max offset {bounds.high} is below this query's offset "
-                                       f"{start}; the broker lost acknowledged messages (e.g. it was killed before "
-                                       f"flushing them), offsets [{bounds.high}, {start}) will be reused by new "
-                                       f"messages, and what it stored below {bounds.high} since its restart cannot "
-                                       f"be told from what this query read before")
+                                       f"{start}; the broker lost acknowledged messages (TubeMQ's durability "
+                                       f"window: a broker killed before flushing its memory cache loses what it "
+                                       f"acknowledged; enableMemStore=false on the broker closes the window, README "
+                                       f"'TubeMQ's own durability window'). Offsets [{bounds.high}, {start}) will "
+                                       f"be reused by new messages, and what the broker stored below {bounds.high} "
+                                       f"since its restart cannot be told from what this query read before. "
+                                       f"failOnDataLoss=false reads on from offset {bounds.high}: the messages "
+                                       f"written at the reused offsets from then on are read, the lost ones never")
 
 
 class TubeStreamReader(StreamEngine):
@@ -133,7 +138,7 @@ class TubeStreamReader(StreamEngine):
             return bounds.min_offset
         if wanted == "latest":
             return bounds.max_offset
-        if wanted > bounds.max_offset:
+        if int(wanted) > bounds.max_offset:
             raise OptionError(f"startingOffsets for {key} is {wanted}, beyond the partition's max offset "
                               f"{bounds.max_offset}")
         return int(wanted)
@@ -173,7 +178,7 @@ class TubeStreamReader(StreamEngine):
                         survey.jumps[key] = jump
             else:
                 first = ledger.join_offset(key, None if item is None else item.stored_offset,
-                                           lambda k, held=item: self._resolve_start(k, held))
+                                           partial(self._resolve_start, held=item))
                 if first is None:
                     survey.unavailable[key] = pending.get(key, PartitionState.UNRESOLVED.value)
                     continue
