@@ -93,6 +93,10 @@ class BrokerDataSource(DataSource):
         return options
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:  # Spark's error for the default mode suggests Overwrite, so users reach for it
+            raise OptionError(f"mode('overwrite') is not supported by format('{self.format}'): a topic only "
+                              f"takes new messages, nothing it holds can be replaced. Write with "
+                              f"mode('append'): the rows are added to the topic")
         return self.batch_writer(self._write_options(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
