@@ -135,8 +135,8 @@ class Loss:
 @dataclass(frozen=True)
 class Plan:
     """The next batch: ``end`` (every partition of the start, and those joining), ``starts`` (the partitions
-    it reads from elsewhere than their start: joins and jumps, the ``#from`` marks), the ``losses`` those
-    jumps make, ``idle`` (partitions planned nothing, and why) and ``backlog`` (messages waiting)."""
+    it reads from elsewhere than their start: jumps, the ``#from`` marks), the ``losses`` those jumps make,
+    ``idle`` (partitions planned nothing, and why) and ``backlog`` (messages waiting)."""
 
     end: dict[str, int]
     starts: dict[str, int]
@@ -162,7 +162,8 @@ def plan_batch(start: Mapping[str, int], bounds: Mapping[str, Bounds], *, admiss
 
     ``bounds`` holds the partitions readable now; a partition of ``start`` without bounds keeps its offset
     and plans nothing (its broker is down, another member holds it: ``unavailable`` says why). ``joined``
-    are partitions new to the query with the offset each starts at; ``jumps`` move a partition's start
+    are partitions new to the query with the offset each starts at (read from the next batch on: the
+    batch that records them plans nothing for them); ``jumps`` move a partition's start
     without reading what lies between (a regained partition resuming at its group's offset). A start
     outside its bounds goes to ``policy``. ``target`` (Trigger.AvailableNow) caps each partition's end;
     the run never waits for ``minOffsetsPerTrigger``. ``admission`` shares the batch's limit over the
@@ -175,16 +176,18 @@ def plan_batch(start: Mapping[str, int], bounds: Mapping[str, Bounds], *, admiss
     idle = dict(unavailable or {})
     losses: list[Loss] = []
     begin: dict[str, int] = {}
-    for key, first in (joined or {}).items():
-        if key not in start:
-            end[key] = starts[key] = first
+    # a joining partition is recorded now and read from the next batch on, so a batch's marks name only the
+    # partitions it started elsewhere than their previous end (batch 0's: exactly the query's initial ones)
+    joining = {key: first for key, first in (joined or {}).items() if key not in start}
+    end.update(joining)
+    idle.update({key: f"joins the query at {first}" for key, first in joining.items()})
     for key, offset in (jumps or {}).items():
         if key in end and offset != end[key]:
             end[key] = starts[key] = offset
     backlog: dict[str, int] = {}
     for key in sorted(end):
         found = bounds.get(key)
-        if found is None:
+        if found is None or key in joining:
             idle.setdefault(key, "no bounds this trigger")
             continue
         position = end[key]
