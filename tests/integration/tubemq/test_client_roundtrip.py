@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from tests.integration.tubemq.group_consumer import Consumer
 from tubespark.errors import (
     MessageFormatError,
     MessageTooLargeError,
@@ -29,7 +30,6 @@ from tubespark.errors import (
 )
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings, new_client_id
-from tubespark.tubemq.client.consumer import Consumer
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.client.ranges import probe_bounds
 from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE

@@ -152,12 +152,6 @@ class GroupSession:
         with self._lock:
             return self._refusal
 
-    @property
-    def events_applied(self) -> int:
-        """How many rebalance events this member has carried out."""
-        with self._lock:
-            return self._events_applied
-
     def wait_for_assignment(self, timeout_s: float = 60.0) -> dict[str, PartitionRef]:
         """Block until the master's first rebalance event was carried out (or the timeout); the assignment.
 
