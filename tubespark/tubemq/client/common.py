@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from tubespark.errors import NoMasterAvailableError
+from tubespark.tubemq.errors import NoMasterAvailableError
 from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
 from tubespark.tubemq.net.master import MasterChannel
 from tubespark.tubemq.wire.errcodes import ErrCode, error_for_code
