@@ -44,10 +44,10 @@ from pathlib import Path
 import pytest
 from tubespark_testbed import ClusterSettings, LocalCluster
 
+from tests.integration.tubemq.group_consumer import Consumer
 from tubespark.errors import AuthError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings, Credentials
-from tubespark.tubemq.client.consumer import Consumer
 from tubespark.tubemq.client.group import GroupSession
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.producer import Producer

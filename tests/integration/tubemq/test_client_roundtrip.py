@@ -20,18 +20,13 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tubespark.errors import (
-    MessageFormatError,
-    MessageTooLargeError,
-    NoMasterAvailableError,
-    TubeSparkError,
-    UnknownTopicError,
-)
+from tests.integration.tubemq.group_consumer import Consumer
+from tubespark.errors import MessageFormatError, MessageTooLargeError, TubeSparkError, UnknownTopicError
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings, new_client_id
-from tubespark.tubemq.client.consumer import Consumer
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.client.ranges import probe_bounds
+from tubespark.tubemq.errors import NoMasterAvailableError
 from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE
 from tubespark.tubemq.wire.message import OutgoingMessage
 

@@ -10,15 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.doubles.fakepeer import FakePeer, Link, closed_port_address, free_ports
-from tubespark.errors import (
+from tubespark.errors import BrokerConnectionError, FrameTooLargeError, RpcTimeoutError
+from tubespark.tubemq.errors import (
     BadTokenError,
-    BrokerConnectionError,
-    FrameTooLargeError,
     NoMasterAvailableError,
     NotAMasterError,
     ProtobufDecodeError,
     RpcError,
-    RpcTimeoutError,
     StandbyMasterError,
 )
 from tubespark.tubemq.net.connection import Connection, ConnectionPool, parse_address

@@ -18,7 +18,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import BrokerConnectionError, NoMasterAvailableError, TubeSparkError, UnknownTopicError
+from tubespark.errors import BrokerConnectionError, TubeSparkError, UnknownTopicError
+from tubespark.rocketmq.errors import NoNameServerAvailableError
 from tubespark.rocketmq.net.connection import RemotingConnection, connection_pool, wait
 from tubespark.rocketmq.wire import codes, headers
 from tubespark.rocketmq.wire.frame import Command
@@ -122,7 +123,7 @@ class RocketMQClient:
             with self._lock:
                 self._routes[topic] = (time.monotonic(), route)
             return route
-        raise NoMasterAvailableError(f"no name server of {self.namesrv} answered: {last}")
+        raise NoNameServerAvailableError(f"no name server of {self.namesrv} answered: {last}")
 
     def read_candidates(self, mq: MessageQueue, *, refresh: bool = False) -> list[str]:
         """Addresses that may serve reads of ``mq``'s group, best first: id 0, then the other members, the

@@ -43,7 +43,6 @@ KEYS = "KEYS"
 TAGS = "TAGS"
 UNIQ_KEY = "UNIQ_KEY"
 POP_CK = "POP_CK"
-WAIT = "WAIT"
 KEY_SEPARATOR = " "
 
 _HEAD = struct.Struct(">iiiiiqqiq")  # size, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, born
@@ -247,21 +246,6 @@ def decode_batch_body(data: bytes) -> list[tuple[bytes, dict[str, str], int]]:
         out.append((body, props, flag))
         pos += size
     return out
-
-
-def properties_for(keys: str | None = None, tags: str | None = None, extra: Mapping[str, str] | None = None,
-                   uniq_key: str | None = None) -> dict[str, str]:
-    """The properties of an outgoing message: user ones plus KEYS, TAGS, UNIQ_KEY and WAIT=true (the
-    Java producer's default: the send answers once the message is stored)."""
-    props = dict(extra or {})
-    if keys:
-        props[KEYS] = keys
-    if tags:
-        props[TAGS] = tags
-    if uniq_key:
-        props[UNIQ_KEY] = uniq_key
-    props.setdefault(WAIT, "true")
-    return props
 
 
 def encode_stored(messages: Sequence[StoredMessage]) -> bytes:

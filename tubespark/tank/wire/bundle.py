@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from tubespark.formats.common import Budget, snappy_compress, snappy_decompress
 from tubespark.formats.errors import PayloadFormatError
-from tubespark.tank.wire.codes import BundleFormatError, TankProtocolError
-from tubespark.tank.wire.primitives import U64, TruncatedFieldError, decode_varint, encode_varint
+from tubespark.tank.errors import BundleFormatError, TankProtocolError, TruncatedFieldError
+from tubespark.tank.wire.primitives import U64, decode_varint, encode_varint
 
 CODEC_MASK = 0x03
 CODEC_NONE = 0

@@ -12,7 +12,8 @@ from typing import Protocol
 
 from tubespark.core.framed_io import Reader
 from tubespark.errors import FrameTooLargeError
-from tubespark.tank.wire.codes import RESPONSE_TYPES, MsgType, TankProtocolError
+from tubespark.tank.errors import TankProtocolError
+from tubespark.tank.wire.codes import RESPONSE_TYPES, MsgType
 from tubespark.tank.wire.primitives import U32
 
 HEADER_BYTES = 5

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from tubespark import __version__
-from tubespark.errors import NoMasterAvailableError
+from tubespark.tubemq.errors import NoMasterAvailableError
 from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
 from tubespark.tubemq.net.master import MasterChannel
 from tubespark.tubemq.wire.errcodes import ErrCode, error_for_code
 from tubespark.tubemq.wire.formats import DEFAULT_BROKER_PORT, DEFAULT_BROKER_TLS_PORT
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+from tubespark.version import __version__
 
 CLIENT_VERSION = f"tubespark-{__version__}"
 _counter = itertools.count(1)

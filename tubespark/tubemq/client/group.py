@@ -25,14 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import (
-    AuthError,
-    NotRegisteredError,
-    PartitionOccupiedError,
-    TlsError,
-    TubeSparkError,
-    UnknownTopicError,
-)
+from tubespark.errors import AuthError, TlsError, TubeSparkError, UnknownTopicError
 from tubespark.tubemq.client.broker import BrokerClient, Position
 from tubespark.tubemq.client.common import (
     CHECK_TOPIC,
@@ -42,6 +35,7 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
+from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef, parse_subscribe_info, subscribe_info
@@ -151,12 +145,6 @@ class GroupSession:
         authorisation or TLS error), if any: a partition kept pending for it would stall the owner silently."""
         with self._lock:
             return self._refusal
-
-    @property
-    def events_applied(self) -> int:
-        """How many rebalance events this member has carried out."""
-        with self._lock:
-            return self._events_applied
 
     def wait_for_assignment(self, timeout_s: float = 60.0) -> dict[str, PartitionRef]:
         """Block until the master's first rebalance event was carried out (or the timeout); the assignment.

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tubespark.errors import AdminApiError
 from tubespark.tubemq.client.admin import MasterAdmin
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.wire.formats import PartitionRef
 
 

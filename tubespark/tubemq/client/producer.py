@@ -23,8 +23,6 @@ from tubespark.errors import (
     BrokerConnectionError,
     MessageFormatError,
     MessageTooLargeError,
-    NoMasterAvailableError,
-    NotRegisteredError,
     RpcTimeoutError,
     TubeSparkError,
     UnknownTopicError,
@@ -38,6 +36,7 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
+from tubespark.tubemq.errors import NoMasterAvailableError, NotRegisteredError
 from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import Method, ServiceType
 from tubespark.tubemq.wire.errcodes import ErrCode

@@ -22,8 +22,9 @@ auto-commit fetch would fold it in and skip it), so a failed fetch is never simp
 reader drops what it had fetched but not yielded yet, registers the read group again at the end of
 the last batch it yielded (a batch boundary the broker reported) and fetches from there. Nothing is
 yielded twice and nothing is skipped. Tries are bounded by one :class:`RetryPolicy` (``retry_s``, with
-backoff) per batch; after that :class:`RangeReadError` names the broker, the partition, the range and
-how far the read got.
+backoff) per batch; after that :class:`~tubespark.errors.RangeReadError` (not retriable: the budget was
+the retry) names the broker, the partition, the range and how far the read got, with the last fault as
+its cause, whatever kind of retriable fault it was (a lost connection, a busy broker, a stale holder).
 """
 
 from __future__ import annotations
@@ -34,14 +35,9 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
-from tubespark.errors import (
-    BrokerConnectionError,
-    DataLossError,
-    NoDataError,
-    PartitionOccupiedError,
-    TubeSparkError,
-)
+from tubespark.errors import DataLossError, NoDataError, RangeReadError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
+from tubespark.tubemq.errors import PartitionOccupiedError
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import MessageColumns, ReceivedMessage
@@ -91,28 +87,6 @@ def _release(broker: BrokerClient, part: PartitionRef, group: str) -> None:
         broker.unregister(part, group)
     except TubeSparkError as exc:
         log.debug("releasing %s for %s failed: %s", part.key, group, exc)
-
-
-class RangeReadError(BrokerConnectionError):
-    """A range read gave up on a broker it could not talk to (reset, silent, too slow, garbled answers).
-
-    Raised after the whole retry budget. The message names the broker address, the partition key, the
-    planned ``[start, end)`` and the offset below which every message was already yielded
-    (``reached``); ``__cause__`` is the last fault. Still ``retriable``: a later read (Spark's task
-    retry, a restarted query) succeeds once the broker is healthy. A business error that persists
-    (busy, occupied) keeps its own type and gets the same text as a note.
-    """
-
-    def __init__(self, message: str, *, broker: str, partition: str, start: int, end: int, reached: int,
-                 messages: int, tries: int) -> None:
-        super().__init__(message)
-        self.broker = broker
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.reached = reached
-        self.messages = messages
-        self.tries = tries
 
 
 @dataclass
@@ -210,9 +184,6 @@ class RangeReader:
                     f"[{cursor.start}, {cursor.end}) were planned, every message below {cursor.next_offset} was "
                     f"read ({cursor.yielded} messages); gave up after {cursor.faults} faults in "
                     f"{time.monotonic() - started:.1f}s (retry budget {self.retry_s:g}s)")
-            if not isinstance(exc, BrokerConnectionError):
-                exc.add_note(text)
-                raise
             raise RangeReadError(f"{text}: {type(exc).__name__}: {exc}", broker=part.broker.address,
                                  partition=part.key, start=cursor.start, end=cursor.end, reached=cursor.next_offset,
                                  messages=cursor.yielded, tries=cursor.faults) from exc

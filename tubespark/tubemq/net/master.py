@@ -17,18 +17,8 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from tubespark.errors import (
-    BadTokenError,
-    BrokerConnectionError,
-    CodecError,
-    NoMasterAvailableError,
-    NotAMasterError,
-    RpcError,
-    RpcTimeoutError,
-    StandbyMasterError,
-    TlsError,
-    TruncatedFrameError,
-)
+from tubespark.errors import BrokerConnectionError, CodecError, RpcTimeoutError, TlsError, TruncatedFrameError
+from tubespark.tubemq.errors import BadTokenError, NoMasterAvailableError, NotAMasterError, RpcError, StandbyMasterError
 from tubespark.tubemq.net.connection import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_CONNECT_TIMEOUT_S,

@@ -22,11 +22,12 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.errors import CodecError, DataLossError, UnknownTopicError
+from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.spark.dedupe import ReplayFilter
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
+from tubespark.tubemq.errors import BundleParseError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -52,10 +53,6 @@ class QueueRange(InputPartition):
     @property
     def ref(self) -> PartitionRef:
         return PartitionRef(self.broker_id, self.topic, self.partition_id, self.host, self.port)
-
-
-class BundleParseError(CodecError):
-    """A message read with ``payloadFormat=inlongmsg`` is not a valid InLong bundle (``ignoreParseErrors=false``)."""
 
 
 _KEEP_DETAILS = 100  # skipped offsets / errors kept per task in its summary

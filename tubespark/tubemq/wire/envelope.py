@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar, cast
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from tubespark.errors import ProtobufDecodeError, RpcError, StandbyMasterError
+from tubespark.tubemq.errors import ProtobufDecodeError, RpcError, StandbyMasterError
 from tubespark.tubemq.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCOL_VERSION
 from tubespark.tubemq.wire.pb import rpc_pb2
 
