@@ -120,25 +120,25 @@ class OptionErrorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def getDefaultReadLimit(self) -> ReadLimit:
         raise self.error
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, int]:
         raise self.error
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         raise self.error
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, int] | None:
         raise self.error
 
     def prepareForTriggerAvailableNow(self) -> None:
         raise self.error
 
-    def partitions(self, start: dict, end: dict) -> list:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         raise self.error
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
         raise self.error
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, int]) -> None:
         raise self.error
 
     def stop(self) -> None:
