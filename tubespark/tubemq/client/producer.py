@@ -93,7 +93,7 @@ class Producer:
         self._broker_checksum = -1
         self._visit_token = 0
         self._cluster_max_msg_size = DEFAULT_MAX_MSG_SIZE
-        self._round_robin: dict[str, itertools.count] = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
         self._pool = self.settings.connection_pool()
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._in_flight: list[_InFlight] = []
@@ -337,7 +337,7 @@ class Producer:
             result.set_exception(exc)
             return result
 
-        def done(fut: Future) -> None:
+        def done(fut: Future[bpb.SendMessageResponseB2P]) -> None:
             slot.release()
             try:
                 response = check(fut.result(), f"send to {part.key}")
