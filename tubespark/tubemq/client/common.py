@@ -12,6 +12,7 @@ import socket
 import ssl
 import time
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -107,7 +108,7 @@ class ClientSettings:
         return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.call_timeout_s,
                               ssl_context=self.ssl_context)
 
-    def master_channel(self, masters: str | list[str]) -> MasterChannel:
+    def master_channel(self, masters: str | Sequence[str]) -> MasterChannel:
         return MasterChannel(masters, connect_timeout_s=self.connect_timeout_s,
                              call_timeout_s=self.call_timeout_s, ssl_context=self.ssl_context)
 

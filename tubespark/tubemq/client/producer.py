@@ -14,7 +14,7 @@ import itertools
 import logging
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -78,7 +78,7 @@ class Producer:
         max_retries: re-sends of a message after a retriable error (busy broker, lost connection).
     """
 
-    def __init__(self, masters: str | list[str], settings: ClientSettings | None = None, *,
+    def __init__(self, masters: str | Sequence[str], settings: ClientSettings | None = None, *,
                  max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None) -> None:
         self.settings = settings or ClientSettings()
         self.client_id = client_id or new_client_id("producer")
