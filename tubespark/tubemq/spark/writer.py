@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -67,7 +67,7 @@ def check_sink_schema(schema: StructType, options: TubeMQOptions) -> None:
     check_sink_columns(schema, _ALLOWED, broker="TubeMQ", topic_option=bool(options.topics))
 
 
-_producers: dict[tuple, Producer] = {}
+_producers: dict[Hashable, Producer] = {}  # by what makes a cluster's producer
 
 
 def _producer(options: TubeMQOptions) -> Producer:
