@@ -178,7 +178,7 @@ class RocketMQClient:
         out of the result (``follow=False``: a planner that must not block on one dead broker).
         """
         out: dict[str, tuple[int, int]] = {}
-        pending = []
+        pending: list[tuple[MessageQueue, str, Future[Command] | None, Future[Command] | None]] = []
         for mq in queues:
             try:
                 address = self.read_address(mq)
@@ -188,12 +188,12 @@ class RocketMQClient:
             except BrokerConnectionError:
                 pending.append((mq, "", None, None))
         timeout = self.settings.call_timeout_s
-        for mq, address, low, high in pending:
+        for mq, address, min_call, max_call in pending:
             try:
-                if low is None or high is None:
+                if min_call is None or max_call is None:
                     raise BrokerConnectionError(f"no connection for {mq.key}")
-                out[mq.key] = (headers.read_offset(wait(low, timeout, f"min of {mq.key}"), f"min of {mq.key}"),
-                               headers.read_offset(wait(high, timeout, f"max of {mq.key}"), f"max of {mq.key}"))
+                out[mq.key] = (headers.read_offset(wait(min_call, timeout, f"min of {mq.key}"), f"min of {mq.key}"),
+                               headers.read_offset(wait(max_call, timeout, f"max of {mq.key}"), f"max of {mq.key}"))
             except BrokerConnectionError as exc:
                 if address:
                     self._mark_down(address)

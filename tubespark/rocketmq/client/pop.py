@@ -99,7 +99,7 @@ class PopConsumer:
     def ack(self, receipts: Iterable[str]) -> int:
         """Batch-ack ``receipts``; returns how many were sent. Raises the first broker's failure after
         trying every broker."""
-        by_broker: dict[str, dict[tuple, list[int]]] = {}
+        by_broker: dict[str, dict[tuple[str, int, int, int, int, int], list[int]]] = {}  # -> ack group -> offsets
         for text in receipts:
             r = Receipt.parse(text)
             key = (r.kind, r.ck_offset, r.queue_id, r.revive_qid, r.pop_time, r.invisible_ms)

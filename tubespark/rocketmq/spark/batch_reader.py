@@ -54,7 +54,7 @@ class RocketMQBatchReader(DataSourceReader):
         log.info("rocketmq batch read of %s: %d tasks", ",".join(opts.topics or ()), len(tasks))
         return tasks
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        if not isinstance(partition, PullRange):  # an empty plan: Spark runs one task with a bare partition
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, PullRange):  # an empty plan: Spark runs one task, bare partition
             return iter(())
         return read_range(partition, self.options)

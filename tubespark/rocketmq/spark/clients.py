@@ -5,10 +5,12 @@ Python workers are reused across tasks, so connections outlive a task.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.spark.options import RocketMQOptions
 
-_clients: dict[tuple, RocketMQClient] = {}
+_clients: dict[Hashable, RocketMQClient] = {}  # by what makes a cluster's client
 
 
 def shared_client(options: RocketMQOptions) -> RocketMQClient:

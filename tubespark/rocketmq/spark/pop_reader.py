@@ -92,7 +92,7 @@ class PopStreamReader(DataSourceStreamReader):
         directory = str(Path(self.receipts_root) / f"batch-{batch:09d}")
         return [PopTask(batch, i, directory) for i in range(self.options.pop_partitions)]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, PopTask)
         return read_pops(partition, self.options)
 

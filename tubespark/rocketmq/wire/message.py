@@ -14,6 +14,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import cramjam
 
@@ -121,7 +122,7 @@ class _Cursor:
         self.pos += n
         return chunk
 
-    def unpack(self, fmt: struct.Struct, what: str) -> tuple:
+    def unpack(self, fmt: struct.Struct, what: str) -> tuple[Any, ...]:
         if self.pos + fmt.size > self.end:
             raise CodecError(f"stored message: {what} overruns the record")
         values = fmt.unpack_from(self.data, self.pos)

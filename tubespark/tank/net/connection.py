@@ -41,7 +41,8 @@ T = TypeVar("T")
 class DecodingRequest(Protocol[T_co]):
     """A request that also decodes its response (every request of :mod:`tubespark.tank.wire.requests`)."""
 
-    msg_id: int
+    @property
+    def msg_id(self) -> int: ...  # read-only: the requests are frozen dataclasses
 
     def payload(self, request_id: int) -> bytes: ...
 

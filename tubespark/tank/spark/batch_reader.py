@@ -50,7 +50,7 @@ class TankBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return list(self.plan())
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        if not isinstance(partition, SeqRange):  # an empty plan: Spark runs one task with a bare partition
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SeqRange):  # an empty plan: Spark runs one task, bare partition
             return iter(())
         return read_range(partition, self.options)

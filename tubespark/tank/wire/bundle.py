@@ -59,8 +59,9 @@ def should_compress(values: Sequence[bytes], keys: Sequence[bytes | None] | None
     total = 0
     for i, value in enumerate(values):
         total += len(value)
-        if keys is not None and keys[i] is not None:
-            total += len(keys[i])  # type: ignore[arg-type]
+        key = keys[i] if keys is not None else None
+        if key is not None:
+            total += len(key)
         if total > SNAPPY_AUTO_BYTES:
             return True
     return False

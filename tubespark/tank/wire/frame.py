@@ -52,7 +52,8 @@ def response_request_id(msg_id: int, payload: bytes) -> int:
 class TankRequest(Protocol):
     """A request the connection can send: its frame type and its payload for a given request id."""
 
-    msg_id: int
+    @property
+    def msg_id(self) -> int: ...  # read-only: the requests are frozen dataclasses
 
     def payload(self, request_id: int) -> bytes: ...
 

@@ -22,7 +22,10 @@ from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import MessageColumns, ReceivedMessage, decode_columns
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
-M = TypeVar("M", bound=Message)
+# The consumer's broker responses: each is a protobuf message (what the connection decodes) and a Reply
+# (what ``check`` reads), which one bound cannot say.
+M = TypeVar("M", bpb.RegisterResponseB2C, bpb.HeartBeatResponseB2C, bpb.GetMessageResponseB2C,
+            bpb.CommitOffsetResponseB2C)
 
 FILTERED_READS_FROM_MEMORY = 303
 
@@ -58,6 +61,12 @@ class Fetch:
 
 class PendingCall(Generic[M]):
     """A call sent to a broker whose answer is awaited later: :meth:`result` or :meth:`cancel`."""
+
+    _client: BrokerClient
+    _part: PartitionRef
+    _method: Method
+    _future: Future[M]
+    _what: str
 
     def __init__(self, client: BrokerClient, part: PartitionRef, method: Method, future: Future[M], what: str) -> None:
         self._client, self._part, self._method, self._future, self._what = client, part, method, future, what

@@ -12,9 +12,9 @@ import socket
 import ssl
 import time
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-from google.protobuf.message import Message
+from typing import Protocol, TypeVar
 
 from tubespark.tubemq.errors import NoMasterAvailableError
 from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
@@ -27,6 +27,33 @@ from tubespark.version import __version__
 
 CLIENT_VERSION = f"tubespark-{__version__}"
 _counter = itertools.count(1)
+
+
+class Reply(Protocol):
+    """What every TubeMQ response message says about its outcome (protos/*.proto): :func:`check` reads it."""
+
+    @property
+    def success(self) -> bool: ...
+
+    @property
+    def errCode(self) -> int: ...  # noqa: N802 - the proto field's name
+
+
+R = TypeVar("R", bound=Reply)
+
+
+class MasterRequest(Protocol):
+    """A request to the master: it carries a signature when the cluster needs credentials."""
+
+    @property
+    def authInfo(self) -> mpb.MasterCertificateInfo: ...  # noqa: N802 - the proto field's name
+
+
+class BrokerRequest(Protocol):
+    """A request to a broker: it carries the master's visit token (and a signed token with credentials)."""
+
+    @property
+    def authInfo(self) -> bpb.AuthorizedInfo: ...  # noqa: N802 - the proto field's name
 
 
 @dataclass(frozen=True)
@@ -81,16 +108,16 @@ class ClientSettings:
         return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.call_timeout_s,
                               ssl_context=self.ssl_context)
 
-    def master_channel(self, masters: str | list[str]) -> MasterChannel:
+    def master_channel(self, masters: str | Sequence[str]) -> MasterChannel:
         return MasterChannel(masters, connect_timeout_s=self.connect_timeout_s,
                              call_timeout_s=self.call_timeout_s, ssl_context=self.ssl_context)
 
-    def add_master_auth(self, request: Message) -> None:
+    def add_master_auth(self, request: MasterRequest) -> None:
         """Sign a request to the master (``authInfo``) when the cluster needs credentials."""
         if self.credentials is not None:
             request.authInfo.CopyFrom(self.credentials.master_cert())
 
-    def add_broker_auth(self, request: Message, visit_token: int) -> None:
+    def add_broker_auth(self, request: BrokerRequest, visit_token: int) -> None:
         """Set a broker request's ``authInfo``: the master's visit token and, with credentials, a signed token."""
         if self.credentials is None and not visit_token:
             return
@@ -111,7 +138,7 @@ CHECK_TOPIC = ("check the `topic` option, or deploy the topic on the cluster fir
 _CREDENTIALS_HINT = "authentication refused: see the auth.user / auth.password options and docs/tubemq/auth.md"
 
 
-def check(response: Message, context: str) -> Message:
+def check(response: R, context: str) -> R:
     """Raise the typed TubeMQ error for ``success=false`` (or a non-200 errCode) responses."""
     if not response.success or response.errCode not in (0, ErrCode.SUCCESS):
         if response.errCode == ErrCode.CERTIFICATE_FAILURE:
@@ -125,7 +152,7 @@ def local_ip() -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
+            return str(s.getsockname()[0])  # (host, port) for AF_INET
     except OSError:
         return "127.0.0.1"
 

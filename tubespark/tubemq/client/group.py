@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
@@ -75,7 +75,7 @@ class GroupSession:
             group (a pull consumer that handed it to its caller) instead of discarding it.
     """
 
-    def __init__(self, masters: str | list[str], group: str, topics: Iterable[str], *,
+    def __init__(self, masters: str | Sequence[str], group: str, topics: Iterable[str], *,
                  settings: ClientSettings | None = None, filters: dict[str, list[str]] | None = None,
                  read_status: ReadStatus = ReadStatus.FROM_STORED_OR_MIN, client_id: str | None = None,
                  listener: AssignmentListener | None = None, release_consumed: bool = False) -> None:

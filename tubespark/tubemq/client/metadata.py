@@ -7,7 +7,7 @@ every partition of a topic and the broker that serves it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tubespark.tubemq.client.admin import MasterAdmin
 from tubespark.tubemq.client.common import ClientSettings
@@ -16,7 +16,7 @@ from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.wire.formats import PartitionRef
 
 
-def topic_partitions(masters: str | list[str], topics: Iterable[str], settings: ClientSettings | None = None, *,
+def topic_partitions(masters: str | Sequence[str], topics: Iterable[str], settings: ClientSettings | None = None, *,
                      timeout_s: float = 60.0) -> dict[str, tuple[PartitionRef, ...]]:
     """``{topic: partitions}``; raises UnknownTopicError for topics with no partition."""
     topics = sorted(set(topics))

@@ -14,7 +14,7 @@ import itertools
 import logging
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -77,7 +77,7 @@ class Producer:
         max_retries: re-sends of a message after a retriable error (busy broker, lost connection).
     """
 
-    def __init__(self, masters: str | list[str], settings: ClientSettings | None = None, *,
+    def __init__(self, masters: str | Sequence[str], settings: ClientSettings | None = None, *,
                  max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None) -> None:
         self.settings = settings or ClientSettings()
         self.client_id = client_id or new_client_id("producer")
@@ -92,7 +92,7 @@ class Producer:
         self._broker_checksum = -1
         self._visit_token = 0
         self._cluster_max_msg_size = DEFAULT_MAX_MSG_SIZE
-        self._round_robin: dict[str, itertools.count] = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
         self._pool = self.settings.connection_pool()
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._in_flight: list[_InFlight] = []
@@ -336,7 +336,7 @@ class Producer:
             result.set_exception(exc)
             return result
 
-        def done(fut: Future) -> None:
+        def done(fut: Future[bpb.SendMessageResponseB2P]) -> None:
             slot.release()
             try:
                 response = check(fut.result(), f"send to {part.key}")

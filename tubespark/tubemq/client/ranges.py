@@ -231,9 +231,9 @@ class RangeReader:
                 # The position reached the index max. Commit to learn where the pending batch ended.
                 batch_end = self.broker.commit(part, self.read_group).offset
                 if cursor.pending is not None:
-                    batch = self._emit(cursor, batch_end)
+                    last = self._emit(cursor, batch_end)
                     cursor.done = batch_end >= end
-                    return batch
+                    return last
                 if batch_end >= end:
                     cursor.done = True
                     return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+from collections.abc import Sequence
 from typing import TypeVar
 
 from google.protobuf.message import Message
@@ -68,7 +69,7 @@ def explain_failure(exc: BaseException) -> tuple[str, bool]:
     return str(exc), False
 
 
-def parse_master_list(masters: str | list[str]) -> list[str]:
+def parse_master_list(masters: str | Sequence[str]) -> list[str]:
     """``host:port,host:port`` -> a de-duplicated, sorted address list (the Java client's order)."""
     items = masters.split(",") if isinstance(masters, str) else list(masters)
     addresses = sorted({a.strip() for a in items if a.strip()})
@@ -82,7 +83,7 @@ def parse_master_list(masters: str | list[str]) -> list[str]:
 class MasterChannel:
     """A connection to whichever master is active right now."""
 
-    def __init__(self, masters: str | list[str], *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    def __init__(self, masters: str | Sequence[str], *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.addresses = parse_master_list(masters)

@@ -92,5 +92,5 @@ class TubeBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return list(self.plan())
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(partition, self.options)

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -114,7 +115,7 @@ class SkippedBundles:
 
     total: int
     by_partition: Mapping[str, int]
-    ranges: list[dict]
+    ranges: list[dict[str, Any]]
 
 
 def skipped_bundles(path: str) -> SkippedBundles:
@@ -133,7 +134,7 @@ def skipped_bundles(path: str) -> SkippedBundles:
     return SkippedBundles(sum(by_partition.values()), by_partition, ranges)
 
 
-def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
+def read_range(task: InputPartition, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return

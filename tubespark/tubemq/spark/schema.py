@@ -136,8 +136,8 @@ def bundle_record_batch(decoded: Sequence[tuple[ReceivedMessage, Sequence[Record
             if with_attributes:
                 attributes.append(list(merged.items()))
     n = len(values)
-    columns: list[list] = [values, [topic] * n, [partition_key] * n, [broker_id] * n, [partition_id] * n, offsets,
-                           times, stream_ids, indexes]
+    columns: list[Sequence[object]] = [values, [topic] * n, [partition_key] * n, [broker_id] * n,
+                                       [partition_id] * n, offsets, times, stream_ids, indexes]
     if with_attributes:
         columns.append(attributes)
     return record_batch(schema, columns)

@@ -41,6 +41,7 @@ from tubespark.spark.writers import (
     SentCommitMessage,
     StampedBatchWriter,
     StampedStreamWriter,
+    StampedWriter,
     check_sink_columns,
     task_index,
 )
@@ -66,7 +67,7 @@ def check_sink_schema(schema: StructType, options: TubeMQOptions) -> None:
     check_sink_columns(schema, _ALLOWED, broker="TubeMQ", topic_option=bool(options.topics))
 
 
-_producers: dict[tuple, Producer] = {}
+_producers: dict[Hashable, Producer] = {}  # by what makes a cluster's producer
 
 
 def _producer(options: TubeMQOptions) -> Producer:
@@ -106,11 +107,11 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
     layouts: dict[str, tuple[PartitionRef, ...]] = {}
     rows = sent_bytes = 0
     for batch in batches:
-        values, topics = column_values(batch, "value"), column_values(batch, "topic")
+        values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
         stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
         attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
         for i, value in enumerate(values):
-            topic = fixed_topic or topics[i]
+            topic = fixed_topic or (topics[i] if topics else None)
             if not topic:
                 raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
             if topic not in layouts:
@@ -143,6 +144,10 @@ BUNDLE_HEADROOM = 1024
 """Bytes of a topic's max message size left for the TubeMQ attributes of a bundle (``msgEnType``, msgType,
 msgTime) when ``bundleMaxBytes`` is unset or larger."""
 
+_BundleKey = tuple[str, int, str | None, str | None, tuple[tuple[str, str], ...]]
+"""A bundle's key: topic, partition index (-1: the producer picks), streamId, msgTime minute, the row's
+own attributes (sorted): rows that differ in any of them cannot share an InLong group."""
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _BUNDLE_ATTRIBUTES = {ATTR_MSG_EN_TYPE: str(MSG_EN_TYPE_INLONGMSG)}
@@ -165,9 +170,10 @@ class BundledSend:
         self.dedup_attribute = options.dedup_attribute if stamp is not None else None
         self.stamp = stamp
         self.compress = options.bundle_compression == "snappy"
-        self.bundler = Bundler(max_rows=options.bundle_max_rows, linger_s=options.bundle_linger_ms / 1000)
+        self.bundler: Bundler[_BundleKey, dict[str, str]] = Bundler(max_rows=options.bundle_max_rows,
+                                                                    linger_s=options.bundle_linger_ms / 1000)
         self.layouts: dict[str, tuple[tuple[PartitionRef, ...], int]] = {}  # topic -> (partitions, payload limit)
-        self.shared: dict[Hashable, dict[str, str]] = {}  # key -> the attributes its records share (checked)
+        self.shared: dict[_BundleKey, dict[str, str]] = {}  # key -> the attributes its records share (checked)
         self.bundles = 0
 
     def _layout(self, topic: str) -> tuple[tuple[PartitionRef, ...], int]:
@@ -199,7 +205,7 @@ class BundledSend:
         return rows, sent_bytes
 
     def _add(self, row: int, data: bytes, topic: str | None, stream_id: str | None, when: datetime | str | None,
-             user_attributes: list | None, route: str | None) -> None:
+             user_attributes: list[tuple[str, str]] | None, route: str | None) -> None:
         if not topic:
             raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option)")
         partitions, limit = self._layout(topic)
@@ -243,10 +249,9 @@ class BundledSend:
             raise PayloadEncodeError(f"row {row} of this task cannot be put in an InLong bundle: {exc}") from exc
         return attrs
 
-    def _ship(self, bundles: list[Bundle]) -> None:
+    def _ship(self, bundles: list[Bundle[_BundleKey, dict[str, str]]]) -> None:
         for bundle in bundles:
-            key: tuple[str, int, str | None, str | None, tuple] = bundle.key  # type: ignore[assignment]
-            topic, index, stream_id, minute, _own = key
+            topic, index, stream_id, minute, _own = bundle.key
             partitions, limit = self.layouts[topic]
             describe = f"row {{}} of this task (topic {topic!r})".format
             for payload, rows in encode_bundle(bundle.records, bundle.rows, compress=self.compress, limit=limit,
@@ -278,14 +283,14 @@ def check_sink_reachable(options: TubeMQOptions) -> None:
         producer.close()
 
 
-class _TubeSink:
+class _TubeSink(StampedWriter):
     """What the batch and the stream sink share: a reachable cluster checked on the driver, and the send."""
 
     broker = "TubeMQ"
     options: TubeMQOptions
 
     def __init__(self, options: TubeMQOptions) -> None:
-        super().__init__(options)  # type: ignore[call-arg]  # the Stamped*Writer next in the MRO
+        super().__init__(options)  # the Stamped*Writer next in the MRO
         check_sink_reachable(options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
