@@ -16,7 +16,7 @@ def test_defaults_and_types() -> None:
     assert options.consume_mode == "pull" and not options.pop and options.starting_offsets == "latest"
     assert options.pop_invisible_time_ms == 120000 and options.pop_partitions == 2
     settings = options.client_settings()
-    assert (settings.connect_timeout_s, settings.call_timeout_s, settings.failover_s) == (3.0, 10.0, 45.0)
+    assert (settings.connect_timeout_s, settings.request_timeout_s, settings.failover_s) == (3.0, 10.0, 45.0)
 
 
 def test_every_spec_has_a_field() -> None:

@@ -37,7 +37,7 @@ def test_defaults_and_parsing():
     assert opts.dedup_attribute is None
     assert opts.tls_enable is False
     settings = opts.client_settings()
-    assert (settings.connect_timeout_s, settings.call_timeout_s, settings.heartbeat_interval_s) == (3.0, 10.0, 3.0)
+    assert (settings.connect_timeout_s, settings.request_timeout_s, settings.heartbeat_interval_s) == (3.0, 10.0, 3.0)
 
 
 def test_no_stream_ids_is_an_empty_tuple():
@@ -48,11 +48,11 @@ def test_timeout_defaults_are_the_client_settings_defaults():
     defaults = {f.name: f.default for f in dataclasses.fields(ClientSettings)}
     opts = parse()
     assert opts.connect_timeout_ms == round(defaults["connect_timeout_s"] * 1000)
-    assert opts.request_timeout_ms == round(defaults["call_timeout_s"] * 1000)
+    assert opts.request_timeout_ms == round(defaults["request_timeout_s"] * 1000)
     assert opts.heartbeat_interval_ms == round(defaults["heartbeat_interval_s"] * 1000)
     settings = opts.client_settings()
     assert settings.connect_timeout_s == defaults["connect_timeout_s"]
-    assert settings.call_timeout_s == defaults["call_timeout_s"]
+    assert settings.request_timeout_s == defaults["request_timeout_s"]
     assert settings.heartbeat_interval_s == defaults["heartbeat_interval_s"]
 
 

@@ -192,7 +192,7 @@ class RocketMQOptions(ParsedOptions):
 
     def client_settings(self) -> ClientSettings:
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
-                              call_timeout_s=self.request_timeout_ms / 1000,
+                              request_timeout_s=self.request_timeout_ms / 1000,
                               failover_s=self.failover_timeout_ms / 1000)
 
 

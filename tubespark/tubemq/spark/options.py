@@ -240,7 +240,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "before the task fails.", False, WRITE),
     OptionSpec("connectTimeoutMs", _setting_ms("connect_timeout_s"), parse_positive_int, "TCP connect timeout.",
                False, BOTH),
-    OptionSpec("requestTimeoutMs", _setting_ms("call_timeout_s"), parse_positive_int,
+    OptionSpec("requestTimeoutMs", _setting_ms("request_timeout_s"), parse_positive_int,
                "Time to wait for any one request's answer.", False, BOTH),
     OptionSpec("heartbeatIntervalMs", _setting_ms("heartbeat_interval_s"), _heartbeat_ms,
                "Heartbeat period to the master and brokers (keep well below the server's 30 s session timeout).",
@@ -414,7 +414,7 @@ class TubeMQOptions(ParsedOptions):
         credentials = Credentials(self.auth_user, self.auth_password or "") if self.auth_user else None
         context = self.ssl_context()
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
-                              call_timeout_s=self.request_timeout_ms / 1000,
+                              request_timeout_s=self.request_timeout_ms / 1000,
                               heartbeat_interval_s=self.heartbeat_interval_ms / 1000,
                               credentials=credentials, ssl_context=context)
 
