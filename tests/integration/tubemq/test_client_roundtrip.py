@@ -204,7 +204,7 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("role", ["producer", "consumer"])
 def test_dead_master_fails_fast_with_a_typed_error(role):
     master = f"127.0.0.1:{_closed_port()}"
-    settings = ClientSettings(connect_timeout_s=2.0, call_timeout_s=3.0)
+    settings = ClientSettings(connect_timeout_s=2.0, request_timeout_s=3.0)
     started = time.monotonic()
     client = Producer(master, settings) if role == "producer" else Consumer(master, "rt_dead_master", ["any_topic"],
                                                                             settings=settings)

@@ -27,7 +27,7 @@ from tubespark.rocketmq.wire.frame import FLAG_RESPONSE, Command, decode_command
 from tubespark.rocketmq.wire.route import MessageQueue
 
 MQ = MessageQueue("events", "broker-a", 0)
-FAST = ClientSettings(connect_timeout_s=0.5, call_timeout_s=0.5)
+FAST = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.5)
 
 
 class AnsweringNameServer:

@@ -32,7 +32,7 @@ from tubespark.tubemq.wire.formats import PartitionRef
 READ_GROUP = "app-tubespark-read"
 N = 20
 BATCH = 4
-CALL_TIMEOUT_S = 0.4
+REQUEST_TIMEOUT_S = 0.4
 FAULTS = ["reset", "slow", "silent", "serial"]
 
 
@@ -51,13 +51,13 @@ def part(broker: FakeBroker) -> PartitionRef:
 
 @pytest.fixture
 def client() -> Iterator[BrokerClient]:
-    c = BrokerClient("reader-f", fast_settings(call_timeout_s=CALL_TIMEOUT_S, connect_timeout_s=0.5))
+    c = BrokerClient("reader-f", fast_settings(request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=0.5))
     yield c
     c.close()
 
 
 def fault(broker: FakeBroker, method: int, action: str, times: int | None = 1) -> None:
-    broker.fault(method, action, times=times, delay_s=CALL_TIMEOUT_S + 0.3)
+    broker.fault(method, action, times=times, delay_s=REQUEST_TIMEOUT_S + 0.3)
 
 
 def read_with_fault_after_first_batch(rr: RangeReader, broker: FakeBroker, part: PartitionRef, *, method: int,
@@ -127,7 +127,7 @@ def test_persistent_fault_fails_naming_broker_partition_and_offsets(broker, part
     assert exc.tries >= 2, "retried before giving up"
     assert exc.retriable and isinstance(exc.__cause__, BrokerConnectionError)
     # bounded: the budget, plus at most one request timeout in flight and the release of the registration
-    assert elapsed < retry_s + 3 * CALL_TIMEOUT_S + 1.5
+    assert elapsed < retry_s + 3 * REQUEST_TIMEOUT_S + 1.5
 
 
 @pytest.mark.parametrize("action", FAULTS)

@@ -63,7 +63,7 @@ class PopConsumer:
                                   invisible_ms=self.invisible_ms, poll_ms=poll, born_ms=int(time.time() * 1000),
                                   init_mode=self.init_mode)
         # the broker holds a long poll up to ``poll`` ms: wait that long on top of the call timeout
-        response = self.client.connection(address).call(cmd, self.client.settings.call_timeout_s + poll / 1000, what)
+        response = self.client.connection(address).call(cmd, self.client.settings.request_timeout_s + poll / 1000, what)
         result = headers.read_pop(response, what)
         if not result.found:
             return []

@@ -102,7 +102,7 @@ class RangeReader:
         """``(messages, next offset)`` of consecutive windows from ``start``; raises on a failed pull."""
         windows: deque[tuple[int, int, Future[Command]]] = deque()
         issued = start
-        timeout = self.client.settings.call_timeout_s
+        timeout = self.client.settings.request_timeout_s
 
         def top_up() -> None:
             nonlocal issued

@@ -111,7 +111,7 @@ class PullStreamReader(StreamEngine):
     def store_offsets(self, offsets: Offsets) -> None:
         """Store a committed batch's end as the group's offsets (best effort: the checkpoint rules)."""
         group = self.options.group
-        if not group or not self.options.commit_offsets:
+        if not group or not self.options.commit_to_group:
             return
         for key, offset in sorted(offsets.items()):
             if self._stored.get(key) == offset:

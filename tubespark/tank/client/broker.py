@@ -13,6 +13,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from tubespark.core.settings import ConnectionSettings
 from tubespark.errors import BadRequestError, ServerBusyError, UnknownTopicError
 from tubespark.tank.errors import BoundaryFaultError, TankProtocolError
 from tubespark.tank.net.connection import Connection, ConnectionPool
@@ -35,11 +36,9 @@ from tubespark.tank.wire.requests import (
 
 
 @dataclass(frozen=True)
-class ClientSettings:
-    """Timeouts (seconds) and the client id sent in fetch and produce requests."""
+class ClientSettings(ConnectionSettings):
+    """Timeouts (seconds, :class:`ConnectionSettings`) and the client id sent in fetch and produce requests."""
 
-    connect_timeout_s: float = 3.0
-    request_timeout_s: float = 10.0
     client_id: str = "tubespark"
 
 

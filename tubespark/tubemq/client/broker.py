@@ -70,7 +70,7 @@ class PendingCall(Generic[M]):
 
     def __init__(self, client: BrokerClient, part: PartitionRef, method: Method, future: Future[M], what: str) -> None:
         self._client, self._part, self._method, self._future, self._what = client, part, method, future, what
-        self._deadline = time.monotonic() + client.settings.call_timeout_s
+        self._deadline = time.monotonic() + client.settings.request_timeout_s
 
     def result(self) -> M:
         """The checked response (typed errors as the blocking calls raise them); waits until the call's
@@ -117,7 +117,7 @@ class BrokerClient:
         address = part.broker.address
         try:
             return self.pool.get(address).call(method, ServiceType.BROKER_READ, request, response_cls,
-                                                 self.settings.call_timeout_s)
+                                                 self.settings.request_timeout_s)
         except BrokerConnectionError:
             self.pool.drop(address)
             raise
@@ -127,7 +127,7 @@ class BrokerClient:
         address = part.broker.address
         try:
             future = self.pool.get(address).call_async(method, ServiceType.BROKER_READ, request, response_cls,
-                                                       self.settings.call_timeout_s)
+                                                       self.settings.request_timeout_s)
         except BrokerConnectionError:
             self.pool.drop(address)
             raise

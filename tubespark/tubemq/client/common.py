@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from tubespark.core.settings import ConnectionSettings
 from tubespark.tubemq.errors import NoMasterAvailableError
-from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
+from tubespark.tubemq.net.connection import ConnectionPool
 from tubespark.tubemq.net.master import MasterChannel
 from tubespark.tubemq.wire.errcodes import ErrCode, error_for_code
 from tubespark.tubemq.wire.formats import DEFAULT_BROKER_PORT, DEFAULT_BROKER_TLS_PORT
@@ -82,16 +83,15 @@ class Credentials:
 
 
 @dataclass(frozen=True)
-class ClientSettings:
+class ClientSettings(ConnectionSettings):
     """Timeouts and security shared by producers and consumers. Every network wait is bounded by these.
 
-    These field defaults are the only defaults of the three settings: the data source options
+    The two timeouts every broker shares come from :class:`~tubespark.core.settings.ConnectionSettings`.
+    These field defaults are the only defaults of the settings: the data source options
     (``connectTimeoutMs``, ``requestTimeoutMs``, ``heartbeatIntervalMs``) take theirs from here. The
     heartbeat stays well below the servers' 30 s session timeout, so one lost heartbeat is harmless.
     """
 
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # 3 s, the same value the bare connections use
-    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S  # 10 s
     heartbeat_interval_s: float = 3.0
     # A master group needs its ZooKeeper session timeout plus the selector period to elect the next
     # active master (30 s + 5 s on a default server); a client that meets only standbys waits that long.
@@ -105,12 +105,12 @@ class ClientSettings:
         return DEFAULT_BROKER_TLS_PORT if self.ssl_context is not None else DEFAULT_BROKER_PORT
 
     def connection_pool(self) -> ConnectionPool:
-        return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.call_timeout_s,
+        return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.request_timeout_s,
                               ssl_context=self.ssl_context)
 
     def master_channel(self, masters: str | Sequence[str]) -> MasterChannel:
         return MasterChannel(masters, connect_timeout_s=self.connect_timeout_s,
-                             call_timeout_s=self.call_timeout_s, ssl_context=self.ssl_context)
+                             request_timeout_s=self.request_timeout_s, ssl_context=self.ssl_context)
 
     def add_master_auth(self, request: MasterRequest) -> None:
         """Sign a request to the master (``authInfo``) when the cluster needs credentials."""

@@ -252,7 +252,7 @@ class GroupSession:
         except TubeSparkError as exc:  # the master counts this member until its session times out
             log.warning("member %s could not leave group %s: %s", self.client_id, self.group, exc)
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.settings.call_timeout_s * 2)
+            self._thread.join(timeout=self.settings.request_timeout_s * 2)
         self._master.close()
         self.brokers.close()
 

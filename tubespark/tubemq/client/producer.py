@@ -275,7 +275,7 @@ class Producer:
             if record.future is None:
                 record.future = self._transmit(record.request, record.partition)
             try:
-                return wait(record.future, self.settings.call_timeout_s * 2, f"send to {record.partition.key}")
+                return wait(record.future, self.settings.request_timeout_s * 2, f"send to {record.partition.key}")
             except TubeSparkError as exc:
                 record.future = None
                 # Reconnect rather than reuse a broken socket. A call that only timed out leaves the
@@ -317,17 +317,17 @@ class Producer:
         slot = self._slot(address)
         if not slot.acquire(blocking=False):
             self._send_deferred(address)  # the answers that free a slot may belong to deferred requests
-            acquired = slot.acquire(timeout=self.settings.call_timeout_s)
+            acquired = slot.acquire(timeout=self.settings.request_timeout_s)
         else:
             acquired = True
         if not acquired:
             result.set_exception(BrokerConnectionError(f"broker {address} did not acknowledge in-flight sends "
-                                                     f"within {self.settings.call_timeout_s}s"))
+                                                     f"within {self.settings.request_timeout_s}s"))
             return result
         try:
             inner = self._pool.get(address).call_async(Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
                                                          request, bpb.SendMessageResponseB2P,
-                                                         self.settings.call_timeout_s, defer=defer)
+                                                         self.settings.request_timeout_s, defer=defer)
             if defer:
                 with self._lock:
                     self._deferred.add(address)

@@ -84,11 +84,11 @@ class MasterChannel:
     """A connection to whichever master is active right now."""
 
     def __init__(self, masters: str | Sequence[str], *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+                 request_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.addresses = parse_master_list(masters)
         self.connect_timeout_s = connect_timeout_s
-        self.call_timeout_s = call_timeout_s
+        self.request_timeout_s = request_timeout_s
         self._ssl = ssl_context
         self._index = 0
         self._conn: Connection | None = None
@@ -111,7 +111,7 @@ class MasterChannel:
                         self._conn = Connection.open(address, connect_timeout_s=self.connect_timeout_s,
                                                      ssl_context=self._ssl)
                     return self._conn.call(method, ServiceType.MASTER, request, response_cls,
-                                           self.call_timeout_s)
+                                           self.request_timeout_s)
                 except (BrokerConnectionError, StandbyMasterError, CodecError) as exc:
                     standby = standby or isinstance(exc, StandbyMasterError)
                     # CodecError: the reply was garbage and the connection is gone, a local failure like a

@@ -73,7 +73,7 @@ _producers: dict[Hashable, Producer] = {}  # by what makes a cluster's producer
 def _producer(options: TubeMQOptions) -> Producer:
     """One producer per cluster per executor process: Python workers are reused across tasks."""
     settings = options.client_settings()
-    key = (tuple(options.masters), settings.connect_timeout_s, settings.call_timeout_s, settings.credentials,
+    key = (tuple(options.masters), settings.connect_timeout_s, settings.request_timeout_s, settings.credentials,
            options.tls_enable, options.tls_ca_file, options.max_in_flight, options.send_retries)
     producer = _producers.get(key)
     if producer is None:
