@@ -10,7 +10,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from tubespark.errors import AvailableNowIncompleteError, DataLossError
 from tubespark.rocketmq.spark import stream_reader
@@ -108,13 +108,14 @@ def test_a_serving_broker_behind_the_query_is_waited_for(cluster: FakeRocketMQ) 
     assert positions(reader.latestOffset(end, ReadAllAvailable())) == {Q0: 35, Q1: 10}
 
 
-def test_a_new_queue_joins_at_its_min_offset_and_is_read_in_the_same_batch(cluster: FakeRocketMQ) -> None:
+def test_a_new_queue_joins_at_its_min_offset_and_is_read_from_the_next_batch(cluster: FakeRocketMQ) -> None:
     reader = make_reader(cluster)
     start = {Q0: 30, Q1: 10}
     cluster.queues[Q2] = (3, 8)
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == {Q0: 30, Q1: 10, Q2: 8, Q2 + "#from": 3}
-    [task] = reader.partitions(start, end)
+    assert end == {Q0: 30, Q1: 10, Q2: 3} and reader.partitions(start, end) == []
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    [task] = reader.partitions(end, end2)
     assert (task.broker_name, task.start, task.end) == ("broker-b", 3, 8)
 
 
