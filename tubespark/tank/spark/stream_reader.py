@@ -48,13 +48,14 @@ class _SequencePolicy(BoundsPolicy):
     def below(self, key: str, start: int, bounds: Bounds) -> Resolution:
         first = bounds.low if bounds.low is not None else start
         if self.seen_next.get(key, start + 1) > start:
-            return Resolution(first, f"retention removed numbers [{start}, {first}) this query had not read")
+            return Resolution(first, f"retention removed numbers this query had not read (query at {start}, broker "
+                                     f"at {first})")
         log.info("partition %s: numbers [%d, %d) were never produced", key, start, first)
         return Resolution(first)
 
     def above(self, key: str, start: int, bounds: Bounds) -> Resolution:
-        return Resolution(bounds.high, f"the broker's high-water mark went back below this query's position "
-                                       f"{start} (it is at {bounds.high}): it lost acknowledged messages")
+        return Resolution(bounds.high, f"the broker's high-water mark went back below this query's position: it "
+                                       f"lost acknowledged messages (query at {start}, broker at {bounds.high})")
 
 
 class TankStreamReader(StreamEngine):
