@@ -184,5 +184,24 @@ class AvailableNowIncompleteError(TubeSparkError):
     its broker down) within the time it waits: finishing would skip that partition's data."""
 
 
+class PartitionsUnavailableError(TubeSparkError):
+    """Partitions the read covers are configured on brokers that do not serve them now (down, stopped, offline).
+
+    A read that planned only the served partitions would return part of the data without a word, so it
+    fails instead, naming each broker and its partitions: ``unavailable`` maps a broker id to the keys
+    (``brokerId:topic:partitionId``) it holds, ``reasons`` a broker id to what the master says of it.
+    Retriable: the broker may come back.
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, unavailable: dict[int, tuple[str, ...]], reasons: dict[int, str]) -> None:
+        super().__init__(message)
+        self.unavailable = unavailable
+        self.reasons = reasons
+
+
+
+
 class UnsupportedSparkError(TubeSparkError):
     """The PySpark in use lacks an API tubespark relies on (its version is outside tubespark's range)."""

@@ -23,9 +23,11 @@ below ``min`` to ``min``, answers 404 at ``max`` and returns at most :attr:`Fake
 messages. CommitOffset folds the delta in (401 when not registered). SendMessage appends.
 
 Master (:class:`FakeMaster`): consumer register / heartbeat / close and producer register /
-heartbeat / close. Rebalance events are queued with :meth:`FakeMaster.push_event`; like the real
-master it hands out one event at a time and the next only after the client acknowledged the previous
-one (``event.rebalanceId`` in a heartbeat request).
+heartbeat / close. A producer's layout spans every broker given (``FakeMaster(broker, others=[...])``)
+except those :meth:`FakeMaster.release`-d, as a real master drops a broker whose heartbeat timed out.
+Rebalance events are queued with :meth:`FakeMaster.push_event`; like the real master it hands out one
+event at a time and the next only after the client acknowledged the previous one
+(``event.rebalanceId`` in a heartbeat request).
 
 Both: :meth:`inject` makes the next ``times`` calls of a method answer an error code, and
 ``requests`` records every parsed request so tests check what the client actually sent.
@@ -486,9 +488,12 @@ class FakeMaster(_Server):
         Method.PRODUCER_CLOSE: (mpb.CloseRequestP2M, mpb.CloseResponseM2P, "_p_close"),
     }
 
-    def __init__(self, broker: FakeBroker, *, max_msg_size: int = 1024 * 1024) -> None:
+    def __init__(self, broker: FakeBroker, *, max_msg_size: int = 1024 * 1024,
+                 others: list[FakeBroker] | None = None) -> None:
         super().__init__()
         self.broker = broker
+        self.brokers = [broker, *(others or [])]
+        self.released: set[int] = set()  # broker ids left out of producer layouts
         self.max_msg_size = max_msg_size
         self.consumers: dict[str, mpb.RegisterRequestC2M] = {}
         self.acks: list[mpb.EventProto] = []
@@ -540,18 +545,24 @@ class FakeMaster(_Server):
 
     # --- producer --------------------------------------------------------------------------------
 
+    def release(self, broker: FakeBroker) -> None:
+        """Leave ``broker``'s partitions out of producer layouts from the next heartbeat on."""
+        with self.lock:
+            self.released.add(broker.broker_id)
+
     def _p_register(self, req: mpb.RegisterRequestP2M) -> mpb.RegisterResponseM2P:
         return mpb.RegisterResponseM2P(success=True, errCode=200, errMsg="OK", brokerCheckSum=1,
-                                       brokerInfos=[self.broker.info])
+                                       brokerInfos=[b.info for b in self.brokers])
 
     def _p_heartbeat(self, req: mpb.HeartRequestP2M) -> mpb.HeartResponseM2P:
         infos = []
         for topic in req.topicList:
-            stores = len(self.broker.partitions(topic))
-            if stores:
-                infos.append(f"{topic}#{self.broker.broker_id}:1:{stores}#{self.max_msg_size}")
+            items = [f"{b.broker_id}:1:{len(b.partitions(topic))}" for b in self.brokers
+                     if b.partitions(topic) and b.broker_id not in self.released]
+            if items:
+                infos.append(f"{topic}#{','.join(items)}#{self.max_msg_size}")
         return mpb.HeartResponseM2P(success=True, errCode=200, errMsg="OK", brokerCheckSum=1, topicInfos=infos,
-                                    brokerInfos=[self.broker.info])
+                                    brokerInfos=[b.info for b in self.brokers])
 
     def _p_close(self, req: mpb.CloseRequestP2M) -> mpb.CloseResponseM2P:
         return mpb.CloseResponseM2P(success=True, errCode=200, errMsg="OK")

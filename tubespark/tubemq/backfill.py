@@ -6,7 +6,9 @@
 Both print progress (tasks done, rows, MB, rate) while Spark works, and exit 0 only when everything
 arrived: for ``export`` the files hold exactly the messages of the planned ranges; for ``publish``
 the brokers acknowledged every input row. Exit 1 means "ran, but something is missing", 2 a usage or
-connection error.
+connection error (a broker that is down included: ``export`` names it and its partitions). With
+``--on-unavailable-partitions skip`` an export reads the partitions that are served, names on stderr
+the ones it left out, and exits 3 ("complete except what it says it left out").
 
     spark-submit --master local[4] scripts/backfill.py export --master 10.0.0.1:8715 --topic events \\
         --starting earliest --ending latest --output /data/events_backfill
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from tubespark.errors import TubeSparkError
-from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
+from tubespark.tubemq.client.store_counts import exact_messages
 
 if TYPE_CHECKING:  # pyspark is imported when a backfill runs: the parser works without it
     from pyspark.sql import DataFrame, SparkSession
@@ -65,10 +67,15 @@ class Progress:
                 f"({rows / elapsed:,.0f} rows/s, {size / 1e6 / elapsed:.1f} MB/s)")
 
 
+EXIT_LEFT_OUT = 3
+"""``export`` exit status when it read everything served but left out partitions of brokers that were down."""
+
+
 def _options(args: argparse.Namespace) -> dict[str, str]:
     options = {"master": args.master, "topic": args.topic}
     for flag, key in (("stream_ids", "streamIds"), ("max_records_per_partition", "maxRecordsPerPartition"),
-                      ("fail_on_data_loss", "failOnDataLoss"), ("dedup_attribute", "dedupAttribute")):
+                      ("fail_on_data_loss", "failOnDataLoss"), ("dedup_attribute", "dedupAttribute"),
+                      ("master_web_url", "masterWebUrl"), ("on_unavailable_partitions", "onUnavailablePartitions")):
         value = getattr(args, flag, None)
         if value is not None:
             options[key] = str(value)
@@ -90,16 +97,21 @@ def export(spark: SparkSession, args: argparse.Namespace) -> int:
     options = _options(args)
     options.update(startingOffsets=args.starting, endingOffsets=args.ending)
     # Fix the ranges once, so the export and its check read exactly the same messages.
-    tasks = TubeBatchReader(TubeMQOptions.from_raw(options, mode="read")).plan()
+    reader = TubeBatchReader(TubeMQOptions.from_raw(options, mode="read"))
+    tasks = reader.plan()
+    left_out = [key for keys in reader.left_out.values() for key in keys]
     starts: dict[str, int] = {}
     ends: dict[str, int] = {}
     for task in tasks:
         key = task.ref.key
         starts[key] = min(starts.get(key, task.start), task.start)
         ends[key] = max(ends.get(key, task.end), task.end)
+    if left_out:
+        print(f"export: LEAVES OUT {len(left_out)} partitions, configured on brokers that do not serve them now "
+              f"(--on-unavailable-partitions skip): {', '.join(left_out)}", file=sys.stderr)
     if not tasks:
         print(f"export: nothing to read in {args.topic} for the given range", file=sys.stderr)
-        return 0
+        return EXIT_LEFT_OUT if left_out else 0
     options.update(startingOffsets=json.dumps(starts), endingOffsets=json.dumps(ends))
     frame = spark.read.format("tubemq").options(**options).load()
     with Progress(spark, "export") as progress:
@@ -107,12 +119,18 @@ def export(spark: SparkSession, args: argparse.Namespace) -> int:
         written = spark.read.format(args.format).load(args.output)
         rows, size = _rows_and_bytes(written)
         print(progress.summary(rows, size), file=sys.stderr)
-    dense = len({(t.ref.broker_id, t.ref.store_id) for t in tasks}) == len(starts) and "streamIds" not in options
-    expected = (sum(ends[k] - starts[k] for k in starts) // INDEX_RECORD_SIZE if dense
-                else frame.count())
+    # offsets tell the count when every store's partitions share one range (docs/tubemq/protocol.md, "Several
+    # partitions per store") and nothing is filtered; otherwise count what the ranges hold
+    refs = {task.ref.key: task.ref for task in tasks}
+    exact = None if "streamIds" in options else exact_messages({refs[k]: (starts[k], ends[k]) for k in starts})
+    expected = exact if exact is not None else frame.count()
     if rows != expected:
         print(f"export: INCOMPLETE, {rows} rows written, {expected} messages in the range", file=sys.stderr)
         return 1
+    if left_out:
+        print(f"export: {rows} messages of {args.topic} in {args.output}, complete except the {len(left_out)} "
+              f"partitions left out above", file=sys.stderr)
+        return EXIT_LEFT_OUT
     print(f"export: complete, {rows} messages of {args.topic} in {args.output}", file=sys.stderr)
     return 0
 
@@ -146,6 +164,12 @@ def parser() -> argparse.ArgumentParser:
             cmd.add_argument("--stream-ids", help="only these streamIds (comma separated)")
             cmd.add_argument("--max-records-per-partition", type=int)
             cmd.add_argument("--fail-on-data-loss", choices=("true", "false"))
+            cmd.add_argument("--on-unavailable-partitions", choices=("fail", "skip"),
+                             help="partitions on brokers that are down: fail (default) or skip them, name them and "
+                                  f"exit {EXIT_LEFT_OUT}")
+            cmd.add_argument("--master-web-url", help="the masters' web API, http://host:port[,...] (default: port "
+                                                      "8080 of each master host): where the export learns which "
+                                                      "partitions are configured")
             cmd.add_argument("--mode", default="errorifexists", choices=("errorifexists", "overwrite"))
         else:
             cmd.add_argument("--input", required=True)

@@ -125,6 +125,7 @@ RETRIABLE = {
     "BrokerConnectionError", "RpcTimeoutError", "NoDataError", "ServerBusyError", "RangeReadError",
     "StandbyMasterError", "NoMasterAvailableError", "PartitionOccupiedError", "NotRegisteredError",
     "LeaderMovedError", "NoNameServerAvailableError", "NoPermissionError",
+    "PartitionsUnavailableError",  # a broker that does not serve now may come back
 }
 
 

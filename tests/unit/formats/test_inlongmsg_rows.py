@@ -194,8 +194,13 @@ class FakeProducer:
     def max_message_size(self, topic):
         return self.max_size
 
-    def send_async(self, topic, message, partition=None, *, defer=False):
+    def choose_partition(self, topic, key_hash=None):
+        return self.parts[key_hash % len(self.parts)]  # every broker serving: the producer's rule then
+
+    def send_async(self, topic, message, partition=None, *, key_hash=None, defer=False):
         message.encode()  # the producer's own checks of msgType/msgTime/attributes
+        if partition is None and key_hash is not None:
+            partition = self.choose_partition(topic, key_hash)
         self.sent.append((topic, message, partition))
 
     def flush(self):

@@ -148,6 +148,7 @@ MORE_BAD_VALUES = [
     ("endingTimestamp", "-3", "expected a time in milliseconds", "read"),
     ("endingOffsetsByTimestamp", '{"1:events": 5}', "bad partition key", "read"),
     ("failOnDataLoss", "maybe", "expected true or false", "read"),
+    ("onUnavailablePartitions", "ignore", "expected fail or skip", "read"),
     ("includeAttributes", "2", "expected true or false", "read"),
     ("verifyChecksums", "off", "expected true or false", "read"),
     ("dedupe", "sure", "expected true or false", "read"),

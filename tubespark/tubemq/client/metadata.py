@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from tubespark.errors import UnknownTopicError
 from tubespark.tubemq.client.admin import MasterAdmin
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.producer import Producer
@@ -17,12 +18,17 @@ from tubespark.tubemq.wire.formats import PartitionRef
 
 
 def topic_partitions(masters: str | Sequence[str], topics: Iterable[str], settings: ClientSettings | None = None, *,
-                     timeout_s: float = 60.0) -> dict[str, tuple[PartitionRef, ...]]:
-    """``{topic: partitions}``; raises UnknownTopicError for topics with no partition."""
+                     timeout_s: float = 60.0, missing_ok: bool = False) -> dict[str, tuple[PartitionRef, ...]]:
+    """``{topic: partitions}`` the master lists now (those of brokers that serve); raises UnknownTopicError
+    for topics with no partition, unless ``missing_ok`` (then they map to ``()`` after ``timeout_s``)."""
     topics = sorted(set(topics))
     with Producer(masters, settings) as producer:
-        producer.publish(topics, timeout_s=timeout_s)
-        return {topic: producer.partitions(topic) for topic in topics}
+        try:
+            producer.publish(topics, timeout_s=timeout_s)
+        except UnknownTopicError:
+            if not missing_ok:
+                raise
+        return {topic: producer.partitions(topic) if producer.has_partitions(topic) else () for topic in topics}
 
 
 def list_topics(web_urls: Iterable[str], *, timeout_s: float = 10.0) -> list[str]:

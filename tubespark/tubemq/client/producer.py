@@ -6,6 +6,14 @@ are pipelined: up to ``max_in_flight`` requests per broker connection are outsta
 matched to its reply by serial number. :meth:`Producer.flush` waits for every reply and re-sends
 what failed with a retriable error, so nothing is dropped silently: after the retries the error is
 raised.
+
+Several brokers: a broker that fails a send (unreachable, connection lost, no answer in time, or 503
+"service unavailable") is *shielded* for ``shield_s``: messages the producer places itself (round-robin,
+or by a key hash) go to the other brokers' partitions meanwhile, and a failed one is re-sent there. The
+master takes a dead broker's partitions out of the layout only after its broker heartbeat timeout (at
+once for a graceful stop), so without this every send in that window would fail. The Java producer
+does the same (its "unavailable broker" map, 50 s). Both transitions are logged. A message sent to a
+partition the caller named stays on that partition.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import itertools
 import logging
 import random
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -48,6 +57,8 @@ from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MSG_SIZE = 1024 * 1024
+DEFAULT_SHIELD_S = 30.0
+"""How long a broker that failed a send gets no new messages placed by the producer (Java: 50 s)."""
 
 
 @dataclass(frozen=True)
@@ -60,11 +71,17 @@ class SendResult:
 
 @dataclass
 class _InFlight:
-    """A queued message, encoded once, and its current send; ``future`` is None after a failed send."""
+    """A queued message, encoded once, and its current send; ``future`` is None after a failed send.
+
+    ``placed``: the producer chose the partition (round-robin, or by ``key_hash``), so a re-send may go to
+    another broker's partition; otherwise the caller named it and it stays.
+    """
 
     request: bpb.SendMessageRequestP2B
     partition: PartitionRef
     future: Future[SendResult] | None
+    placed: bool = False
+    key_hash: int | None = None
 
 
 class Producer:
@@ -75,14 +92,19 @@ class Producer:
         settings: timeouts and credentials.
         max_in_flight: requests outstanding per broker connection before ``send_async`` blocks.
         max_retries: re-sends of a message after a retriable error (busy broker, lost connection).
+        shield_s: how long a broker that failed a send is left out when the producer places messages.
     """
 
     def __init__(self, masters: str | Sequence[str], settings: ClientSettings | None = None, *,
-                 max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None) -> None:
+                 max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None,
+                 shield_s: float = DEFAULT_SHIELD_S) -> None:
         self.settings = settings or ClientSettings()
         self.client_id = client_id or new_client_id("producer")
         self.max_in_flight = max_in_flight
         self.max_retries = max_retries
+        self.shield_s = shield_s
+        self._shielded: dict[int, float] = {}  # broker id -> monotonic time its shield ends
+        self._probing: set[int] = set()  # shield ended, no send acknowledged since: log its return once
         self._master = self.settings.master_channel(masters)
         self._host = local_ip()
         self._sent_addr = ipv4_as_int32(self._host)
@@ -157,6 +179,11 @@ class Producer:
                                     f"topic {topic!r} was not published by this producer; call publish()")
         return layout.partitions
 
+    def has_partitions(self, topic: str) -> bool:
+        """True when the master listed at least one partition of ``topic`` to this producer."""
+        layout = self._layouts.get(topic)
+        return bool(layout and layout.partitions)
+
     def max_message_size(self, topic: str) -> int:
         layout = self._layouts.get(topic)
         return (layout.max_msg_size if layout and layout.max_msg_size else self._cluster_max_msg_size)
@@ -216,32 +243,85 @@ class Producer:
 
     # --- sending --------------------------------------------------------------------------------
 
-    def choose_partition(self, topic: str) -> PartitionRef:
-        """Round-robin over the topic's partitions, from a random start (as the Java client does)."""
+    def choose_partition(self, topic: str, key_hash: int | None = None) -> PartitionRef:
+        """Where the producer places a message of ``topic``, avoiding shielded brokers while others serve.
+
+        Without ``key_hash``: round-robin over the partitions, from a random start (as the Java client
+        does). With one: partition ``key_hash % n`` of the topic's ``n`` partitions, so equal hashes land
+        together; if that partition's broker is shielded, ``key_hash % m`` of the ``m`` partitions of the
+        brokers still serving (equal hashes still land together for as long as the same brokers serve).
+        """
         partitions = self.partitions(topic)
+        live = self._serving(partitions)
+        if key_hash is not None:
+            chosen = partitions[key_hash % len(partitions)]
+            return chosen if chosen in live else live[key_hash % len(live)]
         with self._lock:
             counter = self._round_robin.setdefault(topic, itertools.count(random.randrange(len(partitions))))
-            return partitions[next(counter) % len(partitions)]
+            return live[next(counter) % len(live)]
+
+    def _serving(self, partitions: tuple[PartitionRef, ...]) -> tuple[PartitionRef, ...]:
+        """The partitions whose broker is not shielded now; all of them when every broker is."""
+        now = time.monotonic()
+        with self._lock:
+            for broker_id, until in list(self._shielded.items()):
+                if until <= now:  # give it another chance; its first acknowledgement is logged
+                    del self._shielded[broker_id]
+                    self._probing.add(broker_id)
+            if not self._shielded:
+                return partitions
+            live = tuple(p for p in partitions if p.broker_id not in self._shielded)
+        return live or partitions
+
+    def shielded_brokers(self) -> set[int]:
+        """Ids of the brokers the producer avoids now (each failed a send within the last ``shield_s``)."""
+        now = time.monotonic()
+        with self._lock:
+            return {broker_id for broker_id, until in self._shielded.items() if until > now}
+
+    def _shield(self, part: PartitionRef, exc: TubeSparkError) -> None:
+        """Leave ``part``'s broker out of placement for ``shield_s`` after it failed a send."""
+        with self._lock:
+            fresh = part.broker_id not in self._shielded
+            self._shielded[part.broker_id] = time.monotonic() + self.shield_s
+            self._probing.discard(part.broker_id)
+        if fresh:
+            log.warning("TubeMQ broker %d (%s) failed a send to %s: %s; the producer sends to the other brokers' "
+                        "partitions for the next %.0f s (and re-sends what failed there)", part.broker_id,
+                        part.broker.address, part.key, exc, self.shield_s)
+
+    def _acknowledged_by(self, part: PartitionRef) -> None:
+        if part.broker_id in self._probing:
+            with self._lock:
+                back = part.broker_id in self._probing
+                self._probing.discard(part.broker_id)
+            if back:
+                log.warning("TubeMQ broker %d (%s) acknowledges sends again; the producer places messages on it "
+                            "again", part.broker_id, part.broker.address)
 
     def send_async(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None, *,
-                   defer: bool = False) -> Future[SendResult]:
+                   key_hash: int | None = None, defer: bool = False) -> Future[SendResult]:
         """Queue one message; blocks only while ``max_in_flight`` requests to that broker are pending.
 
+        ``partition``: send there and only there. Otherwise the producer places the message
+        (:meth:`choose_partition` with ``key_hash``), and a re-send after a broker failure may go elsewhere.
         ``defer``: the request may wait to be written together with the next ones (far fewer socket
         writes for a burst of small messages) until :meth:`flush`, which a caller that defers must call.
         """
-        part = partition or self.choose_partition(topic)
+        part = partition or self.choose_partition(topic, key_hash)
         request = self._request(topic, message, part)
         future = self._transmit(request, part, defer=defer)
         with self._lock:
-            self._in_flight.append(_InFlight(request, part, future))
+            self._in_flight.append(_InFlight(request, part, future, placed=partition is None, key_hash=key_hash))
         return future
 
-    def send(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None) -> SendResult:
-        """Send one message and wait for the broker's acknowledgement (with retries)."""
-        part = partition or self.choose_partition(topic)
+    def send(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None, *,
+             key_hash: int | None = None) -> SendResult:
+        """Send one message and wait for the broker's acknowledgement (with retries); see :meth:`send_async`."""
+        part = partition or self.choose_partition(topic, key_hash)
         request = self._request(topic, message, part)
-        return self._settle(_InFlight(request, part, self._transmit(request, part)))
+        return self._settle(_InFlight(request, part, self._transmit(request, part), placed=partition is None,
+                                      key_hash=key_hash))
 
     def flush(self) -> list[SendResult]:
         """Wait for every pending send; retry retriable failures; raise the first unrecoverable error.
@@ -267,22 +347,30 @@ class Producer:
     def _settle(self, record: _InFlight) -> SendResult:
         """Wait for ``record``'s acknowledgement, sending it again after retriable failures.
 
-        ``max_retries`` re-sends at most; the first try waits for the send already in flight.
+        ``max_retries`` re-sends at most; the first try waits for the send already in flight. A broker
+        that failed is shielded, and a message the producer placed is re-sent to another broker's partition.
         """
-        address = record.partition.broker.address
 
         def attempt() -> SendResult:
             if record.future is None:
+                if record.placed:
+                    record.partition = self.choose_partition(record.request.topicName, record.key_hash)
+                    record.request.partitionId = record.partition.partition_id
                 record.future = self._transmit(record.request, record.partition)
+            part = record.partition
             try:
-                return wait(record.future, self.settings.request_timeout_s * 2, f"send to {record.partition.key}")
+                result = wait(record.future, self.settings.request_timeout_s * 2, f"send to {part.key}")
             except TubeSparkError as exc:
                 record.future = None
                 # Reconnect rather than reuse a broken socket. A call that only timed out leaves the
                 # connection up: dropping it would fail, and re-send, every other send in flight on it.
                 if isinstance(exc, BrokerConnectionError) and not isinstance(exc, RpcTimeoutError):
-                    self._pool.drop(address)
+                    self._pool.drop(part.broker.address)
+                if isinstance(exc, BrokerConnectionError) or getattr(exc, "code", None) == ErrCode.SERVICE_UNAVAILABLE:
+                    self._shield(part, exc)
                 raise
+            self._acknowledged_by(part)
+            return result
 
         return call_with_retry(attempt, RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0),
                                what=f"send to {record.partition.key}")

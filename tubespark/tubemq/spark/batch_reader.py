@@ -4,6 +4,13 @@ No consumer group is needed from the user: the reader plans with a generated gro
 ``tubespark-batch-<id>`` (visible as such in TubeMQ's admin tools), reads each range under its own
 read group and releases every registration when the task ends. Large ranges can be split
 (``maxRecordsPerPartition``) so a backfill keeps every core busy.
+
+The master lists only the partitions of brokers that serve now, so a plan made from that list alone
+would leave out a broker that is down without a word. Before planning, the reader compares the list
+with the master's configuration (:mod:`tubespark.spark`-free helper
+:func:`~tubespark.tubemq.client.placement.configured_partitions`): partitions configured on a broker that
+does not serve them fail the read, naming broker and partitions, unless ``onUnavailablePartitions=skip``,
+which reads the rest and logs what it left out (:attr:`TubeBatchReader.left_out`).
 """
 
 from __future__ import annotations
@@ -19,8 +26,8 @@ from tubespark.errors import OptionError
 from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset, wanted_time
 from tubespark.spark.planning import split_range
 from tubespark.tubemq.client.broker import BrokerClient
-from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.ranges import Bounds, probe_bounds
+from tubespark.tubemq.spark.availability import served_partitions
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.read_task import QueueRange, read_range
@@ -38,17 +45,20 @@ class TubeBatchReader(DataSourceReader):
                               "latest or JSON offsets")
         self.options = options
         self.base_group = f"tubespark-batch-{uuid.uuid4().hex[:12]}"
+        self.left_out: dict[int, tuple[str, ...]] = {}
+        """After :meth:`plan`: broker id -> partitions left out because that broker does not serve them
+        (only with ``onUnavailablePartitions=skip``; otherwise the plan fails instead)."""
 
     def plan(self) -> list[QueueRange]:
         opts = self.options
-        # an unknown topic or an unreachable master fails here, on the driver, before any task runs
+        # an unknown topic, an unreachable master or a broker that is down fails here, on the driver,
+        # before any task runs
         topics = subscribed_topics(opts)
-        layouts = topic_partitions(opts.masters, topics, opts.client_settings(),
-                                   timeout_s=max(5.0, opts.request_timeout_ms / 1000 * 3))
+        served, self.left_out = served_partitions(topics, opts)
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
         try:
-            for ref in sorted(p for parts in layouts.values() for p in parts):
+            for ref in served:
                 bounds = probe_bounds(broker, ref, f"{self.base_group}-probe")
                 start = self._start(broker, ref, bounds)
                 end = self._end(broker, ref, bounds)

@@ -132,6 +132,9 @@ def _pem_file(name: str, value: str) -> str:
     return value
 
 
+UNAVAILABLE_CHOICES = ("fail", "skip")
+"""``onUnavailablePartitions``: fail the batch read, or read what is served and say what was left out."""
+
 PAYLOAD_FORMATS = ("raw", "inlongmsg")
 MIN_BUNDLE_BYTES = 1024
 """The smallest ``bundleMaxBytes``: below it a bundle's framing dominates."""
@@ -190,8 +193,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "expression (like Kafka's `subscribePattern`), instead of `topic`. Topics come from the masters' "
                "web API (`masterWebUrl`); a stream picks up a new matching topic within `topicRefreshIntervalMs`, "
                "from its earliest offset."),
-    OptionSpec("masterWebUrl", None, _web_urls, "With `topicPattern`: the masters' web API, `http://host:port"
-               "[,...]`. Unset: port 8080 of each `master` host.", attr="master_web_urls"),
+    OptionSpec("masterWebUrl", None, _web_urls, "The masters' web API, `http://host:port[,...]`: where "
+               "`topicPattern` lists topics and where batch reads learn which partitions are configured "
+               "(`onUnavailablePartitions`). Unset: port 8080 of each `master` host.", attr="master_web_urls"),
     OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
                "lists the topics again."),
     OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
@@ -213,6 +217,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "epoch ms}`, an end time per partition (as `endingTimestamp`); others follow `endingOffsets`."),
     OptionSpec("streamIds", "", _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
                "comma separated. Filtered on the broker."),
+    OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads (and `backfill "
+               "export`): partitions the master's configuration puts on a broker that does not serve them now (down, "
+               "stopped, offline; the web API of `masterWebUrl` says). `fail`: fail before reading anything, naming "
+               "each broker and its partitions. `skip`: read the other partitions and log, as a warning, which were "
+               "left out. When no web API answers and `masterWebUrl` is unset, the read cannot check and logs a "
+               "warning saying so."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
                "message's attributes."),
     OptionSpec("dedupAttribute", None, parse_attribute_name,
@@ -291,6 +301,7 @@ class TubeMQOptions(SharedOptions):
     ending_timestamp: int | None
     ending_offsets_by_timestamp: dict[str, int] | None
     stream_ids: tuple[str, ...]
+    on_unavailable_partitions: str
     commit_to_group: bool
     include_attributes: bool
     verify_checksums: bool

@@ -5,6 +5,11 @@ option wins), ``streamId`` (sent as msgType, so server-side filters match), ``ms
 ``yyyyMMddHHmm`` string), ``attributes`` (map<string,string>) and ``partitionKey`` (rows with the
 same key go to the same partition; otherwise round-robin).
 
+A broker that fails a send is shielded for a while (``Producer``): rows go to the other brokers'
+partitions, those that failed are re-sent there, and the executor log says so. Rows with a
+``partitionKey`` then go to a serving broker's partition too, the same one for the same key as long as
+the same brokers serve.
+
 Each executor process keeps one producer per cluster and pipelines many SendMessage requests per
 broker, written to the socket in groups (``defer``: one write for up to 32 requests); a task returns
 only after the broker acknowledged every row, and fails (after retries) on any send error, so nothing
@@ -47,7 +52,6 @@ from tubespark.spark.writers import (
 )
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time, parse_msg_time
 
 log = logging.getLogger(__name__)
@@ -104,7 +108,7 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeMQOptions, stam
 
 def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic: str | None,
               dedup_attribute: str | None, stamp: str | None) -> tuple[int, int]:
-    layouts: dict[str, tuple[PartitionRef, ...]] = {}
+    published: set[str] = set()
     rows = sent_bytes = 0
     for batch in batches:
         values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
@@ -114,9 +118,9 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
             topic = fixed_topic or (topics[i] if topics else None)
             if not topic:
                 raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
-            if topic not in layouts:
+            if topic not in published:
                 producer.publish([topic])
-                layouts[topic] = producer.partitions(topic)
+                published.add(topic)
             data = value.encode() if isinstance(value, str) else (value or b"")
             attrs = dict(attributes[i] or ()) if attributes else {}
             route = keys[i] if keys and keys[i] is not None else None
@@ -127,10 +131,8 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
             message = OutgoingMessage(data, msg_type=stream_ids[i] if stream_ids else None,
                                       msg_time=format_msg_time(when) if isinstance(when, datetime) else when,
                                       attributes=attrs)
-            partitions = layouts[topic]
-            part = partitions[zlib.crc32(route.encode()) % len(partitions)] if route is not None else None
             try:
-                producer.send_async(topic, message, part, defer=True)
+                producer.send_async(topic, message, key_hash=route_hash(route), defer=True)
             except MessageFormatError as exc:  # too large or empty: nothing of this row was sent
                 raise type(exc)(f"row {rows} of this task (topic {topic!r}, value of {len(data)} bytes) cannot be "
                                 f"sent: {exc}; the {rows} rows before it were sent") from exc
@@ -140,11 +142,17 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
     return rows, sent_bytes
 
 
+def route_hash(route: str | None) -> int | None:
+    """The hash the producer places a row by (``Producer.choose_partition``): rows with equal routes go
+    to the same partition; None (no route) is round-robin."""
+    return zlib.crc32(route.encode()) if route is not None else None
+
+
 BUNDLE_HEADROOM = 1024
 """Bytes of a topic's max message size left for the TubeMQ attributes of a bundle (``msgEnType``, msgType,
 msgTime) when ``bundleMaxBytes`` is unset or larger."""
 
-_BundleKey = tuple[str, int, str | None, str | None, tuple[tuple[str, str], ...]]
+_BundleKey = tuple[str, str, str | None, str | None, tuple[tuple[str, str], ...]]
 """A bundle's key: topic, partition index (-1: the producer picks), streamId, msgTime minute, the row's
 own attributes (sorted): rows that differ in any of them cannot share an InLong group."""
 
@@ -172,17 +180,17 @@ class BundledSend:
         self.compress = options.bundle_compression == "snappy"
         self.bundler: Bundler[_BundleKey, dict[str, str]] = Bundler(max_rows=options.bundle_max_rows,
                                                                     linger_s=options.bundle_linger_ms / 1000)
-        self.layouts: dict[str, tuple[tuple[PartitionRef, ...], int]] = {}  # topic -> (partitions, payload limit)
+        self.limits: dict[str, int] = {}  # topic -> payload limit of a bundle
+        self.key_hashes: dict[_BundleKey, int | None] = {}  # bundle key -> the route hash its bundles are sent by
         self.shared: dict[_BundleKey, dict[str, str]] = {}  # key -> the attributes its records share (checked)
         self.bundles = 0
 
-    def _layout(self, topic: str) -> tuple[tuple[PartitionRef, ...], int]:
-        layout = self.layouts.get(topic)
-        if layout is None:
+    def _limit(self, topic: str) -> int:
+        limit = self.limits.get(topic)
+        if limit is None:
             self.producer.publish([topic])
-            limit = self.producer.max_message_size(topic) - BUNDLE_HEADROOM
-            layout = self.layouts[topic] = (self.producer.partitions(topic), limit)
-        return layout
+            limit = self.limits[topic] = self.producer.max_message_size(topic) - BUNDLE_HEADROOM
+        return limit
 
     def send_all(self, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
         rows = sent_bytes = 0
@@ -208,7 +216,7 @@ class BundledSend:
              user_attributes: list[tuple[str, str]] | None, route: str | None) -> None:
         if not topic:
             raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option)")
-        partitions, limit = self._layout(topic)
+        limit = self._limit(topic)
         minute: str | None = None
         dt: int | None = None
         if isinstance(when, datetime):
@@ -223,8 +231,11 @@ class BundledSend:
         if self.dedup_attribute:
             record_extra[self.dedup_attribute] = f"{self.stamp}-{row}"
             route = route or record_extra[self.dedup_attribute]  # a replayed row lands where the original did
-        index = zlib.crc32(route.encode()) % len(partitions) if route is not None else -1
-        key = (topic, index, stream_id, minute, own)
+        # rows bound for one partition share bundles: group by the partition the route places them on now
+        key_hash = route_hash(route)
+        target = self.producer.choose_partition(topic, key_hash).key if key_hash is not None else ""
+        key = (topic, target, stream_id, minute, own)
+        self.key_hashes.setdefault(key, key_hash)
         shared = self.shared.get(key)
         if shared is None:
             shared = self._shared_attributes(row, dict(own), stream_id)
@@ -251,15 +262,16 @@ class BundledSend:
 
     def _ship(self, bundles: list[Bundle[_BundleKey, dict[str, str]]]) -> None:
         for bundle in bundles:
-            topic, index, stream_id, minute, _own = bundle.key
-            partitions, limit = self.layouts[topic]
+            key = bundle.key
+            topic, _target, stream_id, minute, _own = key
+            limit = self.limits[topic]
             describe = f"row {{}} of this task (topic {topic!r})".format
             for payload, rows in encode_bundle(bundle.records, bundle.rows, compress=self.compress, limit=limit,
                                                describe=describe):
                 message = OutgoingMessage(payload, msg_type=stream_id, msg_time=minute,
                                           attributes=dict(_BUNDLE_ATTRIBUTES))
                 try:
-                    self.producer.send_async(topic, message, partitions[index] if index >= 0 else None, defer=True)
+                    self.producer.send_async(topic, message, key_hash=self.key_hashes[key], defer=True)
                 except MessageFormatError as exc:
                     raise type(exc)(f"the bundle of rows {rows[0]}..{rows[-1]} of this task (topic {topic!r}, "
                                     f"{len(rows)} rows) cannot be sent: {exc}; rows in bundles before it were "

@@ -1,0 +1,127 @@
+"""Configured versus served partitions (the master's web API), and the batch read's check built on it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from tests.doubles.fakebroker import FakeBroker, FakeMaster
+from tests.doubles.fakepeer import closed_port_address
+from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
+from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
+from tubespark.tubemq.client.placement import configured_partitions
+from tubespark.tubemq.errors import AdminApiError
+from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+from tubespark.tubemq.spark.options import TubeMQOptions
+
+TOPIC = "topic_w"
+FAST = {"connectTimeoutMs": "1000", "requestTimeoutMs": "1000", "heartbeatIntervalMs": "50"}
+
+
+@pytest.fixture
+def web() -> Iterator[FakeMasterWeb]:
+    with FakeMasterWeb() as fake:
+        yield fake
+
+
+def test_a_broker_that_does_not_run_keeps_its_partitions_configured(web):
+    web.topics[TOPIC] = [FakeDeploy(1), FakeDeploy(2, running=False), FakeDeploy(3, accept_subscribe=False)]
+    placement = configured_partitions([web.url], [TOPIC, "other_topic"])
+    assert placement.partitions == {TOPIC: {f"{b}:{TOPIC}:{p}" for b in (1, 2, 3) for p in (0, 10000)}}
+    assert placement.is_configured(f"2:{TOPIC}:10000") and not placement.is_configured(f"4:{TOPIC}:0")
+    assert not placement.is_configured(f"1:{TOPIC}:1")  # numPartitions=1: no index 1 in a store
+    assert placement.offline_brokers == {2} and placement.running_brokers == {1, 3}
+    assert placement.unserved() == {2: (f"2:{TOPIC}:0", f"2:{TOPIC}:10000"), 3: (f"3:{TOPIC}:0", f"3:{TOPIC}:10000")}
+    assert placement.describe_broker(2) == ("broker 2 (127.0.0.2:8123): the broker is not running at the master "
+                                            "(down, stopped, stalled or offline)")
+    assert "not open for subscription" in placement.describe_broker(3)
+    listed = [f"1:{TOPIC}:0", f"1:{TOPIC}:10000", f"3:{TOPIC}:0"]
+    assert placement.missing_from(listed) == {2: (f"2:{TOPIC}:0", f"2:{TOPIC}:10000"), 3: (f"3:{TOPIC}:10000",)}
+    assert placement.deployment_of(f"2:{TOPIC}:0").num_stores == 2  # type: ignore[union-attr]
+    assert web.calls[0]["topicName"] == f"other_topic,{TOPIC}"  # one call for every topic
+
+
+def test_a_deleted_deployment_is_not_configured(web):
+    web.topics[TOPIC] = [FakeDeploy(1), FakeDeploy(2, status_id=1, running=False)]  # soft-deleted on broker 2
+    placement = configured_partitions([web.url], [TOPIC])
+    assert placement.partitions[TOPIC] == {f"1:{TOPIC}:0", f"1:{TOPIC}:10000"}
+    assert not placement.is_configured(f"2:{TOPIC}:0")
+    assert placement.missing_from([f"1:{TOPIC}:0", f"1:{TOPIC}:10000"]) == {}
+    assert placement.offline_brokers == frozenset()
+
+
+def test_each_master_is_asked_in_turn(web):
+    web.topics[TOPIC] = [FakeDeploy(1)]
+    closed = f"http://{closed_port_address()}"
+    assert len(configured_partitions([closed, web.url], [TOPIC]).partitions[TOPIC]) == 2
+    with pytest.raises(AdminApiError, match="no master web API answered"):
+        configured_partitions([closed], [TOPIC], timeout_s=1)
+
+
+# --- the batch read on top of it -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(web) -> Iterator[tuple[FakeBroker, FakeBroker, FakeMaster, FakeMasterWeb]]:
+    """Brokers 1 and 2 with the topic; the master has released broker 2 (it went down)."""
+    with FakeBroker(1) as one, FakeBroker(2) as two:
+        for broker in (one, two):
+            broker.add_topic(TOPIC, stores=2)
+            for ref in broker.partitions(TOPIC):
+                broker.append(ref, b"a", b"b", b"c")
+        with FakeMaster(one, others=[two]) as master:
+            master.release(two)
+            web.topics[TOPIC] = [FakeDeploy(1), FakeDeploy(2, running=False)]
+            yield one, two, master, web
+
+
+def _options(master: FakeMaster, **extra: str) -> TubeMQOptions:
+    return TubeMQOptions.from_raw({"master": master.address, "topic": TOPIC, "startingOffsets": "earliest", **FAST,
+                                   **extra}, mode="read")
+
+
+def test_a_batch_read_with_a_broker_down_fails_naming_the_broker_and_its_partitions(cluster):
+    _one, _two, master, web = cluster
+    with pytest.raises(PartitionsUnavailableError) as failed:
+        TubeBatchReader(_options(master, masterWebUrl=web.url)).plan()
+    gone = (f"2:{TOPIC}:0", f"2:{TOPIC}:10000")
+    assert failed.value.unavailable == {2: gone} and failed.value.retriable
+    text = str(failed.value)
+    assert f"batch read of {TOPIC}: 2 of its 4 partitions" in text and "nothing was read" in text
+    assert "broker 2 (127.0.0.2:8123): the broker is not running at the master" in text
+    assert all(key in text for key in gone) and "onUnavailablePartitions=skip" in text
+
+
+def test_skip_reads_the_rest_and_says_what_it_left_out(cluster, caplog):
+    _one, _two, master, web = cluster
+    reader = TubeBatchReader(_options(master, masterWebUrl=web.url, onUnavailablePartitions="skip"))
+    with caplog.at_level(logging.WARNING, logger="tubespark.tubemq.spark.availability"):
+        tasks = reader.plan()
+    assert [(t.ref.key, t.start, t.end) for t in tasks] == [(f"1:{TOPIC}:0", 0, 84), (f"1:{TOPIC}:10000", 0, 84)]
+    assert reader.left_out == {2: (f"2:{TOPIC}:0", f"2:{TOPIC}:10000")}
+    [warning] = [r.getMessage() for r in caplog.records if "LEAVES OUT" in r.getMessage()]
+    assert "LEAVES OUT 2 of its 4 partitions" in warning and f"2:{TOPIC}:0, 2:{TOPIC}:10000" in warning
+
+
+def test_without_the_web_api_the_read_warns_that_it_cannot_check(cluster, caplog, monkeypatch):
+    _one, _two, master, _web = cluster
+    monkeypatch.setattr(TubeMQOptions, "web_urls", lambda self: (f"http://{closed_port_address()}",))
+    with caplog.at_level(logging.WARNING, logger="tubespark.tubemq.spark.availability"):
+        tasks = TubeBatchReader(_options(master)).plan()  # masterWebUrl unset: the default guess does not answer
+    assert {t.ref.broker_id for t in tasks} == {1}
+    assert any("cannot check that every configured partition is served" in r.getMessage() and "masterWebUrl"
+               in r.getMessage() for r in caplog.records)
+    with pytest.raises(AdminApiError, match="no master web API answered"):  # given explicitly: a mistake
+        TubeBatchReader(_options(master, masterWebUrl=f"http://{closed_port_address()}")).plan()
+
+
+def test_a_topic_whose_only_broker_is_down_is_unavailable_and_an_undeployed_one_unknown(cluster):
+    one, _two, master, web = cluster
+    master.release(one)  # nothing of the topic is listed any more
+    with pytest.raises(PartitionsUnavailableError, match="4 of its 4 partitions"):
+        TubeBatchReader(_options(master, masterWebUrl=web.url)).plan()
+    web.topics.clear()  # and the configuration does not know it either: a topic that does not exist
+    with pytest.raises(UnknownTopicError, match="not deployed or was deleted"):
+        TubeBatchReader(_options(master, masterWebUrl=web.url)).plan()

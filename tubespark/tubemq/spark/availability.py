@@ -1,0 +1,76 @@
+"""The partitions a batch read plans: those the master lists now, checked against its configuration.
+
+The master lists only the partitions of brokers that serve (``docs/tubemq/protocol.md``, "Configured and
+served partitions"), so a plan from that list alone silently leaves out every broker that is down. The
+configuration (the master's web API) says what is missing; ``onUnavailablePartitions`` says what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
+from tubespark.tubemq.client.common import CHECK_TOPIC
+from tubespark.tubemq.client.metadata import topic_partitions
+from tubespark.tubemq.client.placement import Placement, configured_partitions
+from tubespark.tubemq.errors import AdminApiError
+from tubespark.tubemq.spark.options import TubeMQOptions
+from tubespark.tubemq.wire.errcodes import ErrCode
+from tubespark.tubemq.wire.formats import PartitionRef
+
+log = logging.getLogger(__name__)
+
+
+def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
+                      ) -> tuple[list[PartitionRef], dict[int, tuple[str, ...]]]:
+    """``(partitions to plan, left out)``: the served partitions of ``topics``, sorted, and broker id -> the
+    configured partitions that broker does not serve now (empty unless ``onUnavailablePartitions=skip``).
+
+    Raises :class:`PartitionsUnavailableError` when some are left out and ``onUnavailablePartitions=fail``,
+    :class:`UnknownTopicError` for a topic with no partition configured at all.
+    """
+    timeout_s = max(5.0, opts.request_timeout_ms / 1000 * 3)
+    layouts = topic_partitions(opts.masters, topics, opts.client_settings(), timeout_s=timeout_s, missing_ok=True)
+    listed = sorted(p for parts in layouts.values() for p in parts)
+    placement = _placement(topics, opts)
+    configured = placement.partitions if placement is not None else {}
+    unlisted = [t for t, parts in layouts.items() if not parts and not configured.get(t)]
+    if unlisted:
+        raise UnknownTopicError(ErrCode.FORBIDDEN, f"topic {', '.join(unlisted)} has no partition on the TubeMQ "
+                                                   f"cluster of master {','.join(opts.masters)}: it is not "
+                                                   f"deployed or was deleted; {CHECK_TOPIC}", broker="TubeMQ")
+    if placement is None:
+        return listed, {}
+    missing = placement.missing_from(p.key for p in listed)
+    if not missing:
+        return listed, {}
+    detail = describe_unavailable(placement, missing)
+    count = sum(len(keys) for keys in missing.values())
+    total = count + len(listed)
+    if opts.on_unavailable_partitions == "fail":
+        raise PartitionsUnavailableError(
+            f"batch read of {', '.join(topics)}: {count} of its {total} partitions are configured on brokers that "
+            f"do not serve them now, so the read would return part of the data; nothing was read. {detail}. Wait "
+            f"until the broker serves again, or set onUnavailablePartitions=skip to read the other partitions and "
+            f"leave these out", missing, {b: placement.describe_broker(b) for b in missing})
+    log.warning("batch read of %s LEAVES OUT %d of its %d partitions (onUnavailablePartitions=skip), configured on "
+                "brokers that do not serve them now: %s", ", ".join(topics), count, total, detail)
+    return listed, missing
+
+
+def describe_unavailable(placement: Placement, missing: dict[int, tuple[str, ...]]) -> str:
+    """``broker 2 (127.0.0.2:8123): <why>: 2:t:0, 2:t:10000; broker 3 ...``"""
+    return "; ".join(f"{placement.describe_broker(b)}: {', '.join(keys)}" for b, keys in missing.items())
+
+
+def _placement(topics: tuple[str, ...], opts: TubeMQOptions) -> Placement | None:
+    """The topics' configuration, or None when no web API answers and ``masterWebUrl`` was not given."""
+    try:
+        return configured_partitions(opts.web_urls(), topics, timeout_s=opts.request_timeout_ms / 1000)
+    except AdminApiError as exc:
+        if opts.master_web_urls:
+            raise  # the address was given: one that does not answer is a mistake to report
+        log.warning("batch read of %s cannot check that every configured partition is served: %s. A broker that is "
+                    "down would be left out without an error; set masterWebUrl to the masters' web API to check",
+                    ", ".join(topics), exc)
+        return None
