@@ -13,10 +13,12 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, wait_until
+from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
 from tubespark.errors import DataLossError, OptionError
 from tubespark.spark.planning import share_by_backlog, split_range
 from tubespark.tubemq.spark import membership
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+from tubespark.tubemq.spark.ledger import PartitionState
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.stream_reader import AssignmentUnavailableError, TubeStreamReader
 from tubespark.tubemq.wire.constants import EventType, Method
@@ -592,3 +594,26 @@ def test_a_topic_that_disappears_from_the_pattern_is_a_vanished_partition(monkey
             assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 840}
     finally:
         reader.stop()
+
+
+def test_a_partition_whose_broker_is_down_is_not_a_vanished_one(make_reader, master, broker, keys):
+    """The master stops listing a down broker's partitions and revokes them from the group, exactly as it
+    would for a deleted partition; its configuration (web API) still holds them: the stream keeps the
+    partition in its offsets and goes on. Removed from the configuration, it is a vanished partition."""
+    with FakeMasterWeb() as web:
+        web.topics[TOPIC] = [FakeDeploy(broker_id=broker.broker_id, partitions=1, stores=2, running=False)]
+        reader = make_reader(masterWebUrl=web.url)
+        end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+        p1 = broker.partitions(TOPIC)[1]
+        master.push_event(EventType.DISCONNECT, [p1])  # the broker's heartbeat timed out at the master ...
+        wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
+        with broker.lock:  # ... which no longer lists its partitions
+            del broker.stores[(TOPIC, p1.partition_id)]
+        end2 = reader.latestOffset(end, ReadAllAvailable())
+        assert partitions_of(end2)[keys[1]] == end[keys[1]]  # kept where the query stands, nothing lost
+        assert reader.ledger.state(keys[1]) is PartitionState.REVOKED
+
+        web.topics[TOPIC] = []  # the topic's deployment deleted from the configuration
+        fresh = make_reader(masterWebUrl=web.url)
+        with pytest.raises(DataLossError, match=f"partition {keys[1]} vanished at offset {end[keys[1]]}"):
+            fresh.latestOffset(end2, ReadAllAvailable())

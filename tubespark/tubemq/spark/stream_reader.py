@@ -44,7 +44,9 @@ from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_tim
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
 from tubespark.spark.stream_engine import StreamEngine, Survey
 from tubespark.tubemq.client.group import HeldPartition
+from tubespark.tubemq.client.placement import configured_partitions
 from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
+from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.spark.by_time import start_at_time
 from tubespark.tubemq.spark.ledger import PartitionLedger, PartitionState
 from tubespark.tubemq.spark.membership import GroupMembership
@@ -224,8 +226,17 @@ class TubeStreamReader(StreamEngine):
         survey.bounds[key] = Bounds(None, fresh.max_offset)
 
     def _partition_exists(self, key: str) -> bool:
-        """Whether the master still lists ``key`` in its topic (a revoked partition may have been deleted)."""
+        """Whether the master's configuration still holds ``key``. A broker that is down, stopped or whose
+        heartbeat timed out drops out of the master's RPC views exactly like a deleted partition; only the
+        configuration (its web API, docs/tubemq/protocol.md "Configured and served partitions") tells a down
+        broker from a deleted topic. Without a web API, the RPC view decides, as before."""
         topic = PartitionRef.parse_key(key)[1]
+        try:
+            return configured_partitions(self.options.web_urls(), [topic],
+                                         timeout_s=self.options.request_timeout_ms / 1000).is_configured(key)
+        except AdminApiError as exc:
+            log.info("no master web API answered (%s): whether %s still exists is judged from the partitions the "
+                     "master serves, which leave out a broker that is down", exc, key)
         try:
             layout = self.member.layout([topic])
         except UnknownTopicError:
