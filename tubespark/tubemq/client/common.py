@@ -13,6 +13,7 @@ import ssl
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from google.protobuf.message import Message
 
@@ -111,7 +112,20 @@ CHECK_TOPIC = ("check the `topic` option, or deploy the topic on the cluster fir
 _CREDENTIALS_HINT = "authentication refused: see the auth.user / auth.password options and docs/tubemq/auth.md"
 
 
-def check(response: Message, context: str) -> Message:
+class Answer(Protocol):
+    """What :func:`check` reads of a response: every TubeMQ response message has these two fields."""
+
+    @property
+    def success(self) -> bool: ...
+
+    @property
+    def errCode(self) -> int: ...  # noqa: N802 - protobuf's names
+
+
+A = TypeVar("A", bound=Answer)
+
+
+def check(response: A, context: str) -> A:
     """Raise the typed TubeMQ error for ``success=false`` (or a non-200 errCode) responses."""
     if not response.success or response.errCode not in (0, ErrCode.SUCCESS):
         if response.errCode == ErrCode.CERTIFICATE_FAILURE:
