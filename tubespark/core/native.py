@@ -10,6 +10,7 @@ does for aiokafka. Which path runs is said in one executor log line per process 
 
 from __future__ import annotations
 
+import logging
 import os
 
 NO_EXTENSIONS_ENV = "TUBESPARK_NO_EXTENSIONS"
@@ -27,3 +28,14 @@ def describe(module: object | None, why_not: str) -> str:
     if module is not None:
         return f"{COMPILED} ({getattr(module, '__file__', module)})"
     return f"{PURE_PYTHON} ({why_not})"
+
+
+_announced: set[str] = set()
+_log = logging.getLogger("tubespark.hotpath")
+
+
+def announce(what: str, path: str) -> None:
+    """Log which path ``what`` uses, once per process (an executor's Python worker): one INFO line."""
+    if what not in _announced:
+        _announced.add(what)
+        _log.info("tubespark %s: %s", what, path)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.native import announce
 from tubespark.errors import CodecError, DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.spark.dedupe import ReplayFilter
@@ -29,6 +30,7 @@ from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
+from tubespark.tubemq.wire.fetch import HOT_PATH
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
 
@@ -140,6 +142,7 @@ def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBa
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
+    announce("TubeMQ fetch decoding", HOT_PATH)
     if options.inlongmsg:
         yield from _read_bundles(task, options)
         return
