@@ -14,6 +14,13 @@ Read cases (each reads the same backlog of N messages of one size; rows/s = N / 
   Data Source API into ``noop``: what no Python source can beat.
 * ``kafka_batch``      - Spark's built-in Kafka source (``spark-sql-kafka-0-10`` 4.2.0) reading the same
   N x size from a local Kafka 4.3.1 broker with the same partition count, into ``noop``.
+* ``kafka_batch_tuned`` - the same with ``kafka.fetch.max.wait.ms=10`` (the default 500 ms is waited at the
+  end of every partition: a fixed cost that hides the per-row cost of short reads).
+* ``tubespark_batch_pure`` - ``tubespark_batch`` with the compiled hot path switched off for its reads
+  (``bench/purepython_source.py``): the pure-Python twin, alternating with the compiled one.
+
+Every run also records CPU seconds per role (Spark JVM, Python workers, the broker read from or written
+to; ``bench/cpu.py``) and the microseconds of CPU per row they make.
 
 * ``tubespark_batch_bundled`` - ``tubespark_batch`` with ``payloadFormat=inlongmsg`` of a topic holding the
   same N rows of one size packed into InLong bundles (written once by the bundled sink, default bundle
@@ -43,6 +50,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from bench.cpu import CpuMeter, per_row
 from bench.java import TubeBench
 from bench.memory import RssSampler
 
@@ -76,6 +84,7 @@ class Case:
     cores: int                     # Spark executor cores of the session the case ran in
     uses_spark: bool               # False for the Java client: its figures are per process, not per core
     run: Callable[[], Run]
+    broker: str | None = None      # whose CPU counts as "the broker" of this case: "tubemq", "kafka"
     runs: list[Run] = field(default_factory=list)
     warmups: list[Run] = field(default_factory=list)
     error: str | None = None
@@ -96,27 +105,34 @@ class Env:
     kafka_bootstrap: str | None
     work_dir: Path
     partitions: int
+    cpu: CpuMeter | None = None
 
 
-def alternate(cases: list[Case], *, repeats: int, warmup: int) -> None:
+def alternate(cases: list[Case], *, repeats: int, warmup: int, cpu: CpuMeter | None = None) -> None:
     """Run ``warmup`` unmeasured rounds, then ``repeats`` measured rounds of A, B, C, ... in turn.
 
-    A case that fails is recorded (``error``) and left out of later rounds; the others go on.
+    A case that fails is recorded (``error``) and left out of later rounds; the others go on. With ``cpu``
+    each run records CPU seconds per role and CPU microseconds per row (``Run.extra``).
     """
     for round_no in range(warmup + repeats):
         for case in cases:
             if case.error:
                 continue
+            before = cpu.snapshot() if cpu else None
             try:
                 run = case.run()
             except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others' figures
                 case.error = f"{type(exc).__name__}: {str(exc)[:2000]}"
                 log.warning("case %s (%d B, cores=%s) failed: %s", case.name, case.size, case.cores, case.error)
                 continue
+            if cpu and before:
+                used = CpuMeter.delta(before, cpu.snapshot())
+                run.extra.update(cpu_s=used, **per_row(used, run.rows, case.broker))
             measured = round_no >= warmup
             (case.runs if measured else case.warmups).append(run)
-            log.info("%s %-18s %5d B cores=%-4s %9.0f rows/s  %.2f s", "run " if measured else "warm",
-                     case.name, case.size, case.cores, run.rows_per_s, run.seconds)
+            log.info("%s %-20s %5d B cores=%-4s %9.0f rows/s  %.2f s  Spark-side %s us/row", "run " if measured
+                     else "warm", case.name, case.size, case.cores, run.rows_per_s, run.seconds,
+                     run.extra.get("spark_side_us_per_row", "-"))
 
 
 def _timed(action: Callable[[], Any]) -> float:
@@ -143,6 +159,11 @@ def source_frame(spark: SparkSession, rows: int, size: int, partitions: int) -> 
 
 def tubespark_batch(env: Env, topic: str, rows: int, size: int) -> Run:
     return Run(_timed(lambda: _noop(_tubemq(env, topic).load())), rows, rows * size)
+
+
+def tubespark_batch_pure(env: Env, topic: str, rows: int, size: int) -> Run:
+    frame = env.spark.read.format("tubemq_purepython").option("master", env.tubemq_master).option("topic", topic)
+    return Run(_timed(lambda: _noop(frame.load())), rows, rows * size)
 
 
 def tubespark_stream(env: Env, topic: str, rows: int, size: int, *, max_offsets: int | None = None) -> Run:
@@ -189,10 +210,12 @@ def tubespark_batch_bundled(env: Env, topic: str, rows: int, size: int) -> Run:
     return Run(_timed(lambda: _noop(frame)), rows, rows * size)
 
 
-def kafka_batch(env: Env, topic: str, rows: int, size: int) -> Run:
-    frame = (env.spark.read.format("kafka").option("kafka.bootstrap.servers", env.kafka_bootstrap)
-             .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest")
-             .load())
+def kafka_batch(env: Env, topic: str, rows: int, size: int, *, fetch_max_wait_ms: int | None = None) -> Run:
+    reader = (env.spark.read.format("kafka").option("kafka.bootstrap.servers", env.kafka_bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest"))
+    if fetch_max_wait_ms is not None:
+        reader = reader.option("kafka.fetch.max.wait.ms", str(fetch_max_wait_ms))
+    frame = reader.load()
     return Run(_timed(lambda: _noop(frame)), rows, rows * size)
 
 

@@ -16,8 +16,9 @@ one text. ``tests/unit/tubemq/test_fetch_twins.py`` runs both over the same inpu
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import ModuleType
 
@@ -189,6 +190,19 @@ def parse_fetch_reply(data: bytes) -> FetchReply:
             return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data)
     proto = parse_message(bpb.GetMessageResponseB2C, data)
     return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, proto=proto)
+
+
+@contextlib.contextmanager
+def pure_python() -> Iterator[None]:
+    """Decode with the pure-Python twin inside the block (the whole process: every thread). For the
+    differential tests and the benchmark, which compare both twins in one process; users switch with
+    ``TUBESPARK_NO_EXTENSIONS=1``."""
+    global _native  # noqa: PLW0603 - the one switch the twins share
+    saved, _native = _native, None
+    try:
+        yield
+    finally:
+        _native = saved
 
 
 def hot_path_module() -> ModuleType | None:
