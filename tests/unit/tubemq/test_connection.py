@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.doubles.fakepeer import FakePeer, Link, closed_port_address, free_ports
 from tubespark.errors import (
     BadTokenError,
     BrokerConnectionError,
@@ -26,8 +27,6 @@ from tubespark.tubemq.wire.constants import Method, ServiceType
 from tubespark.tubemq.wire.envelope import DecodedRequest, parse_message
 from tubespark.tubemq.wire.frame import encode_frame
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
-
-from tests.doubles.fakepeer import FakePeer, Link, closed_port_address, free_ports
 
 STANDBY = "org.apache.inlong.tubemq.corerpc.exception.StandbyException"
 CLOSE = Method.PRODUCER_CLOSE
