@@ -34,7 +34,7 @@ class _PurePythonReader(DataSourceReader):
         return self.inner.partitions()
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        from tubespark.tubemq.wire.fetch import pure_python
+        from tubespark.tubemq.wire.twin import pure_python
 
         with pure_python():
             yield from self.inner.read(partition)

@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # `python bench/run.py`: make `bench` importable
 from bench import cases as C
 from bench.cpu import CpuMeter, jvm_flags, spark_jvm_pid
 from bench.profiles import MESSAGE_SIZES, MIN_RUN_S, PROFILES, Profile, scaled
-from tubespark.tubemq.wire.fetch import HOT_PATH
+from tubespark.tubemq.wire.twin import HOT_PATH
 
 log = logging.getLogger("bench")
 

@@ -35,7 +35,7 @@ def expected_hot_path() -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from tubespark.tubemq.wire.fetch import HOT_PATH
+    from tubespark.tubemq.wire.twin import HOT_PATH
 
     return f"tubespark hot path: {HOT_PATH}"
 
@@ -45,7 +45,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     the path it is meant to test. The build makes the extension optional (no compiler, no twin), so a
     failed build would otherwise pass CI silently on the pure-Python path. Locally (a worktree without
     ``setup.py build_ext --inplace``) the pure-Python path is fine."""
-    from tubespark.tubemq.wire.fetch import HOT_PATH
+    from tubespark.tubemq.wire.twin import HOT_PATH
 
     if running_in_ci() and not HOT_PATH.startswith(expected_hot_path()):
         pytest.exit(f"CI: the tests must run on the {expected_hot_path()} hot path, but this process uses "

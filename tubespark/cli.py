@@ -47,9 +47,9 @@ def plugin(name: str, argv: list[str]) -> int:
 def version_text() -> str:
     """``tubespark --version``: the release and which hot path each decoder uses in this installation."""
     from tubespark import __version__
-    from tubespark.tubemq.wire.fetch import HOT_PATH
+    from tubespark.tubemq.wire.twin import HOT_PATH
 
-    return f"tubespark {__version__}\nTubeMQ fetch decoding: {HOT_PATH}"
+    return f"tubespark {__version__}\nTubeMQ wire hot path (fetch decoding, sends): {HOT_PATH}"
 
 
 class _Version(argparse.Action):

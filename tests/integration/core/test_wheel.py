@@ -112,13 +112,13 @@ def test_the_wheel_uses_its_compiled_hot_path(wheel_venv: Venv) -> None:
     ``TUBESPARK_NO_EXTENSIONS=1`` switches the same installation to pure Python."""
     prefix = str(wheel_venv.python.parent.parent)
     said = wheel_venv.run("-m", "tubespark", "--version").stdout
-    assert f"TubeMQ fetch decoding: compiled ({prefix}" in said, said
+    assert f"TubeMQ wire hot path (fetch decoding, sends): compiled ({prefix}" in said, said
     wheel_venv.env["TUBESPARK_NO_EXTENSIONS"] = "1"
     try:
         said = wheel_venv.run("-m", "tubespark", "--version").stdout
     finally:
         del wheel_venv.env["TUBESPARK_NO_EXTENSIONS"]
-    assert "TubeMQ fetch decoding: pure-python (TUBESPARK_NO_EXTENSIONS is set)" in said, said
+    assert "TubeMQ wire hot path (fetch decoding, sends): pure-python (TUBESPARK_NO_EXTENSIONS is set)" in said, said
 
 
 def test_demo_runs_from_the_wheels(wheel_venv: Venv) -> None:

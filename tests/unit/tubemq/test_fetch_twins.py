@@ -26,18 +26,18 @@ from tests.unit.core.test_fuzz_decoders import FUZZ, INNER_MESSAGE_SEEDS, PAYLOA
 from tubespark.core.native import COMPILED, PURE_PYTHON, extensions_disabled
 from tubespark.errors import ChecksumMismatchError, MessageFormatError, ProtobufDecodeError, TubeSparkError
 from tubespark.tubemq.spark.schema import arrow_schema, to_record_batch
-from tubespark.tubemq.wire import fetch
+from tubespark.tubemq.wire import fetch, twin
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
 CAPTURED = Path(__file__).parent / "captured"
-NATIVE = fetch.hot_path_module()
+NATIVE = twin.loaded()
 
 # ------------------------------------------------------------------------------------------- the twins
 
 
 def _pure(data: bytes, start: int, step: int, verify: bool) -> tuple:
-    with fetch.pure_python():
+    with twin.pure_python():
         reply = fetch.parse_fetch_reply(data)
         return _header(reply), reply.columns(start, verify=verify, step=step)
 
@@ -158,10 +158,10 @@ def test_this_process_runs_the_path_it_was_asked_for() -> None:
     """aiokafka's check: with the switch off, the compiled twin is not even loaded; CI (tests/conftest.py)
     also refuses a compiled run without the module."""
     if extensions_disabled():
-        assert NATIVE is None and fetch.HOT_PATH.startswith(PURE_PYTHON)
+        assert NATIVE is None and twin.HOT_PATH.startswith(PURE_PYTHON)
         assert isinstance(_compiled(SHAPES["one producer"], 0, 28, True)[1], fetch.MessageColumns)
     else:
-        assert fetch.HOT_PATH.startswith(COMPILED if NATIVE is not None else PURE_PYTHON)
+        assert twin.HOT_PATH.startswith(COMPILED if NATIVE is not None else PURE_PYTHON)
 
 
 def test_captured_fetches_exist() -> None:
@@ -201,7 +201,7 @@ def test_the_compiled_twin_takes_the_fast_lane_on_valid_input() -> None:
     """No silent fallback: every captured fetch and every shape is decoded by the compiled code itself
     (only run where the module is loaded: the pure-Python run has nothing to check here)."""
     if NATIVE is None:
-        assert fetch.HOT_PATH.startswith(PURE_PYTHON)
+        assert twin.HOT_PATH.startswith(PURE_PYTHON)
         return
     for data in [*captured(), *SHAPES.values()]:
         assert NATIVE.scan_fetch(data) is not None

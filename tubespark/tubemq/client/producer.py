@@ -39,12 +39,12 @@ from tubespark.tubemq.client.common import (
     new_client_id,
 )
 from tubespark.tubemq.net.connection import wait
-from tubespark.tubemq.wire.constants import Method, ServiceType
+from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import BrokerInfo, PartitionRef, TopicLayout
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
-from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+from tubespark.tubemq.wire.send import SendRequest, parse_send_answer
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class SendResult:
 class _InFlight:
     """A queued message, encoded once, and its current send; ``future`` is None after a failed send."""
 
-    request: bpb.SendMessageRequestP2B
+    request: SendRequest
     partition: PartitionRef
     future: Future[SendResult] | None
 
@@ -288,7 +288,7 @@ class Producer:
         return call_with_retry(attempt, RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0),
                                what=f"send to {record.partition.key}")
 
-    def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> bpb.SendMessageRequestP2B:
+    def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> SendRequest:
         """Encode ``message`` once (payload, flag, CRC) into the request every (re-)send reuses.
 
         Refuses an empty or oversized message before anything is sent.
@@ -301,18 +301,10 @@ class Producer:
         if len(payload) > limit:
             raise MessageTooLargeError(f"message of {len(payload)} bytes exceeds topic {topic!r}'s maximum of "
                                        f"{limit} bytes")
-        request = bpb.SendMessageRequestP2B(clientId=self.client_id, topicName=topic,
-                                            partitionId=part.partition_id, data=payload, flag=flag,
-                                            checkSum=checksum(payload), sentAddr=self._sent_addr)
-        if message.msg_type:
-            request.msgType = message.msg_type
-        if message.msg_time:
-            request.msgTime = message.msg_time
-        return request
+        return SendRequest(self.client_id, topic, part.partition_id, payload, flag, checksum(payload), self._sent_addr,
+                           message.msg_type or "", message.msg_time or "")
 
-    def _transmit(self, request: bpb.SendMessageRequestP2B, part: PartitionRef, *,
-                  defer: bool = False) -> Future[SendResult]:
-        self.settings.add_broker_auth(request, self._visit_token)
+    def _transmit(self, request: SendRequest, part: PartitionRef, *, defer: bool = False) -> Future[SendResult]:
         address = part.broker.address
         result: Future[SendResult] = Future()
         slot = self._slot(address)
@@ -326,9 +318,9 @@ class Producer:
                                                      f"within {self.settings.call_timeout_s}s"))
             return result
         try:
-            inner = self._pool.get(address).call_async(Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
-                                                         request, bpb.SendMessageResponseB2P,
-                                                         self.settings.call_timeout_s, defer=defer)
+            envelope = request.envelope(max(1, int(self.settings.call_timeout_s * 1000)),
+                                        self.settings.broker_auth(self._visit_token))
+            inner = self._pool.get(address).call_encoded_async(envelope, parse_send_answer, defer=defer)
             if defer:
                 with self._lock:
                     self._deferred.add(address)

@@ -74,7 +74,12 @@ class Connection:
         """:meth:`call_async` with the response message's bytes handed to ``parse`` (on the reader thread)
         instead of a protobuf class: a wire decoder of its own, e.g. the fetch's compiled one."""
         payload = encode_request(method, service_type, request, max(1, int(timeout_s * 1000)))
-        return self._framed.call_async(payload, functools.partial(_response_decoder, parse), defer=defer)
+        return self.call_encoded_async(payload, parse, defer=defer)
+
+    def call_encoded_async(self, envelope: bytes, parse: Callable[[bytes], T], *, defer: bool = False) -> Future[T]:
+        """Send a request whose envelope the caller encoded (the SendMessage twins: ``wire/send.py``); its
+        timeout is the one inside the envelope."""
+        return self._framed.call_async(envelope, functools.partial(_response_decoder, parse), defer=defer)
 
     def send_deferred(self) -> None:
         """Write the deferred requests now."""

@@ -30,9 +30,9 @@ from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
-from tubespark.tubemq.wire.fetch import HOT_PATH
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
+from tubespark.tubemq.wire.twin import HOT_PATH
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBa
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
-    announce("TubeMQ fetch decoding", HOT_PATH)
+    announce("TubeMQ wire hot path", HOT_PATH)
     if options.inlongmsg:
         yield from _read_bundles(task, options)
         return

@@ -2,11 +2,11 @@
 
 The pure-Python twin parses the answer with protobuf and decodes its messages with
 :func:`~tubespark.tubemq.wire.message.decode_columns` into :class:`MessageColumns` (lists). The compiled
-twin (``_native.c``, selected at import, off with ``TUBESPARK_NO_EXTENSIONS=1``, see
-:mod:`tubespark.core.native`) walks the same bytes once and gives :class:`PackedColumns`: flat buffers
-Arrow takes without copying (value offsets and bytes, message ids, offsets) plus each distinct attribute
-text of the fetch once, which this module decodes with the same Python functions as the other twin (a
-producer's messages share one text, so that is a handful per fetch).
+twin (``_native.c``, selected at import by :mod:`~tubespark.tubemq.wire.twin`) walks the same bytes once
+and gives :class:`PackedColumns`: flat buffers Arrow takes without copying (value offsets and bytes,
+message ids, offsets) plus each distinct attribute text of the fetch once, which this module decodes
+with the same Python functions as the other twin (a producer's messages share one text, so that is a
+handful per fetch).
 
 One behaviour, two speeds: whenever the compiled code is not sure (garbage, an unusual encoding, a
 checksum mismatch, a bad attribute prefix, attributes that are not UTF-8) it answers None and the
@@ -16,13 +16,11 @@ one text. ``tests/unit/tubemq/test_fetch_twins.py`` runs both over the same inpu
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from types import ModuleType
 
-from tubespark.core.native import describe, extensions_disabled
+from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE
 from tubespark.tubemq.wire.envelope import parse_message
 from tubespark.tubemq.wire.message import (
@@ -34,20 +32,6 @@ from tubespark.tubemq.wire.message import (
 )
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
-
-def _load() -> tuple[ModuleType | None, str]:
-    if extensions_disabled():
-        return None, "TUBESPARK_NO_EXTENSIONS is set"
-    try:
-        from tubespark.tubemq.wire import _native
-    except ImportError as exc:  # no wheel for this platform, by-value shipping, a --py-files zip
-        return None, f"no compiled module: {exc}"
-    return _native, ""
-
-
-_native, _WHY_NOT = _load()
-HOT_PATH = describe(_native, _WHY_NOT)
-"""Which twin decodes fetches in this process: ``compiled (<file>)`` or ``pure-python (<why>)``."""
 
 @dataclass(frozen=True)
 class PackedColumns:
@@ -134,9 +118,10 @@ def _decode_texts(texts: list[bytes]) -> tuple[list[Mapping[str, str]], list[str
 
 def decode_packed(data: bytes, start: int, *, verify: bool = True, step: int = 0) -> PackedColumns | None:
     """The compiled twin on a GetMessageResponseB2C's bytes; None when it is absent or not sure."""
-    if _native is None:
+    compiled = twin.native()
+    if compiled is None:
         return None
-    packed = _native.decode_fetch(data, start, step, verify)
+    packed = compiled.decode_fetch(data, start, step, verify)
     if packed is None:
         return None
     count, ids, offsets, value_offsets, values, index, texts = packed
@@ -183,30 +168,11 @@ class FetchReply:
 
 def parse_fetch_reply(data: bytes) -> FetchReply:
     """GetMessageResponseB2C bytes -> :class:`FetchReply`; ProtobufDecodeError for garbage (parse_message's)."""
-    if _native is not None:
-        header = _native.scan_fetch(data)
+    compiled = twin.native()
+    if compiled is not None:
+        header = compiled.scan_fetch(data)
         if header is not None:
             success, err_code, err_msg, curr_offset, max_offset, _count = header
             return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data)
     proto = parse_message(bpb.GetMessageResponseB2C, data)
     return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, proto=proto)
-
-
-@contextlib.contextmanager
-def pure_python() -> Iterator[None]:
-    """Decode with the pure-Python twin inside the block (the whole process: every thread). For the
-    differential tests and the benchmark, which compare both twins in one process; users switch with
-    ``TUBESPARK_NO_EXTENSIONS=1``."""
-    global _native  # noqa: PLW0603 - the one switch the twins share
-    saved, _native = _native, None
-    try:
-        yield
-    finally:
-        _native = saved
-
-
-def hot_path_module() -> ModuleType | None:
-    """The compiled module in use, or None (for tests and ``tubespark --version``)."""
-    return _native
-
-
