@@ -27,6 +27,7 @@ RATIOS: tuple[tuple[str, str], ...] = (
     ("ceiling", "kafka_batch"),
     ("tubespark_sink", "java_produce"),
     ("tubespark_sink", "kafka_sink"),
+    ("tubespark_sink", "tubespark_sink_pure"),
 )
 
 

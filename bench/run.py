@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 READ_CASES = ("tubespark_batch", "tubespark_batch_pure", "tubespark_batch_bundled", "tubespark_stream",
               "java_consume", "ceiling", "kafka_batch", "kafka_batch_tuned")
-WRITE_CASES = ("tubespark_sink", "tubespark_sink_bundled", "kafka_sink", "java_produce")
+WRITE_CASES = ("tubespark_sink", "tubespark_sink_pure", "tubespark_sink_bundled", "kafka_sink", "java_produce")
 EXTRA_CASES = ("latency", "memory")
 ALL_CASES = READ_CASES + WRITE_CASES + EXTRA_CASES
 MEMORY_SIZE = 1024
@@ -270,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                    "write_rows": profile.write_rows, "ceiling_factor": profile.ceiling_factor,
                    "min_run_s": MIN_RUN_S, "alternation": "A,B,C,A,B,C,... per (size, cores) group"},
         "commit": _commit(),
-        "hot_path": {"tubespark_batch": HOT_PATH, "tubespark_batch_pure": "pure-python (bench switch, "
-                                                                          "bench/purepython_source.py)"},
+        "hot_path": {"tubespark_batch": HOT_PATH, "tubespark_sink": HOT_PATH,
+                     "tubespark_batch_pure": "pure-python (bench switch, bench/purepython_source.py)",
+                     "tubespark_sink_pure": "pure-python (bench switch, bench/purepython_source.py)"},
         "host": {"cpus": os.cpu_count(), "cpu_model": _cpu_model(),
                  "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                  "protobuf_backend": _protobuf_backend(),
@@ -375,6 +376,7 @@ def _broker_of(system: str) -> str | None:
 def _write_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, rows: int, size: int) -> list[C.Case]:
     makers: dict[str, tuple[str, bool, Callable[[], C.Run]]] = {
         "tubespark_sink": ("tubespark", True, lambda: C.tubespark_sink(env, topic, rows, size)),
+        "tubespark_sink_pure": ("tubespark", True, lambda: C.tubespark_sink_pure(env, topic, rows, size)),
         "tubespark_sink_bundled": ("tubespark", True, lambda: C.tubespark_sink_bundled(env, topic, rows, size)),
         "kafka_sink": ("kafka", True, lambda: C.kafka_sink(env, topic, rows, size)),
         "java_produce": ("java", False, lambda: C.java_produce(env, topic, rows, size)),
