@@ -11,8 +11,8 @@ import pytest
 
 from tests.doubles.fakebroker import FakeBroker
 from tubespark.core import native
-from tubespark.tubemq.spark.batch_reader import QueueRange, read_range  # where batch reads get them (the
-# executor module's name may change; the batch reader always hands tasks to it)
+# imported from where batch reads get them: the executor module's name may change, the batch reader hands it tasks
+from tubespark.tubemq.spark.batch_reader import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.message import OutgoingMessage
