@@ -1,6 +1,9 @@
 """What a user sees of the hot path on an executor: the same Arrow batches from both twins, and one INFO line
 per process naming the twin that decoded them (``tubespark --version`` says the same: tests/integration/core/
-test_wheel.py)."""
+test_wheel.py).
+
+``QueueRange`` and ``read_range`` are imported from where batch reads get them: the executor module's name may
+change, the batch reader always hands it tasks."""
 
 from __future__ import annotations
 
@@ -11,7 +14,6 @@ import pytest
 
 from tests.doubles.fakebroker import FakeBroker
 from tubespark.core import native
-# imported from where batch reads get them: the executor module's name may change, the batch reader hands it tasks
 from tubespark.tubemq.spark.batch_reader import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire import twin
