@@ -236,3 +236,14 @@ def test_fuzz_answers_decode_alike(data: bytes, verify: bool) -> None:
 @given(st.lists(st.tuples(byte_inputs(PAYLOAD_SEEDS), st.sampled_from((0, 1, 3, -1)), st.booleans()), max_size=5))
 def test_fuzz_message_lists_decode_alike(messages: list[tuple[bytes, int, bool]]) -> None:
     assert_same(answer(*(raw(k, p, flag, None if good else 7) for k, (p, flag, good) in enumerate(messages))))
+
+
+def test_a_count_that_is_not_the_answers_is_not_trusted() -> None:
+    """The reader thread's scan hands its message count to the decoder; a wrong one must not cut or overrun."""
+    data = SHAPES["several texts"]
+    if NATIVE is None:
+        assert fetch.decode_packed(data, 0, step=28, count=40) is None
+        return
+    assert len(fetch.decode_packed(data, 0, step=28, count=40)) == 40
+    for wrong in (0, 1, 39, 41, 10**6):
+        assert fetch.decode_packed(data, 0, step=28, count=wrong) is None

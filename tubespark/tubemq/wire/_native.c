@@ -386,13 +386,14 @@ static uint32_t be32(const unsigned char *p) {
 }
 
 PyDoc_STRVAR(decode_fetch_doc,
-"decode_fetch(data, start, step, verify) -> tuple | None\n\n"
+"decode_fetch(data, start, step, verify[, count]) -> tuple | None\n\n"
 "The messages of a GetMessageResponseB2C as flat little-endian buffers:\n"
 "(count, message_ids int64[n], offsets int64[n], value_offsets int32[n+1], values, text_index int32[n],\n"
 "texts). Row k's offset is start + step*k (-1 for every row when step is 0); text_index[k] is 0 for a\n"
 "message without attribute prefix, else 1 + the position in ``texts`` (each distinct attribute text\n"
 "once, as bytes). None when the pure-Python decoder must decide: a structure it is not sure of, a\n"
-"checksum mismatch (with verify), a bad attribute length.");
+"checksum mismatch (with verify), a bad attribute length. ``count``: what scan_fetch said of the same\n"
+"bytes, which spares checking their structure twice.");
 
 static PyObject *decode_fetch(PyObject *self, PyObject *args) {
     Py_buffer buf;
@@ -404,9 +405,12 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
     TextTable table;
     int table_ok = 0;
 
-    if (!PyArg_ParseTuple(args, "y*LLp", &buf, &start, &step, &verify)) return NULL;
-    if (!read_header(buf.buf, buf.len, &h)) goto fallback;
-    Py_ssize_t n = h.count;
+    Py_ssize_t n = -1;
+    if (!PyArg_ParseTuple(args, "y*LLp|n", &buf, &start, &step, &verify, &n)) return NULL;
+    if (n < 0) { /* not scanned yet (scan_fetch gives the count of the same bytes): check the structure */
+        if (!read_header(buf.buf, buf.len, &h)) goto fallback;
+        n = h.count;
+    }
     ids = PyBytes_FromStringAndSize(NULL, n * 8);
     offsets = PyBytes_FromStringAndSize(NULL, n * 8);
     value_offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
@@ -424,6 +428,9 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
     int32_t *index_out = (int32_t *)PyBytes_AS_STRING(index);
     Py_ssize_t written = 0, k = 0;
     Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
+    const unsigned char *last_text = NULL; /* one producer's messages share a text: compare before hashing */
+    Py_ssize_t last_len = -1;
+    int32_t last_index = 0;
     vo_out[0] = 0;
     while (c.p < c.end) {
         uint32_t field = 0, wt = 0;
@@ -445,10 +452,17 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
             if (m.payload_len < 4) goto fallback;
             uint32_t attr_len = be32(m.payload);
             if (attr_len > 0x7FFFFFFFu || (Py_ssize_t)attr_len > m.payload_len - 4) goto fallback;
-            text_index = table_index(&table, m.payload + 4, (Py_ssize_t)attr_len);
-            if (text_index < 0) {
-                PyErr_NoMemory();
-                goto error;
+            if ((Py_ssize_t)attr_len == last_len && memcmp(last_text, m.payload + 4, attr_len) == 0) {
+                text_index = last_index;
+            } else {
+                text_index = table_index(&table, m.payload + 4, (Py_ssize_t)attr_len);
+                if (text_index < 0) {
+                    PyErr_NoMemory();
+                    goto error;
+                }
+                last_text = m.payload + 4;
+                last_len = (Py_ssize_t)attr_len;
+                last_index = text_index;
             }
             body = m.payload + 4 + attr_len;
             body_len = m.payload_len - 4 - (Py_ssize_t)attr_len;
@@ -461,6 +475,7 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
         k++;
         vo_out[k] = (int32_t)written;
     }
+    if (k != n) goto fallback; /* a count that is not this answer's */
     if (_PyBytes_Resize(&values, written) < 0) goto error;
     texts = PyList_New(table.count);
     if (!texts) goto error;

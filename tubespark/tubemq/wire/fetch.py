@@ -116,12 +116,14 @@ def _decode_texts(texts: list[bytes]) -> tuple[list[Mapping[str, str]], list[str
     return attributes, msg_types, msg_times
 
 
-def decode_packed(data: bytes, start: int, *, verify: bool = True, step: int = 0) -> PackedColumns | None:
-    """The compiled twin on a GetMessageResponseB2C's bytes; None when it is absent or not sure."""
+def decode_packed(data: bytes, start: int, *, verify: bool = True, step: int = 0,
+                  count: int = -1) -> PackedColumns | None:
+    """The compiled twin on a GetMessageResponseB2C's bytes; None when it is absent or not sure. ``count``:
+    the messages the compiled :func:`parse_fetch_reply` counted in the same bytes (-1: not scanned)."""
     compiled = twin.native()
     if compiled is None:
         return None
-    packed = compiled.decode_fetch(data, start, step, verify)
+    packed = compiled.decode_fetch(data, start, step, verify, count)
     if packed is None:
         return None
     count, ids, offsets, value_offsets, values, index, texts = packed
@@ -140,13 +142,14 @@ class FetchReply:
     """
 
     def __init__(self, success: bool, err_code: int, err_msg: str, curr_offset: int, max_offset: int, *,
-                 data: bytes | None = None, proto: bpb.GetMessageResponseB2C | None = None) -> None:
+                 data: bytes | None = None, count: int = -1, proto: bpb.GetMessageResponseB2C | None = None) -> None:
         self.success = success
         self.errCode = err_code
         self.errMsg = err_msg
         self.currOffset = curr_offset
         self.maxOffset = max_offset
         self._data = data
+        self._count = count  # messages in data, as the compiled scan counted them (-1: not scanned)
         self._proto = proto
 
     @property
@@ -160,7 +163,7 @@ class FetchReply:
     def columns(self, start: int, *, verify: bool = True, step: int = 0) -> Columns:
         """The messages as columns, row ``k`` at offset ``start + step*k``; errors are decode_columns'."""
         if self._data is not None:
-            packed = decode_packed(self._data, start, verify=verify, step=step)
+            packed = decode_packed(self._data, start, verify=verify, step=step, count=self._count)
             if packed is not None:
                 return packed
         return decode_columns(self.messages, start, verify=verify, step=step)
@@ -172,7 +175,7 @@ def parse_fetch_reply(data: bytes) -> FetchReply:
     if compiled is not None:
         header = compiled.scan_fetch(data)
         if header is not None:
-            success, err_code, err_msg, curr_offset, max_offset, _count = header
-            return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data)
+            success, err_code, err_msg, curr_offset, max_offset, count = header
+            return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data, count=count)
     proto = parse_message(bpb.GetMessageResponseB2C, data)
     return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, proto=proto)
