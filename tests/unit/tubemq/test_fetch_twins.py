@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core.test_fuzz_decoders import FUZZ, INNER_MESSAGE_SEEDS, PAYLOAD_SEEDS, byte_inputs, survives
@@ -222,8 +223,13 @@ def test_packed_columns_behave_like_message_columns() -> None:
 
 # ---------------------------------------------------------------------------------------- fuzz corpus
 
+TWINS_FUZZ = settings(FUZZ, deadline=timedelta(milliseconds=500))
+"""FUZZ's inputs and example count; each example runs both twins (and four Arrow batches, and the memory
+tracing of ``survives``), so its deadline is five times the 100 ms one decoder gets."""
 
-@FUZZ
+
+
+@TWINS_FUZZ
 @given(byte_inputs([*INNER_MESSAGE_SEEDS[:1], SHAPES["several texts"], SHAPES["mixed prefix"],
                     SHAPES["unknown fields"], *(d for d, _ in ERRORS.values())]),
        st.booleans())
@@ -232,7 +238,7 @@ def test_fuzz_answers_decode_alike(data: bytes, verify: bool) -> None:
     assert_same(data, verify=verify)
 
 
-@FUZZ
+@TWINS_FUZZ
 @given(st.lists(st.tuples(byte_inputs(PAYLOAD_SEEDS), st.sampled_from((0, 1, 3, -1)), st.booleans()), max_size=5))
 def test_fuzz_message_lists_decode_alike(messages: list[tuple[bytes, int, bool]]) -> None:
     assert_same(answer(*(raw(k, p, flag, None if good else 7) for k, (p, flag, good) in enumerate(messages))))

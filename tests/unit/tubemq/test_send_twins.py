@@ -8,9 +8,10 @@ same typed error, for real answers, every error case and the fuzz corpus of test
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core.test_fuzz_decoders import ENVELOPE_RESPONSE_SEEDS, FUZZ, byte_inputs, survives
@@ -22,6 +23,9 @@ from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.send import SendRequest, parse_send_answer
 
 NATIVE = twin.loaded()
+TWINS_FUZZ = settings(FUZZ, deadline=timedelta(milliseconds=500))
+"""FUZZ's inputs and example count; each example runs both twins (and the memory tracing of ``survives``), so
+its deadline is five times the 100 ms one decoder gets."""
 CLIENT = "producer_10.0.0.1-4242-1700000000000-1-tubespark-0.1.0"
 
 
@@ -125,7 +129,7 @@ def test_response_envelopes_decode_alike(index: int) -> None:
         assert issubclass(compiled[1], RpcError)
 
 
-@FUZZ
+@TWINS_FUZZ
 @given(byte_inputs([*ENVELOPE_RESPONSE_SEEDS, *ENVELOPES]))
 def test_fuzz_response_envelopes_decode_alike(data: bytes) -> None:
     survives(lambda: decode_response(data), len(data))
@@ -133,7 +137,7 @@ def test_fuzz_response_envelopes_decode_alike(data: bytes) -> None:
     assert compiled == pure
 
 
-@FUZZ
+@TWINS_FUZZ
 @given(byte_inputs([a.SerializeToString() for a in ANSWERS.values()] + list(BAD_ANSWERS.values())))
 def test_fuzz_answers_parse_alike(data: bytes) -> None:
     survives(lambda: parse_send_answer(data), len(data))
@@ -141,7 +145,7 @@ def test_fuzz_answers_parse_alike(data: bytes) -> None:
     assert compiled == pure
 
 
-@FUZZ
+@TWINS_FUZZ
 @given(st.text(max_size=40), st.text(max_size=70), st.integers(-(2**31), 2**31 - 1), st.binary(max_size=300),
        st.integers(-(2**31), 2**31 - 1), st.text(max_size=12), st.text(max_size=12),
        st.one_of(st.none(), st.tuples(st.integers(-(2**63), 2**63 - 1), st.text(max_size=30))))
