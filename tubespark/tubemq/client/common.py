@@ -117,12 +117,18 @@ class ClientSettings(ConnectionSettings):
         if self.credentials is not None:
             request.authInfo.CopyFrom(self.credentials.master_cert())
 
-    def add_broker_auth(self, request: BrokerRequest, visit_token: int) -> None:
-        """Set a broker request's ``authInfo``: the master's visit token and, with credentials, a signed token."""
+    def broker_auth(self, visit_token: int) -> tuple[int, str] | None:
+        """A broker request's ``authInfo`` as (visit token, signed token): the master's visit token and, with
+        credentials, a signed token; None when the request carries none."""
         if self.credentials is None and not visit_token:
-            return
-        token = self.credentials.broker_token() if self.credentials else ""
-        request.authInfo.CopyFrom(bpb.AuthorizedInfo(visitAuthorizedToken=visit_token, authAuthorizedToken=token))
+            return None
+        return visit_token, self.credentials.broker_token() if self.credentials else ""
+
+    def add_broker_auth(self, request: BrokerRequest, visit_token: int) -> None:
+        """Set a broker request's ``authInfo`` (see :meth:`broker_auth`)."""
+        auth = self.broker_auth(visit_token)
+        if auth is not None:
+            request.authInfo.CopyFrom(bpb.AuthorizedInfo(visitAuthorizedToken=auth[0], authAuthorizedToken=auth[1]))
 
 
 def during_election(exc: BaseException) -> bool:

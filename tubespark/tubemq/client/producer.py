@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
 from tubespark.errors import (
@@ -47,12 +47,12 @@ from tubespark.tubemq.client.common import (
 )
 from tubespark.tubemq.errors import NoMasterAvailableError, NotRegisteredError
 from tubespark.tubemq.net.connection import wait
-from tubespark.tubemq.wire.constants import Method, ServiceType
+from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import BrokerInfo, PartitionRef, TopicLayout
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
-from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+from tubespark.tubemq.wire.send import SendAnswer, SendRequest, parse_send_answer
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class _InFlight:
     another broker's partition; otherwise the caller named it and it stays.
     """
 
-    request: bpb.SendMessageRequestP2B
+    request: SendRequest
     partition: PartitionRef
     future: Future[SendResult] | None
     placed: bool = False
@@ -354,8 +354,8 @@ class Producer:
         def attempt() -> SendResult:
             if record.future is None:
                 if record.placed:
-                    record.partition = self.choose_partition(record.request.topicName, record.key_hash)
-                    record.request.partitionId = record.partition.partition_id
+                    record.partition = self.choose_partition(record.request.topic, record.key_hash)
+                    record.request = replace(record.request, partition_id=record.partition.partition_id)
                 record.future = self._transmit(record.request, record.partition)
             part = record.partition
             try:
@@ -375,7 +375,7 @@ class Producer:
         return call_with_retry(attempt, RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0),
                                what=f"send to {record.partition.key}")
 
-    def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> bpb.SendMessageRequestP2B:
+    def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> SendRequest:
         """Encode ``message`` once (payload, flag, CRC) into the request every (re-)send reuses.
 
         Refuses an empty or oversized message before anything is sent.
@@ -388,18 +388,10 @@ class Producer:
         if len(payload) > limit:
             raise MessageTooLargeError(f"message of {len(payload)} bytes exceeds topic {topic!r}'s maximum of "
                                        f"{limit} bytes")
-        request = bpb.SendMessageRequestP2B(clientId=self.client_id, topicName=topic,
-                                            partitionId=part.partition_id, data=payload, flag=flag,
-                                            checkSum=checksum(payload), sentAddr=self._sent_addr)
-        if message.msg_type:
-            request.msgType = message.msg_type
-        if message.msg_time:
-            request.msgTime = message.msg_time
-        return request
+        return SendRequest(self.client_id, topic, part.partition_id, payload, flag, checksum(payload), self._sent_addr,
+                           message.msg_type or "", message.msg_time or "")
 
-    def _transmit(self, request: bpb.SendMessageRequestP2B, part: PartitionRef, *,
-                  defer: bool = False) -> Future[SendResult]:
-        self.settings.add_broker_auth(request, self._visit_token)
+    def _transmit(self, request: SendRequest, part: PartitionRef, *, defer: bool = False) -> Future[SendResult]:
         address = part.broker.address
         result: Future[SendResult] = Future()
         slot = self._slot(address)
@@ -413,9 +405,9 @@ class Producer:
                                                      f"within {self.settings.request_timeout_s}s"))
             return result
         try:
-            inner = self._pool.get(address).call_async(Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
-                                                         request, bpb.SendMessageResponseB2P,
-                                                         self.settings.request_timeout_s, defer=defer)
+            envelope = request.envelope(max(1, int(self.settings.request_timeout_s * 1000)),
+                                        self.settings.broker_auth(self._visit_token))
+            inner = self._pool.get(address).call_encoded_async(envelope, parse_send_answer, defer=defer)
             if defer:
                 with self._lock:
                     self._deferred.add(address)
@@ -424,7 +416,7 @@ class Producer:
             result.set_exception(exc)
             return result
 
-        def done(fut: Future[bpb.SendMessageResponseB2P]) -> None:
+        def done(fut: Future[SendAnswer]) -> None:
             slot.release()
             try:
                 response = check(fut.result(), f"send to {part.key}")

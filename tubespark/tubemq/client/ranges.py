@@ -39,8 +39,9 @@ from tubespark.errors import DataLossError, NoDataError, RangeReadError, TubeSpa
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
 from tubespark.tubemq.errors import PartitionOccupiedError
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
+from tubespark.tubemq.wire.fetch import Columns
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import MessageColumns, ReceivedMessage
+from tubespark.tubemq.wire.message import ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class _Cursor:
     end: int
     next_offset: int
     pending: Fetch | None = None
-    decoded: MessageColumns | None = None
+    decoded: Columns | None = None
     open: bool = False
     done: bool = False
     yielded: int = 0
@@ -149,7 +150,7 @@ class RangeReader:
         for columns in self.read_columns(part, start, end):
             yield columns.messages()
 
-    def read_columns(self, part: PartitionRef, start: int, end: int) -> Iterator[MessageColumns]:
+    def read_columns(self, part: PartitionRef, start: int, end: int) -> Iterator[Columns]:
         """Like :meth:`read_batches`, each fetch's messages as columns (the Spark read's fast path).
 
         Each step to the next batch is retried on retriable faults for ``retry_s``, resuming at the end
@@ -169,7 +170,7 @@ class RangeReader:
         finally:
             _release(self.broker, part, self.read_group)
 
-    def _next_batch(self, cursor: _Cursor) -> MessageColumns | None:
+    def _next_batch(self, cursor: _Cursor) -> Columns | None:
         """The next batch (``None`` at the end), retrying faults; RangeReadError once they persist."""
         started = time.monotonic()
         try:
@@ -188,7 +189,7 @@ class RangeReader:
                                  partition=part.key, start=cursor.start, end=cursor.end, reached=cursor.next_offset,
                                  messages=cursor.yielded, tries=cursor.faults) from exc
 
-    def _step(self, cursor: _Cursor) -> MessageColumns | None:
+    def _step(self, cursor: _Cursor) -> Columns | None:
         """One try at the next batch. A failure forgets the registration and the unyielded batch, so the
         next try registers again at ``cursor.next_offset``: the end of what was yielded."""
         try:
@@ -219,7 +220,7 @@ class RangeReader:
                                 f"{position}; the partition was truncated or recreated")
         cursor.open, cursor.pending, cursor.decoded = True, None, None
 
-    def _advance(self, cursor: _Cursor) -> MessageColumns | None:
+    def _advance(self, cursor: _Cursor) -> Columns | None:
         if cursor.done:
             return None
         if not cursor.open:
@@ -271,7 +272,7 @@ class RangeReader:
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 
-    def _emit(self, cursor: _Cursor, batch_end: int) -> MessageColumns:
+    def _emit(self, cursor: _Cursor, batch_end: int) -> Columns:
         """Cut the pending batch at ``batch_end``/``end``; from now on the read resumes at ``batch_end``."""
         assert cursor.pending is not None
         messages = cursor.decoded if cursor.decoded is not None else cursor.pending.columns(self.verify_checksums)
@@ -290,8 +291,8 @@ class RangeReader:
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 
-    def _cut(self, part: PartitionRef, batch: Fetch, messages: MessageColumns, batch_end: int,
-             end: int) -> MessageColumns:
+    def _cut(self, part: PartitionRef, batch: Fetch, messages: Columns, batch_end: int,
+             end: int) -> Columns:
         """The ``messages`` of ``batch`` (which spans ``[batch.start, batch_end)``) that lie below ``end``."""
         if batch_end <= end:
             return messages

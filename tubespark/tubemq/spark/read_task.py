@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.native import announce
 from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.spark.dedupe import ReplayFilter
@@ -33,6 +34,7 @@ from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
+from tubespark.tubemq.wire.twin import HOT_PATH
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,7 @@ def read_range(task: InputPartition, options: TubeMQOptions) -> Iterator[pa.Reco
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
+    announce("TubeMQ wire hot path", HOT_PATH)
     if options.inlongmsg:
         yield from _read_bundles(task, options)
         return
