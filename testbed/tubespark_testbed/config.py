@@ -25,15 +25,33 @@ BROKER_TLS_PORT = 8124
 MASTER_TLS_PORT = 8716
 
 
+MAX_BROKERS = 16
+"""Brokers one local cluster runs at most (each on its own loopback address, see :func:`broker_host`)."""
+
+
+def broker_host(index: int) -> str:
+    """The loopback address of the cluster's broker number ``index`` (0 is the first): ``127.0.0.<index+1>``.
+
+    One address per broker because the 2.4.0 master keys broker records by IP: a second record with the
+    same ``brokerIp`` is refused (``Duplicated broker configure record, query by brokerIp : 127.0.0.1``).
+    Linux routes all of 127.0.0.0/8 to the loopback interface, so these need no set-up.
+    """
+    if not 0 <= index < MAX_BROKERS:
+        raise ClusterError(f"a local cluster runs 1-{MAX_BROKERS} brokers, asked for broker #{index + 1}")
+    return f"127.0.0.{index + 1}"
+
+
 @dataclass(frozen=True)
 class ClusterPorts:
     """Every TCP port one cluster listens on, all picked free at start so clusters can coexist.
 
+    ``broker``/``broker_web``/``broker_prom`` are the first broker's; ``extra_brokers`` holds
+    ``(rpc, web, prometheus)`` of each further one (``brokers``), like ``extra_masters`` for masters.
     ``broker_tls``: the master stores it in the broker record and refuses a broker that registers with
     a different one. Without TLS nothing opens it, and the 2.4.0 broker ignores ``[tlsSetting]
     tlsPort`` and always reports the built-in 8124, so that is what the master record must say; nothing
-    binds it, so clusters do not collide on it. A TLS cluster (``pick(tls=True)``) gets free ports for
-    it and for ``master_tls``, the master's TLS port (``docs/tubemq/tls.md``).
+    binds it, so clusters (and brokers) do not collide on it. A TLS cluster (``pick(tls=True)``) gets free
+    ports for it and for ``master_tls``, the master's TLS port (``docs/tubemq/tls.md``).
     ``master_prom``/``broker_prom``: 2.4.0 master and broker both start their Prometheus HTTP server
     even with ``promEnable=false`` (then always on 9081; the second process only logs "Address already in
     use"), so we enable it on free ports rather than have every cluster fight over 9081.
@@ -49,27 +67,47 @@ class ClusterPorts:
     broker_tls: int = BROKER_TLS_PORT
     extra_masters: tuple[tuple[int, int, int], ...] = ()
     master_tls: int = MASTER_TLS_PORT
+    extra_brokers: tuple[tuple[int, int, int], ...] = ()
 
     @classmethod
-    def pick(cls, masters: int = 1, *, tls: bool = False) -> ClusterPorts:
-        """Free ports for ZooKeeper, ``masters`` masters (RPC, web, Prometheus each) and one broker.
+    def pick(cls, masters: int = 1, *, tls: bool = False, brokers: int = 1) -> ClusterPorts:
+        """Free ports for ZooKeeper, ``masters`` masters and ``brokers`` brokers (RPC, web, Prometheus each).
 
-        ``tls``: also free TLS ports for the master and the broker (one master only).
+        ``tls``: also free TLS ports for the master and the broker (one master and one broker only).
         """
         if masters < 1:
             raise ClusterError(f"a cluster needs at least one master, got masters={masters}")
-        if tls and masters > 1:
-            raise ClusterError("the testbed runs TLS with one master only")
-        ports = free_ports(7 + 3 * (masters - 1) + (2 if tls else 0))
+        if not 1 <= brokers <= MAX_BROKERS:
+            raise ClusterError(f"a local cluster runs 1-{MAX_BROKERS} brokers, got brokers={brokers}")
+        if tls and (masters > 1 or brokers > 1):
+            raise ClusterError("the testbed runs TLS with one master and one broker only")
+        ports = free_ports(7 + 3 * (masters - 1) + 3 * (brokers - 1) + (2 if tls else 0))
+        zk, master, master_web, master_prom, broker, broker_web, broker_prom = ports[:7]
         if tls:
-            return cls(*ports[:7], broker_tls=ports[7], master_tls=ports[8])  # type: ignore[arg-type]
-        extra = tuple(tuple(ports[i : i + 3]) for i in range(7, len(ports), 3))
-        return cls(*ports[:7], extra_masters=extra)  # type: ignore[arg-type]
+            return cls(zk, master, master_web, master_prom, broker, broker_web, broker_prom, broker_tls=ports[7],
+                       master_tls=ports[8])
+        triples = [(ports[i], ports[i + 1], ports[i + 2]) for i in range(7, len(ports), 3)]
+        return cls(zk, master, master_web, master_prom, broker, broker_web, broker_prom,
+                   extra_masters=tuple(triples[: masters - 1]), extra_brokers=tuple(triples[masters - 1 :]))
+
+    def with_another_broker(self) -> ClusterPorts:
+        """These ports plus free ones for one more broker (:meth:`LocalCluster.add_broker`)."""
+        if len(self.brokers) >= MAX_BROKERS:
+            raise ClusterError(f"a local cluster runs at most {MAX_BROKERS} brokers")
+        if self.broker_tls != BROKER_TLS_PORT:
+            raise ClusterError("the testbed runs TLS with one broker only")
+        rpc, web, prom = free_ports(3)
+        return replace(self, extra_brokers=(*self.extra_brokers, (rpc, web, prom)))
 
     @property
     def masters(self) -> list[tuple[int, int, int]]:
         """``(rpc, web, prometheus)`` of every master, the first one first."""
         return [(self.master, self.master_web, self.master_prom), *self.extra_masters]
+
+    @property
+    def brokers(self) -> list[tuple[int, int, int]]:
+        """``(rpc, web, prometheus)`` of every broker, the first one first."""
+        return [(self.broker, self.broker_web, self.broker_prom), *self.extra_brokers]
 
 
 @dataclass(frozen=True)
@@ -267,6 +305,16 @@ class ClusterFiles:
     master_inis: tuple[Path, ...] = ()
     master_keystore: Path | None = None  # each TLS server reads its own copy of the key store
     broker_keystore: Path | None = None
+    broker_inis: tuple[Path, ...] = ()
+
+
+def broker_name(index: int) -> str:
+    """Process name of the broker number ``index`` (0 is the first): ``broker``, ``broker-2``, ``broker-3`` ..."""
+    return "broker" if index == 0 else f"broker-{index + 1}"
+
+
+def broker_ini_path(work_dir: Path, index: int) -> Path:
+    return work_dir / "conf" / f"{broker_name(index)}.ini"
 
 
 def _render(template: Path, target: Path, values: dict[str, object]) -> None:
@@ -278,50 +326,77 @@ def _render(template: Path, target: Path, values: dict[str, object]) -> None:
 
 
 def render_cluster_files(work_dir: Path, ports: ClusterPorts, settings: ClusterSettings) -> ClusterFiles:
-    """Write configs, data dirs and web templates for one cluster under ``work_dir``."""
+    """Write configs, data dirs and web templates for one cluster (every broker in ``ports``) under ``work_dir``."""
     src = conf_dir()
+    broker_inis = tuple(broker_ini_path(work_dir, i) for i in range(len(ports.brokers)))
     files = ClusterFiles(
         work_dir=work_dir,
         log_dir=work_dir / "logs",
         zoo_cfg=work_dir / "conf" / "zoo.cfg",
         master_ini=work_dir / "conf" / "master.ini",
-        broker_ini=work_dir / "conf" / "broker.ini",
+        broker_ini=broker_inis[0],
         log4j2_xml=work_dir / "conf" / "log4j2.xml",
         web_dir=work_dir / "web",
         master_inis=tuple(work_dir / "conf" / ("master.ini" if i == 0 else f"master-{i + 1}.ini")
                           for i in range(len(ports.masters))),
         master_keystore=work_dir / "conf" / "master-keystore.jks" if settings.tls else None,
         broker_keystore=work_dir / "conf" / "broker-keystore.jks" if settings.tls else None,
+        broker_inis=broker_inis,
     )
-    for d in (files.log_dir, files.zoo_cfg.parent, work_dir / "zk", work_dir / "broker-data"):
+    for d in (files.log_dir, files.zoo_cfg.parent, work_dir / "zk"):
         d.mkdir(parents=True, exist_ok=True)
     if settings.tls_keystore is not None:
         for copy in (files.master_keystore, files.broker_keystore):
             assert copy is not None
             shutil.copyfile(settings.tls_keystore, copy)
-    values: dict[str, object] = {
-        **{f"{k}_port": v for k, v in asdict(ports).items()},
-        # booleans as the servers' ini parsers spell them
-        **{k: str(v).lower() if isinstance(v, bool) else v for k, v in asdict(settings).items()},
-        "web_resource_path": files.web_dir,
-        "zk_data_dir": work_dir / "zk",
-        "data_path": work_dir / "broker-data",
-        "master_address_list": ",".join(f"127.0.0.1:{rpc}" for rpc, _web, _prom in ports.masters),
-        # [tlsSetting]: with tlsEnable=false the servers read no other key of the section
-        "tls_enable": str(settings.tls).lower(),
-        "tls_two_way": str(settings.tls_truststore is not None).lower(),
-        "master_keystore": files.master_keystore or "",
-        "broker_keystore": files.broker_keystore or "",
-        "tls_truststore": settings.tls_truststore or "",
-    }
+    values = _values(work_dir, ports, settings, files)
     _render(src / "zoo.cfg", files.zoo_cfg, values)
     for path, (rpc, web, prom) in zip(files.master_inis, ports.masters, strict=True):
         _render(src / "master.ini", path, {**values, "master_port": rpc, "master_web_port": web,
                                            "master_prom_port": prom})
-    _render(src / "broker.ini", files.broker_ini, values)
+    for index in range(len(ports.brokers)):
+        render_broker_ini(work_dir, ports, settings, index)
     shutil.copyfile(src / "log4j2.xml", files.log4j2_xml)
     write_web_resources(files.web_dir)
     return files
+
+
+def render_broker_ini(work_dir: Path, ports: ClusterPorts, settings: ClusterSettings, index: int) -> Path:
+    """Write the ini (and create the data dir) of broker number ``index``: its own id, address, ports and data.
+
+    Broker ids count up from ``settings.broker_id``; the first broker keeps the historical names
+    (``broker.ini``, ``broker-data``), the others are ``broker-2.ini``, ``broker-2-data`` ...
+    """
+    rpc, web, prom = ports.brokers[index]
+    data = work_dir / ("broker-data" if index == 0 else f"{broker_name(index)}-data")
+    data.mkdir(parents=True, exist_ok=True)
+    path = broker_ini_path(work_dir, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = {**_values(work_dir, ports, settings, None), "broker_port": rpc, "broker_web_port": web,
+              "broker_prom_port": prom, "broker_id": settings.broker_id + index, "broker_host": broker_host(index),
+              "data_path": data}
+    _render(conf_dir() / "broker.ini", path, values)
+    return path
+
+
+def _values(work_dir: Path, ports: ClusterPorts, settings: ClusterSettings,
+            files: ClusterFiles | None) -> dict[str, object]:
+    """The placeholders every template shares (a broker's own ones are set by :func:`render_broker_ini`)."""
+    tls = settings.tls
+    return {
+        **{f"{k}_port": v for k, v in asdict(ports).items() if isinstance(v, int)},
+        # booleans as the servers' ini parsers spell them
+        **{k: str(v).lower() if isinstance(v, bool) else v for k, v in asdict(settings).items()},
+        "web_resource_path": work_dir / "web",
+        "zk_data_dir": work_dir / "zk",
+        "master_address_list": ",".join(f"127.0.0.1:{rpc}" for rpc, _web, _prom in ports.masters),
+        # [tlsSetting]: with tlsEnable=false the servers read no other key of the section
+        "tls_enable": str(tls).lower(),
+        "tls_two_way": str(settings.tls_truststore is not None).lower(),
+        "master_keystore": work_dir / "conf" / "master-keystore.jks" if tls else "",
+        "broker_keystore": work_dir / "conf" / "broker-keystore.jks" if tls else "",
+        "tls_truststore": settings.tls_truststore or "",
+    }
 
 
 def write_web_resources(web_dir: Path) -> None:

@@ -1,4 +1,4 @@
-"""A real single-node TubeMQ cluster (ZooKeeper + master + broker) on 127.0.0.1, for tests and demos.
+"""A real local TubeMQ cluster (ZooKeeper + master(s) + one or more brokers) on loopback, for tests and demos.
 
 Start-up follows the order the server forces on us: the broker exits after five failed registrations
 200 ms apart unless the master already has an *online* configuration record for its exact ip/ports, so
@@ -21,7 +21,8 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,7 +30,17 @@ from typing import Any
 from tubespark.tubemq.client.admin import BrokerAdmin, MasterAdmin
 from tubespark.tubemq.errors import AdminApiError
 from tubespark_testbed import artifacts
-from tubespark_testbed.config import ClusterFiles, ClusterPorts, ClusterSettings, render_cluster_files
+from tubespark_testbed.config import (
+    MAX_BROKERS,
+    ClusterFiles,
+    ClusterPorts,
+    ClusterSettings,
+    broker_host,
+    broker_ini_path,
+    broker_name,
+    render_broker_ini,
+    render_cluster_files,
+)
 from tubespark_testbed.errors import ClusterError
 from tubespark_testbed.procs import JavaProcess, wait_until
 
@@ -116,22 +127,61 @@ def find_java() -> str:
     return found
 
 
+@dataclass(frozen=True)
+class BrokerNode:
+    """One broker of a :class:`LocalCluster`: process name, broker id, loopback address and ports."""
+
+    name: str
+    broker_id: int
+    host: str
+    port: int
+    web_port: int
+    prom_port: int
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of its RPC port, as the master lists it to clients."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def web_url(self) -> str:
+        return f"http://{self.host}:{self.web_port}"
+
+
+def process_kind(name: str) -> str:
+    """``zookeeper``, ``master`` or ``broker``: what the process called ``name`` (``broker-2``...) runs."""
+    return name.split("-", 1)[0]
+
+
+OUTAGES = ("kill", "terminate", "pause")
+"""How :meth:`LocalCluster.outage` takes a process down: crash (SIGKILL), graceful stop (SIGTERM), stall (SIGSTOP)."""
+
+
 class LocalCluster:
-    """ZooKeeper + one TubeMQ master (or a group of ``masters``) + one broker as child JVMs on 127.0.0.1.
+    """ZooKeeper + one TubeMQ master (or a group of ``masters``) + ``brokers`` brokers as child JVMs on loopback.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. The work dir (configs, logs, data)
     is a fresh temp dir removed on stop unless ``keep`` (or ``TUBESPARK_KEEP_CLUSTER=1``).
 
     ``topics``: names, ``"name:partitions:stores"`` strings or ``(name, partitions, stores)`` tuples
-    deployed before the broker starts. :meth:`start` then returns once they are publishable and
-    subscribable (~35-40 s warm), whereas each later :meth:`create_topics` round costs another
-    ~32-38 s. Without ``topics`` it returns as soon as the broker is registered and online (~8 s).
+    deployed on every broker before the brokers start. :meth:`start` then returns once they are
+    publishable and subscribable (~35-40 s warm), whereas each later :meth:`create_topics` round costs
+    another ~32-38 s. Without ``topics`` it returns as soon as the brokers are registered and online (~8 s).
+
+    ``brokers`` > 1 runs that many brokers, each on its own loopback address (``127.0.0.1``,
+    ``127.0.0.2`` ...: the master keys broker records by IP, see :func:`~tubespark_testbed.config.broker_host`)
+    with its own id (counting up from ``ClusterSettings.broker_id``), ports and data dir; they are named
+    ``broker``, ``broker-2``, ``broker-3`` ... Every topic is deployed on all of them unless
+    :meth:`create_topics` is told otherwise. :meth:`kill`, :meth:`terminate`, :meth:`pause`/:meth:`resume`,
+    :meth:`start_again`, :meth:`restart` and :meth:`outage` take one process by name (a broker also by its
+    id); :meth:`add_broker` grows the cluster. The single-broker accessors (``broker_address``,
+    ``broker_id``, ``broker_web_url``, :meth:`broker_admin`) mean the first broker.
 
     ``masters`` > 1 starts a master group: the masters share the ZooKeeper meta-data store and elect
     the active one through an ephemeral ZooKeeper node; the others are standbys, which refuse clients
     (``StandbyException``) and redirect admin calls (on one host, to themselves: see ``_STANDBY_TEXTS``). The
     first, named ``master``, is started alone and wins; the others (``master-2``, ``master-3``) join as
-    standbys. :attr:`master_address` lists them all, which is what clients and the broker fail over
+    standbys. :attr:`master_address` lists them all, which is what clients and the brokers fail over
     across; :meth:`master_admin` follows the active one. Killing the active master hands the role to a
     standby once its ZooKeeper session expires (``ClusterSettings.zk_session_timeout_ms``).
     """
@@ -145,15 +195,21 @@ class LocalCluster:
         java: str | None = None,
         topics: Iterable[str | tuple[str, int, int]] = (),
         masters: int = 1,
+        brokers: int = 1,
         broker_jvm: str = "testbed",
     ) -> None:
         if not 1 <= masters <= 5:
             raise ClusterError(f"masters must be 1-5, got {masters}")
+        if not 1 <= brokers <= MAX_BROKERS:
+            raise ClusterError(f"brokers must be 1-{MAX_BROKERS}, got {brokers}")
         if broker_jvm not in ("testbed", "default"):
             raise ClusterError(f"broker_jvm must be 'testbed' or 'default', got {broker_jvm!r}")
         self.broker_jvm = broker_jvm
         self.settings = settings or ClusterSettings()
+        if self.settings.tls and brokers > 1:
+            raise ClusterError("the testbed runs TLS with one broker only")
         self.masters = masters
+        self.initial_brokers = brokers
         self.initial_topics = [parse_topic_spec(t) for t in topics]
         self._requested_work_dir = Path(work_dir) if work_dir is not None else None
         self.keep = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
@@ -163,9 +219,10 @@ class LocalCluster:
         self.work_dir: Path | None = None
         self._owns_work_dir = False
         self._procs: list[JavaProcess] = []
+        self._down: set[str] = set()  # processes taken down on purpose: not watched while waiting
         self._master_admins: dict[str, MasterAdmin] = {}
         self._active_master: str | None = None
-        self._broker_admin: BrokerAdmin | None = None
+        self._launch: tuple[str, str] | None = None  # (java, classpath) for processes started later
         self._started = False
 
     # --- addresses ---------------------------------------------------------------------------------
@@ -202,12 +259,47 @@ class LocalCluster:
         """Web API base URL of the master the last admin call reached (the active one), else the first."""
         return self._master_web_url(self._active_master or "master")
 
+    @property
+    def master_web_urls(self) -> list[str]:
+        """Web API base URL of every master, the first master first (what ``masterWebUrl`` takes)."""
+        return [self._master_web_url(name) for name in self.master_names]
+
     def _master_web_url(self, name: str) -> str:
         return f"http://{HOST}:{self._master_ports(name)[1]}"
 
     @property
+    def brokers(self) -> list[BrokerNode]:
+        """Every broker of the cluster, the first one first (including those taken down)."""
+        base = self.settings.broker_id
+        return [BrokerNode(broker_name(i), base + i, broker_host(i), rpc, web, prom)
+                for i, (rpc, web, prom) in enumerate(self._need_ports().brokers)]
+
+    @property
+    def broker_names(self) -> list[str]:
+        """Process names of the brokers: ``broker``, then ``broker-2``, ``broker-3`` ..."""
+        return [broker_name(i) for i in range(len(self.ports.brokers) if self.ports else self.initial_brokers)]
+
+    def broker(self, which: str | int) -> BrokerNode:
+        """The broker named ``which`` (``broker``, ``broker-2`` ...) or with broker id ``which``."""
+        for node in self.brokers:
+            if which in (node.name, node.broker_id):
+                return node
+        raise ClusterError(f"no broker {which!r} in this cluster (have: "
+                           f"{', '.join(f'{b.name} (id {b.broker_id})' for b in self.brokers)})")
+
+    def _name(self, which: str | int) -> str:
+        """A process name; a broker id stands for its broker."""
+        return self.broker(which).name if isinstance(which, int) else which
+
+    @property
     def broker_address(self) -> str:
-        return f"{HOST}:{self._need_ports().broker}"
+        """``host:port`` of the first broker."""
+        return self.brokers[0].address
+
+    @property
+    def broker_addresses(self) -> list[str]:
+        """``host:port`` of every broker, the first one first."""
+        return [b.address for b in self.brokers]
 
     @property
     def master_tls_address(self) -> str:
@@ -239,11 +331,18 @@ class LocalCluster:
 
     @property
     def broker_web_url(self) -> str:
-        return f"http://{HOST}:{self._need_ports().broker_web}"
+        """Web API base URL of the first broker."""
+        return self.brokers[0].web_url
 
     @property
     def broker_id(self) -> int:
+        """Broker id of the first broker."""
         return self.settings.broker_id
+
+    @property
+    def broker_ids(self) -> list[int]:
+        """Broker ids of every broker, the first one first."""
+        return [b.broker_id for b in self.brokers]
 
     @property
     def zk_address(self) -> str:
@@ -251,7 +350,7 @@ class LocalCluster:
 
     @property
     def pids(self) -> list[int]:
-        """Pids of the JVMs still running (ZooKeeper, masters, broker order)."""
+        """Pids of the JVMs still running (ZooKeeper, masters, brokers order)."""
         return [p.pid for p in self._procs if p.alive() and p.pid is not None]
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -266,7 +365,7 @@ class LocalCluster:
         self.stop()
 
     def start(self) -> LocalCluster:
-        """Bring the cluster up and return once the broker is registered, online and idle."""
+        """Bring the cluster up and return once every broker is registered, online and idle."""
         if self._started:
             raise ClusterError("cluster already started")
         self._started = True
@@ -280,7 +379,7 @@ class LocalCluster:
         return self
 
     def _start(self) -> None:
-        lib = artifacts.ensure_artifacts()
+        artifacts.ensure_artifacts()
         java = self.java or find_java()
         if self._requested_work_dir is not None:
             self.work_dir = self._requested_work_dir.resolve()
@@ -288,16 +387,14 @@ class LocalCluster:
         else:
             self.work_dir = Path(tempfile.mkdtemp(prefix="tubespark-cluster-"))
             self._owns_work_dir = True
-        self.ports = ClusterPorts.pick(self.masters, tls=self.settings.tls)
+        self.ports = ClusterPorts.pick(self.masters, tls=self.settings.tls, brokers=self.initial_brokers)
         self.files = render_cluster_files(self.work_dir, self.ports, self.settings)
         self._master_admins = {name: MasterAdmin(self._master_web_url(name), self.settings.auth_token)
                                for name in self.master_names}
-        self._broker_admin = BrokerAdmin(self.broker_web_url)
-        classpath = artifacts.classpath([self.files.zoo_cfg.parent])
-        del lib
+        self._launch = (java, artifacts.classpath([self.files.zoo_cfg.parent]))
 
         t0 = time.monotonic()
-        zk = self._spawn(java, classpath, "zookeeper", ZK_MAIN, [str(self.files.zoo_cfg)])
+        zk = self._spawn("zookeeper", ZK_MAIN, [str(self.files.zoo_cfg)])
         wait_until(
             "ZooKeeper to serve requests",
             lambda: _zk_ok(self.ports.zk),  # type: ignore[union-attr]
@@ -307,21 +404,23 @@ class LocalCluster:
         )
 
         log.info("ZooKeeper up on %s after %.1fs", self.zk_address, time.monotonic() - t0)
-        master = self._spawn(
-            java, classpath, "master", MASTER_MAIN, ["-f", str(self.files.master_ini)]
-        )
+        master = self._spawn("master", MASTER_MAIN, ["-f", str(self.files.master_ini)])
         self._active_master = "master"
+        first, *others = self.brokers
         # A modify call is the real readiness test: the web port answers queries before the
         # master has won its ZooKeeper election and may still refuse writes.
         wait_until(
             "the master web API to accept the broker record",
-            self._try_add_broker,
+            _swallowing(lambda: self._add_broker_record(first)),
             timeout_s=MASTER_START_TIMEOUT_S,
             interval_s=0.5,
             watch=[zk, master],
             on_timeout=master.diagnostics,
         )
-        self.master_admin("admin_online_broker_configure", brokerId=self.broker_id)
+        for node in others:
+            self._add_broker_record(node)
+        for node in self.brokers:
+            self.master_admin("admin_online_broker_configure", brokerId=node.broker_id)
         shapes: dict[tuple[int, int], list[str]] = {}
         for name, partitions, stores in self.initial_topics:
             shapes.setdefault((partitions, stores), []).append(name)
@@ -330,7 +429,7 @@ class LocalCluster:
         log.info("master up on %s after %.1fs", self.master_address, time.monotonic() - t0)
         # The standbys start once the first master holds the election node, so the first one is active.
         standbys = [
-            self._spawn(java, classpath, name, MASTER_MAIN, ["-f", str(ini)])
+            self._spawn(name, MASTER_MAIN, ["-f", str(ini)])
             for name, ini in zip(self.master_names[1:], self.files.master_inis[1:], strict=True)
         ]
         for name, proc in zip(self.master_names[1:], standbys, strict=True):
@@ -343,41 +442,49 @@ class LocalCluster:
                 on_timeout=proc.diagnostics,
             )
 
-        broker = self._spawn(
-            java, classpath, "broker", BROKER_MAIN, ["-f", str(self.files.broker_ini)]
-        )
+        brokers = [self._spawn_broker(index) for index in range(len(self.brokers))]
         # Without initial topics, registered + online is all a client can observe; waiting out the
         # registration's 30 s wait_sub would only delay start-up (a topic created meanwhile queues
         # behind it either way).
         initial_names = [t[0] for t in self.initial_topics]
-        wait_until(
-            "the broker to register" + (" and publish its topics" if initial_names else ""),
-            lambda: (
-                self._broker_serving() and self.topics_ready(initial_names)
-                if initial_names
-                else self.broker_run_status().get("runStatus") == "running"
-            ),
-            timeout_s=BROKER_START_TIMEOUT_S,
-            interval_s=0.25,
-            watch=[zk, master, *standbys, broker],
-            on_timeout=lambda: f"{self._run_status_text()}\n{broker.diagnostics()}",
-        )
-        log.info("broker up on %s after %.1fs", self.broker_address, time.monotonic() - t0)
+        for node, broker in zip(self.brokers, brokers, strict=True):
+            self._wait_registered(node.name, broker, initial_names, BROKER_START_TIMEOUT_S,
+                                  [zk, master, *standbys, *brokers])
+            log.info("%s up on %s after %.1fs", node.name, node.address, time.monotonic() - t0)
+
+    def _wait_registered(self, name: str, proc: JavaProcess, topics: list[str], timeout_s: float,
+                         watch: list[JavaProcess]) -> None:
+        """Wait until a starting broker is registered and running, and serves ``topics`` if any."""
+
+        def up() -> bool:
+            if topics:
+                return self._broker_serving(name) and self.topics_ready(topics, [name])
+            return self.broker_run_status(name).get("runStatus") == "running"
+
+        wait_until(f"{name} to register" + (" and publish its topics" if topics else ""), _swallowing(up),
+                   timeout_s=timeout_s, interval_s=0.25, watch=watch,
+                   on_timeout=lambda: f"{self._run_status_text(name)}\n{proc.diagnostics()}")
 
     def jvm_flags(self, name: str) -> list[str]:
         """The JVM flags process ``name`` runs with, per-run paths aside.
 
         Start-up-speed tuning (serial GC, C1 only, small heaps) suits tests; with ``broker_jvm="default"``
-        the broker gets only :data:`REQUIRED_JVM_FLAGS` and otherwise Java's defaults (G1, C2, heap sized
+        the brokers get only :data:`REQUIRED_JVM_FLAGS` and otherwise Java's defaults (G1, C2, heap sized
         from RAM), which is what throughput figures users compare with their own clusters need.
         """
-        if name == "broker" and self.broker_jvm == "default":
+        kind = process_kind(name)
+        if kind == "broker" and self.broker_jvm == "default":
             return list(REQUIRED_JVM_FLAGS)
-        own = {"zookeeper": _ZK_JVM_FLAGS, "broker": _BROKER_JVM_FLAGS}.get(name, _MASTER_JVM_FLAGS)
+        own = {"zookeeper": _ZK_JVM_FLAGS, "broker": _BROKER_JVM_FLAGS}.get(kind, _MASTER_JVM_FLAGS)
         return [*_TUNING_JVM_FLAGS, *REQUIRED_JVM_FLAGS, *own]
 
-    def _spawn(self, java: str, classpath: str, name: str, main: str, args: list[str]) -> JavaProcess:
-        assert self.files is not None and self.work_dir is not None
+    def _spawn_broker(self, index: int) -> JavaProcess:
+        assert self.work_dir is not None
+        return self._spawn(broker_name(index), BROKER_MAIN, ["-f", str(broker_ini_path(self.work_dir, index))])
+
+    def _spawn(self, name: str, main: str, args: list[str]) -> JavaProcess:
+        assert self.files is not None and self.work_dir is not None and self._launch is not None
+        java, classpath = self._launch
         argv = [
             java,
             *self.jvm_flags(name),
@@ -403,43 +510,42 @@ class LocalCluster:
         proc.start()
         return proc
 
-    def _try_add_broker(self) -> bool:
+    def _add_broker_record(self, node: BrokerNode) -> bool:
+        """Create ``node``'s configuration record at the master (it must exist, online, before the JVM starts)."""
         ports = self._need_ports()
-        try:
-            self.master_admin(
-                "admin_add_broker_configure",
-                brokerId=self.broker_id,
-                brokerIp=HOST,
-                brokerPort=ports.broker,
-                brokerTLSPort=ports.broker_tls,
-                brokerWebPort=ports.broker_web,
-                _timeout=2.0,
-                **({"deletePolicy": self.settings.default_delete_policy}
-                   if self.settings.default_delete_policy else {}),
-                **self.settings.topic_flush_params(),
-            )
-        except ClusterError:
-            return False
+        self.master_admin(
+            "admin_add_broker_configure",
+            brokerId=node.broker_id,
+            brokerIp=node.host,
+            brokerPort=node.port,
+            brokerTLSPort=ports.broker_tls,
+            brokerWebPort=node.web_port,
+            _timeout=2.0,
+            **({"deletePolicy": self.settings.default_delete_policy}
+               if self.settings.default_delete_policy else {}),
+            **self.settings.topic_flush_params(),
+        )
         return True
 
-    def broker_run_status(self) -> dict[str, Any]:
-        """This broker's entry of ``admin_query_broker_run_status`` (empty dict if absent)."""
-        data = self.master_admin("admin_query_broker_run_status", brokerId=self.broker_id).get("data") or []
+    def broker_run_status(self, broker: str | int | None = None) -> dict[str, Any]:
+        """A broker's entry of ``admin_query_broker_run_status`` (empty dict if absent); the first by default."""
+        node = self.broker(broker if broker is not None else self.broker_id)
+        data = self.master_admin("admin_query_broker_run_status", brokerId=node.broker_id).get("data") or []
         return data[0] if data else {}
 
-    def _run_status_text(self) -> str:
+    def _run_status_text(self, broker: str | int | None = None) -> str:
         try:
-            return f"broker run status: {self.broker_run_status()}"
+            return f"broker run status: {self.broker_run_status(broker)}"
         except ClusterError as exc:
             return f"broker run status unavailable: {exc}"
 
-    def _broker_serving(self) -> bool:
+    def _broker_serving(self, broker: str | int | None = None) -> bool:
         """Registered, online, and past ``wait_sub``: its topics are in both the publish and subscribe view.
 
         ``stepOp`` 5 is ``wait_pub``, entered right after the publish view was filled; waiting for
         ``idle`` as well would add ~6 s for nothing a client can observe.
         """
-        st = self.broker_run_status()
+        st = self.broker_run_status(broker)
         if st.get("runStatus") != "running":
             return False
         if st.get("subStatus") == "idle":
@@ -447,11 +553,11 @@ class LocalCluster:
         return st.get("stepOp") == 5
 
     def stop(self) -> None:
-        """Stop every JVM (broker, master, ZooKeeper), then remove the work dir unless kept. Idempotent."""
+        """Stop every JVM (brokers, masters, ZooKeeper), then remove the work dir unless kept. Idempotent."""
         errors: list[str] = []
         for proc in reversed(self._procs):
             try:
-                proc.stop(grace_s=_STOP_GRACE_S.get(proc.name, 5.0))
+                proc.stop(grace_s=_STOP_GRACE_S.get(process_kind(proc.name), 5.0))
             except ClusterError as exc:
                 errors.append(str(exc))
         self._procs.clear()
@@ -464,59 +570,183 @@ class LocalCluster:
 
     # --- faults ------------------------------------------------------------------------------------
 
-    def process(self, name: str) -> JavaProcess:
-        """The JVM named ``zookeeper``, ``master`` (``master-2`` ... in a group) or ``broker``."""
+    def process(self, name: str | int) -> JavaProcess:
+        """The JVM named ``zookeeper``, ``master`` (``master-2`` ... in a group) or ``broker`` (``broker-2`` ...,
+        or a broker id)."""
+        name = self._name(name)
         for proc in self._procs:
             if proc.name == name:
                 return proc
         raise ClusterError(f"no process {name!r} in this cluster (have: {[p.name for p in self._procs]})")
 
-    def kill(self, name: str) -> None:
-        """``kill -9`` one JVM of the running cluster; its data dir and ports stay for :meth:`restart`.
+    def _watched(self) -> list[JavaProcess]:
+        """The JVMs that should be running: a wait fails fast when one of them dies."""
+        return [p for p in self._procs if p.name not in self._down]
+
+    def kill(self, name: str | int) -> None:
+        """``kill -9`` one JVM of the running cluster; its data dir and ports stay for :meth:`start_again`.
 
         The broker acknowledges a message before it reaches disk, so killing it loses what it had not
         flushed yet (see ``ClusterSettings.unflush_*``): exactly what a crash does in production.
         """
-        self.process(name).kill()
+        proc = self.process(name)
+        self._down.add(proc.name)
+        proc.kill()
 
-    def restart(self, name: str, *, kill: bool = True, timeout_s: float | None = None) -> float:
+    def terminate(self, name: str | int) -> None:
+        """Stop one JVM gracefully (SIGTERM, as a rolling restart does) and leave it down.
+
+        A broker stopped this way unregisters from the master, which stops listing its partitions at
+        once (a crash takes the broker heartbeat timeout). SIGKILL follows after a short grace period.
+        """
+        proc = self.process(name)
+        self._down.add(proc.name)
+        proc.stop(grace_s=_STOP_GRACE_S.get(process_kind(proc.name), 5.0))
+
+    def pause(self, name: str | int) -> None:
+        """Stall one JVM (SIGSTOP): its sockets stay open and accept connections, but nothing answers.
+
+        Past ``ClusterSettings.broker_heartbeat_timeout_ms`` the master takes a stalled broker for gone.
+        :meth:`resume` lets it go on.
+        """
+        proc = self.process(name)
+        self._down.add(proc.name)
+        proc.pause()
+
+    def resume(self, name: str | int, *, timeout_s: float | None = None) -> None:
+        """SIGCONT a :meth:`pause`-d JVM and wait until it serves again (a broker may have to register again)."""
+        proc = self.process(name)
+        proc.resume()
+        self._down.discard(proc.name)
+        self._wait_serving(proc, timeout_s)
+
+    def start_again(self, name: str | int, *, timeout_s: float | None = None) -> float:
+        """Start a killed or terminated JVM on the same ports and data, and wait until it serves.
+
+        Returns the seconds until it accepted TCP connections on its RPC port; see :meth:`restart`.
+        """
+        proc = self.process(name)
+        if proc.alive():
+            raise ClusterError(f"{proc.name} is running; kill or terminate it first (or call restart)")
+        port = self._rpc_port(proc.name)
+        limit = timeout_s or self._start_timeout(proc.name)
+        started = time.monotonic()
+        proc.start()
+        self._down.discard(proc.name)
+        wait_until(f"{proc.name} to accept connections again", lambda: _port_open(port, self._host(proc.name)),
+                   timeout_s=limit, interval_s=0.1, watch=[proc], on_timeout=proc.diagnostics)
+        accepting = time.monotonic() - started
+        self._wait_serving(proc, limit)
+        return accepting
+
+    def restart(self, name: str | int, *, kill: bool = True, timeout_s: float | None = None) -> float:
         """Kill (or gracefully stop, ``kill=False``) one JVM and start it again on the same ports and data.
 
         In a master group, a restarted master comes back as a standby if another one took over.
 
         Returns the seconds from the new start until the process accepts TCP connections on its RPC
-        port (the moment a client can reach it again), after waiting until it fully serves: for the
+        port (the moment a client can reach it again), after waiting until it fully serves: for a
         broker, registered again and its topics publishable and subscribable; for the master, its web
         API answering; for ZooKeeper, ``srvr``.
         """
-        proc = self.process(name)
         if kill:
-            proc.kill()
+            self.kill(name)
         else:
-            proc.stop(grace_s=_STOP_GRACE_S.get(name, 5.0))
-        ports = self._need_ports()
-        kind = "master" if name in self.master_names else name
-        port = {"zookeeper": ports.zk, "broker": ports.broker}.get(name) or self._master_ports(name)[0]
-        limit = timeout_s or {"zookeeper": ZK_START_TIMEOUT_S, "master": MASTER_START_TIMEOUT_S,
-                              "broker": BROKER_START_TIMEOUT_S}[kind]
-        started = time.monotonic()
-        proc.start()
-        wait_until(f"{name} to accept connections again", lambda: _port_open(port), timeout_s=limit,
-                   interval_s=0.1, watch=[proc], on_timeout=proc.diagnostics)
-        accepting = time.monotonic() - started
-        ready = {
-            "zookeeper": lambda: _zk_ok(ports.zk),
-            # active or standby: the group as a whole must serve the admin API again
-            "master": lambda: self._master_role(name) != "down" and self.broker_run_status() is not None,
-            "broker": lambda: self._broker_serving() and self.topics_ready(self.topic_names()),
-        }[kind]
-        wait_until(f"{name} to serve again after a restart", _swallowing(ready), timeout_s=limit,
-                   interval_s=0.25, watch=[proc], on_timeout=proc.diagnostics)
-        return accepting
+            self.terminate(name)
+        return self.start_again(name, timeout_s=timeout_s)
 
-    def topic_names(self) -> list[str]:
-        """Every topic the master has deployed on this cluster's broker."""
-        answer = self.master_admin("admin_query_topic_info", brokerId=self.broker_id)
+    @contextlib.contextmanager
+    def outage(self, name: str | int, how: str = "kill") -> Iterator[None]:
+        """Keep one process down for the ``with`` block, then bring it back and wait until it serves.
+
+        ``how``: ``kill`` (a crash: SIGKILL, then a start on the same data), ``terminate`` (a graceful stop,
+        as in a rolling restart) or ``pause`` (a stall: SIGSTOP, then SIGCONT).
+        """
+        if how not in OUTAGES:
+            raise ClusterError(f"outage how={how!r}: expected one of {', '.join(OUTAGES)}")
+        {"kill": self.kill, "terminate": self.terminate, "pause": self.pause}[how](name)
+        try:
+            yield
+        finally:
+            if how == "pause":
+                self.resume(name)
+            else:
+                self.start_again(name)
+
+    def _rpc_port(self, name: str) -> int:
+        ports = self._need_ports()
+        kind = process_kind(name)
+        if kind == "zookeeper":
+            return ports.zk
+        if kind == "broker":
+            return self.broker(name).port
+        return self._master_ports(name)[0]
+
+    def _host(self, name: str) -> str:
+        return self.broker(name).host if process_kind(name) == "broker" else HOST
+
+    def _start_timeout(self, name: str) -> float:
+        return {"zookeeper": ZK_START_TIMEOUT_S, "master": MASTER_START_TIMEOUT_S,
+                "broker": BROKER_START_TIMEOUT_S}[process_kind(name)]
+
+    def _wait_serving(self, proc: JavaProcess, timeout_s: float | None) -> None:
+        """Block until ``proc`` serves again: ZooKeeper answers ``srvr``; a master answers admin calls (as the
+        active one or a standby); a broker is registered and its topics publishable and subscribable."""
+        name = proc.name
+        ready = {
+            "zookeeper": lambda: _zk_ok(self._need_ports().zk),
+            "master": lambda: self._master_role(name) != "down" and self.broker_run_status() is not None,
+            "broker": lambda: self._broker_serving(name) and self.topics_ready(self.topic_names(name), [name]),
+        }[process_kind(name)]
+        wait_until(f"{name} to serve again", _swallowing(ready), timeout_s=timeout_s or self._start_timeout(name),
+                   interval_s=0.25, watch=[proc], on_timeout=proc.diagnostics)
+
+    def add_broker(self, topics: Iterable[str] = (), *, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> str:
+        """Start one more broker (next id, next loopback address, its own ports and data) and return its name.
+
+        ``topics``: existing topics to deploy on it too, each with the shape it has on the other brokers;
+        the call then waits until they are publishable there (the master's 30 s ``wait_sub``).
+        """
+        if self.work_dir is None or self._launch is None:
+            raise ClusterError("cluster not started")
+        ports = self._need_ports().with_another_broker()
+        index = len(ports.brokers) - 1
+        render_broker_ini(self.work_dir, ports, self.settings, index)
+        self.ports = ports
+        node = self.brokers[index]
+        self._add_broker_record(node)
+        self.master_admin("admin_online_broker_configure", brokerId=node.broker_id)
+        names = sorted(set(topics))
+        shapes: dict[tuple[int, int], list[str]] = {}
+        for topic, shape in self._topic_shapes(names).items():
+            shapes.setdefault(shape, []).append(topic)
+        for (partitions, stores), same in shapes.items():
+            self._add_topics(same, partitions, stores, brokers=[node.name])
+        proc = self._spawn_broker(index)
+        self._wait_registered(node.name, proc, names, timeout_s, self._watched())
+        log.info("%s added on %s", node.name, node.address)
+        return node.name
+
+    def _topic_shapes(self, names: list[str]) -> dict[str, tuple[int, int]]:
+        """``{topic: (numPartitions, numTopicStores)}`` as deployed on the first broker that has it."""
+        if not names:
+            return {}
+        data = self.master_admin("admin_query_topic_deploy_info", topicName=",".join(names)).get("data") or []
+        shapes = {}
+        for topic in data:
+            deploys = topic.get("deployInfo") or []
+            if deploys:
+                shapes[str(topic.get("topicName"))] = (int(deploys[0]["numPartitions"]),
+                                                       int(deploys[0]["numTopicStores"]))
+        unknown = sorted(set(names) - set(shapes))
+        if unknown:
+            raise ClusterError(f"topics {unknown} are not deployed on any broker of this cluster")
+        return shapes
+
+    def topic_names(self, broker: str | int | None = None) -> list[str]:
+        """Every topic the master has deployed on ``broker`` (default: on any broker of this cluster)."""
+        ids = [self.broker(broker).broker_id] if broker is not None else self.broker_ids
+        answer = self.master_admin("admin_query_topic_info", brokerId=",".join(map(str, ids)))
         return sorted({item["topicName"] for item in answer.get("data") or [] if "topicName" in item})
 
     # --- admin -------------------------------------------------------------------------------------
@@ -561,12 +791,12 @@ class LocalCluster:
                 return name
         return None
 
-    def broker_admin(self, method: str, **params: Any) -> dict[str, Any]:
-        """Call the broker web API (offsets, store info, snapshots); raises ClusterError on failure."""
-        if self._broker_admin is None:
-            raise ClusterError("cluster not started")
+    def broker_admin(self, method: str, broker: str | int | None = None, **params: Any) -> dict[str, Any]:
+        """Call a broker's web API (offsets, store info, snapshots), the first broker's by default; raises
+        ClusterError on failure."""
+        node = self.broker(broker if broker is not None else self.broker_id)
         try:
-            return self._broker_admin(method, **params)
+            return BrokerAdmin(node.web_url)(method, **params)
         except AdminApiError as exc:
             raise ClusterError(str(exc)) from exc
 
@@ -577,15 +807,16 @@ class LocalCluster:
         stores: int = 4,
         *,
         timeout_s: float = TOPIC_READY_TIMEOUT_S,
+        brokers: Iterable[str | int] | None = None,
         **params: Any,
     ) -> None:
-        """Deploy ``name`` on the broker and block until producers and consumers can use it.
+        """Deploy ``name`` on the brokers (all by default) and block until producers and consumers can use it.
 
-        The topic gets ``stores * partitions`` partitions (``stores`` > 1 with ``partitions=1`` is the
-        dense-offset layout). Extra ``params`` go to ``admin_add_topic_deploy_info`` (e.g.
+        The topic gets ``stores * partitions`` partitions per broker (``stores`` > 1 with ``partitions=1``
+        is the dense-offset layout). Extra ``params`` go to ``admin_add_topic_deploy_info`` (e.g.
         ``deletePolicy="delete,1h"``). Takes about 30 s: see :meth:`create_topics`.
         """
-        self.create_topics([name], partitions, stores, timeout_s=timeout_s, **params)
+        self.create_topics([name], partitions, stores, timeout_s=timeout_s, brokers=brokers, **params)
 
     def create_topics(
         self,
@@ -594,28 +825,33 @@ class LocalCluster:
         stores: int = 4,
         *,
         timeout_s: float = TOPIC_READY_TIMEOUT_S,
+        brokers: Iterable[str | int] | None = None,
         **params: Any,
     ) -> None:
         """Deploy several same-shaped topics in one call and wait once for all of them.
 
+        ``brokers``: names or ids of the brokers to deploy on (default: every broker of the cluster).
+
         Why batch: the master publishes a *new* topic to producers only after holding the broker in its
         ``wait_sub`` step for a hard-coded 30 s (``StepStatus.STEP_STATUS_WAIT_SUBSCRIBE``), so every
         round of creation costs ~31-33 s however many topics it carries. Topics passed to the
-        constructor (``topics=``) are deployed before the broker starts and ride along with the
-        broker's own start-up wait instead.
+        constructor (``topics=``) are deployed before the brokers start and ride along with the
+        brokers' own start-up wait instead.
         """
         if not names:
             return
-        self._add_topics(names, partitions, stores, **params)
+        self._add_topics(names, partitions, stores, brokers=brokers, **params)
         self.wait_topics_ready(names, timeout_s=timeout_s)
 
-    def _add_topics(self, names: list[str], partitions: int, stores: int, **params: Any) -> None:
+    def _add_topics(self, names: list[str], partitions: int, stores: int, *,
+                    brokers: Iterable[str | int] | None = None, **params: Any) -> None:
         for name in names:
             check_topic_name(name)
+        ids = self.broker_ids if brokers is None else [self.broker(b).broker_id for b in brokers]
         answer = self.master_admin(
             "admin_add_topic_deploy_info",
             topicName=",".join(names),
-            brokerId=self.broker_id,
+            brokerId=",".join(map(str, ids)),
             numPartitions=partitions,
             numTopicStores=stores,
             **params,
@@ -625,17 +861,25 @@ class LocalCluster:
         if failed:
             raise ClusterError(f"admin_add_topic_deploy_info failed for {failed}")
 
-    def topics_ready(self, names: list[str]) -> bool:
-        """True when every topic is in the master's publish view of this broker, accepting both ways.
+    def topics_ready(self, names: list[str], brokers: Iterable[str | int] | None = None) -> bool:
+        """True when every topic is in the master's publish view of ``brokers``, accepting both ways.
+
+        ``brokers``: names or ids (default: every broker not taken down on purpose); each topic must be
+        deployed on at least one of them, and accept publishing and subscribing on each it is on.
 
         The ``runInfo`` block of ``admin_query_topic_deploy_info`` is read from that publish view,
         which the master fills at the end of ``wait_sub``; the subscribe view was filled at its start,
         so this one check covers producers and consumers.
         """
+        if not names:
+            return True
+        chosen = [b for b in self.brokers if b.name not in self._down] if brokers is None else \
+            [self.broker(b) for b in brokers]
+        ids = {b.broker_id for b in chosen}
         data = self.master_admin("admin_query_topic_deploy_info", topicName=",".join(names)).get("data") or []
         ready = set()
         for topic in data:
-            deploys = [d for d in topic.get("deployInfo") or [] if d.get("brokerId") == self.broker_id]
+            deploys = [d for d in topic.get("deployInfo") or [] if d.get("brokerId") in ids]
             run = [d.get("runInfo") or {} for d in deploys]
             if run and all(r.get("acceptPublish") is True and r.get("acceptSubscribe") is True for r in run):
                 ready.add(topic.get("topicName"))
@@ -648,8 +892,8 @@ class LocalCluster:
             lambda: self.topics_ready(names),
             timeout_s=timeout_s,
             interval_s=0.25,
-            watch=list(self._procs),
-            on_timeout=self._run_status_text,
+            watch=self._watched(),
+            on_timeout=lambda: "\n".join(self._run_status_text(b.name) for b in self.brokers),
         )
 
     def set_max_message_size_mb(self, size_mb: int) -> None:
@@ -702,9 +946,9 @@ def check_topic_name(name: str) -> None:
         )
 
 
-def _port_open(port: int) -> bool:
+def _port_open(port: int, host: str = HOST) -> bool:
     try:
-        with socket.create_connection((HOST, port), timeout=1.0):
+        with socket.create_connection((host, port), timeout=1.0):
             return True
     except OSError:
         return False

@@ -71,6 +71,7 @@ class JavaProcess:
         self.cwd = cwd
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
 
     def start(self) -> None:
         with self.out_path.open("ab") as out:
@@ -87,6 +88,7 @@ class JavaProcess:
                 )
             except OSError as exc:
                 raise ClusterError(f"cannot start {self.name}: {exc} ({self.argv[0]})") from exc
+        self.paused = False
 
     @property
     def pid(self) -> int | None:
@@ -110,6 +112,19 @@ class JavaProcess:
         if self.proc is not None and self.proc.poll() is not None:
             raise ClusterError(f"{self.name} exited with code {self.proc.returncode}\n{self.diagnostics()}")
 
+    def pause(self) -> None:
+        """SIGSTOP the JVM: a stall, not a crash (its sockets stay open; nothing answers until :meth:`resume`)."""
+        if not self.alive():
+            raise ClusterError(f"{self.name} is not running, so it cannot be paused")
+        _signal_group(self.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a paused JVM."""
+        if self.alive():
+            _signal_group(self.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+        self.paused = False
+
     def kill(self) -> None:
         """SIGKILL the JVM at once, as a crash or ``kill -9`` would (no shutdown hooks, no flush)."""
         self.stop(grace_s=0.0)
@@ -122,6 +137,8 @@ class JavaProcess:
         # Signal the group only while the leader is unreaped: afterwards its pid (= pgid) may be reused.
         # A JVM forks no children, so nothing of ours is left in the group once the leader is gone.
         if proc.poll() is None:
+            if self.paused:  # a stopped process would only act on SIGTERM once continued
+                self.resume()
             if grace_s > 0:
                 _signal_group(proc.pid, signal.SIGTERM)
                 try:

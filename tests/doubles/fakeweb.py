@@ -2,7 +2,7 @@
 
 This is a TEST DOUBLE for the unit tests of :mod:`tubespark.tubemq.client.placement` and the batch reader's
 availability check: a real master cannot be put on demand into "broker 2 configured but not running" in a
-unit test. The answer's shape is the one a live 2.4.0 master gives (``docs/tubemq/protocol.md``,
+unit test. The answer's shape is the one a live 2.4.0 master gives (``docs/tubemq/brokers.md``,
 "Configured and served partitions"; the integration tests in ``tests/integration/tubemq/test_brokers.py``
 check the helper against the real one): per topic a ``deployInfo`` list, one entry per broker, with
 ``numPartitions``, ``numTopicStores``, ``topicStatusId`` and a ``runInfo`` block whose fields hold ``"-"``

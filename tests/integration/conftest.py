@@ -109,6 +109,31 @@ def tubemq_cluster(_topic_pool_plan: dict[tuple[int, int], list[str]]) -> Iterat
         cluster.stop()
 
 
+# Topics of the 3-broker cluster, deployed on all three before they start: (partitions, stores) -> count.
+BROKERS_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 2): 8, (2, 1): 2}
+
+
+@pytest.fixture(scope="session")
+def tubemq_brokers() -> Iterator[tuple[LocalCluster, TopicPool]]:
+    """A started 3-broker :class:`LocalCluster` (``broker``, ``broker-2``, ``broker-3`` on 127.0.0.1-3, ids 1-3)
+    and its pool of topics deployed on all three, shared by the tests whose behaviour depends on placement.
+
+    Started on first use (about 45 s), once per session. A test that takes a broker down brings it back
+    (``cluster.outage(...)``) before it ends, so the next one finds all three serving.
+    """
+    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
+        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+            pytest.fail("TUBESPARK_SKIP_INTEGRATION is set in CI, where the integration tests must run")
+        pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
+    plan = TopicPool.plan(BROKERS_TOPIC_POOL)
+    cluster = LocalCluster(brokers=3, topics=[(name, p, s) for (p, s), names in plan.items() for name in names])
+    try:
+        cluster.start()
+        yield cluster, TopicPool(cluster, plan)
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def topic_factory(
     tubemq_cluster: LocalCluster, _topic_pool_plan: dict[tuple[int, int], list[str]]

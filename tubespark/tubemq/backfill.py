@@ -119,7 +119,7 @@ def export(spark: SparkSession, args: argparse.Namespace) -> int:
         written = spark.read.format(args.format).load(args.output)
         rows, size = _rows_and_bytes(written)
         print(progress.summary(rows, size), file=sys.stderr)
-    # offsets tell the count when every store's partitions share one range (docs/tubemq/protocol.md, "Several
+    # offsets tell the count when every store's partitions share one range (docs/tubemq/brokers.md, "Several
     # partitions per store") and nothing is filtered; otherwise count what the ranges hold
     refs = {task.ref.key: task.ref for task in tasks}
     exact = None if "streamIds" in options else exact_messages({refs[k]: (starts[k], ends[k]) for k in starts})

@@ -125,3 +125,19 @@ def test_a_topic_whose_only_broker_is_down_is_unavailable_and_an_undeployed_one_
     web.topics.clear()  # and the configuration does not know it either: a topic that does not exist
     with pytest.raises(UnknownTopicError, match="not deployed or was deleted"):
         TubeBatchReader(_options(master, masterWebUrl=web.url)).plan()
+
+
+def test_a_broker_the_master_still_lists_but_that_does_not_answer_is_unavailable_too(cluster, caplog):
+    """A crashed broker is listed until its heartbeat times out at the master; probing it fails at once."""
+    _one, two, master, web = cluster
+    master.released.clear()  # the master has not noticed yet ...
+    web.topics[TOPIC] = [FakeDeploy(1), FakeDeploy(2)]  # ... and its configuration says broker 2 runs
+    two.close()  # but it is gone
+    with pytest.raises(PartitionsUnavailableError, match="listed by the master but not answering") as failed:
+        TubeBatchReader(_options(master, masterWebUrl=web.url)).plan()
+    assert failed.value.unavailable == {2: (f"2:{TOPIC}:0", f"2:{TOPIC}:10000")}
+    reader = TubeBatchReader(_options(master, masterWebUrl=web.url, onUnavailablePartitions="skip"))
+    with caplog.at_level(logging.WARNING, logger="tubespark.tubemq.spark.availability"):
+        tasks = reader.plan()
+    assert {t.ref.broker_id for t in tasks} == {1} and reader.left_out == {2: (f"2:{TOPIC}:0", f"2:{TOPIC}:10000")}
+    assert any("LEAVES OUT 2 of its 4 partitions" in r.getMessage() for r in caplog.records)

@@ -4,7 +4,7 @@ The RPC views (a producer's ``topicInfos``, a consumer group's assignment) list 
 brokers that are registered and serving: a broker that crashed, was stopped, or whose heartbeat timed
 out takes its partitions out of them, exactly as a topic removed from the configuration would. Only the
 master's configuration tells the two apart, and only its web API shows it
-(``docs/tubemq/protocol.md``, "Configured and served partitions"): ``admin_query_topic_deploy_info``
+(``docs/tubemq/brokers.md``, "Configured and served partitions"): ``admin_query_topic_deploy_info``
 lists, per topic, every broker the topic is deployed on with its ``numPartitions`` x
 ``numTopicStores`` and its ``topicStatusId``, plus a ``runInfo`` block that holds ``"-"`` while that
 broker has no running registration at the master.

@@ -1,7 +1,7 @@
 """Messages in offset ranges, counted per store: what offsets mean when a store holds several partitions.
 
 An offset is a position in a *store's* index, and each 28-byte index record is one message of one of the
-store's partitions (``docs/tubemq/protocol.md``, "Several partitions per store"). So ``(end - start) / 28``
+store's partitions (``docs/tubemq/brokers.md``, "Several partitions per store"). So ``(end - start) / 28``
 counts the messages of the whole store in ``[start, end)``, never those of one partition: with ``k``
 partitions per store and producers spreading over them, a partition's own messages are about ``1/k`` of
 it, and summing ``(end - start) / 28`` over the partitions of a store counts every message ``k`` times.

@@ -1,6 +1,6 @@
 """The partitions a batch read plans: those the master lists now, checked against its configuration.
 
-The master lists only the partitions of brokers that serve (``docs/tubemq/protocol.md``, "Configured and
+The master lists only the partitions of brokers that serve (``docs/tubemq/brokers.md``, "Configured and
 served partitions"), so a plan from that list alone silently leaves out every broker that is down. The
 configuration (the master's web API) says what is missing; ``onUnavailablePartitions`` says what to do.
 """
@@ -42,25 +42,32 @@ def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
     if placement is None:
         return listed, {}
     missing = placement.missing_from(p.key for p in listed)
+    reasons = {b: placement.describe_broker(b) for b in missing}
+    return listed, settle_unavailable(topics, opts, missing, reasons, total=len(listed) + _count(missing))
+
+
+def settle_unavailable(topics: tuple[str, ...], opts: TubeMQOptions, missing: dict[int, tuple[str, ...]],
+                       reasons: dict[int, str], *, total: int) -> dict[int, tuple[str, ...]]:
+    """Partitions a batch read cannot read (broker id -> keys; ``reasons``: what is known of each broker):
+    raise :class:`PartitionsUnavailableError` under ``onUnavailablePartitions=fail``, else log them as left
+    out and return them. ``total``: how many partitions the read covers, those included."""
     if not missing:
-        return listed, {}
-    detail = describe_unavailable(placement, missing)
-    count = sum(len(keys) for keys in missing.values())
-    total = count + len(listed)
+        return {}
+    detail = "; ".join(f"{reasons.get(b, f'broker {b}')}: {', '.join(keys)}" for b, keys in sorted(missing.items()))
+    count = _count(missing)
     if opts.on_unavailable_partitions == "fail":
         raise PartitionsUnavailableError(
-            f"batch read of {', '.join(topics)}: {count} of its {total} partitions are configured on brokers that "
-            f"do not serve them now, so the read would return part of the data; nothing was read. {detail}. Wait "
-            f"until the broker serves again, or set onUnavailablePartitions=skip to read the other partitions and "
-            f"leave these out", missing, {b: placement.describe_broker(b) for b in missing})
-    log.warning("batch read of %s LEAVES OUT %d of its %d partitions (onUnavailablePartitions=skip), configured on "
-                "brokers that do not serve them now: %s", ", ".join(topics), count, total, detail)
-    return listed, missing
+            f"batch read of {', '.join(topics)}: {count} of its {total} partitions are on brokers that do not serve "
+            f"them now, so the read would return part of the data; nothing was read. {detail}. Wait until the "
+            f"broker serves again, or set onUnavailablePartitions=skip to read the other partitions and leave "
+            f"these out", dict(missing), {b: reasons.get(b, f"broker {b}") for b in missing})
+    log.warning("batch read of %s LEAVES OUT %d of its %d partitions (onUnavailablePartitions=skip), on brokers "
+                "that do not serve them now: %s", ", ".join(topics), count, total, detail)
+    return dict(missing)
 
 
-def describe_unavailable(placement: Placement, missing: dict[int, tuple[str, ...]]) -> str:
-    """``broker 2 (127.0.0.2:8123): <why>: 2:t:0, 2:t:10000; broker 3 ...``"""
-    return "; ".join(f"{placement.describe_broker(b)}: {', '.join(keys)}" for b, keys in missing.items())
+def _count(missing: dict[int, tuple[str, ...]]) -> int:
+    return sum(len(keys) for keys in missing.values())
 
 
 def _placement(topics: tuple[str, ...], opts: TubeMQOptions) -> Placement | None:

@@ -22,12 +22,12 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from tubespark.errors import OptionError
+from tubespark.errors import BrokerConnectionError, OptionError
 from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset, wanted_time
 from tubespark.spark.planning import split_range
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import Bounds, probe_bounds
-from tubespark.tubemq.spark.availability import served_partitions
+from tubespark.tubemq.spark.availability import served_partitions, settle_unavailable
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.read_task import QueueRange, read_range
@@ -57,9 +57,22 @@ class TubeBatchReader(DataSourceReader):
         served, self.left_out = served_partitions(topics, opts)
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
+        # listed by the master but not answering: a broker that crashed or stalls, not yet released by the
+        # master (that takes its heartbeat timeout); the same as one that is down
+        silent: dict[int, list[str]] = {}
+        why: dict[int, str] = {}
         try:
             for ref in served:
-                bounds = probe_bounds(broker, ref, f"{self.base_group}-probe")
+                if ref.broker_id in why:
+                    silent[ref.broker_id].append(ref.key)
+                    continue
+                try:
+                    bounds = probe_bounds(broker, ref, f"{self.base_group}-probe")
+                except BrokerConnectionError as exc:
+                    why[ref.broker_id] = (f"broker {ref.broker_id} ({ref.broker.address}): listed by the master but "
+                                          f"not answering ({exc})")
+                    silent[ref.broker_id] = [ref.key]
+                    continue
                 start = self._start(broker, ref, bounds)
                 end = self._end(broker, ref, bounds)
                 if end < start:
@@ -72,6 +85,12 @@ class TubeBatchReader(DataSourceReader):
                                                           record_size=INDEX_RECORD_SIZE))
         finally:
             broker.close()
+        if silent:  # all of such a broker's partitions, those it answered for before going silent too
+            unanswered = {b: tuple(sorted({*keys, *(t.ref.key for t in tasks if t.ref.broker_id == b)}))
+                          for b, keys in silent.items()}
+            self.left_out = {**self.left_out, **settle_unavailable(
+                topics, opts, unanswered, why, total=len(served) + sum(len(k) for k in self.left_out.values()))}
+            tasks = [t for t in tasks if t.ref.broker_id not in silent]
         log.info("batch read of %s planned %d tasks under %s", ",".join(topics), len(tasks),
                  self.base_group)
         return tasks
