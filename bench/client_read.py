@@ -14,7 +14,7 @@ PYTHONPATH=.:testbed python -m bench.client_read --spec /tmp/cr.json --profile n
 ```
 
 ``--api batches`` (default) times ``RangeReader.read_batches``; ``--api arrow`` times the executor's whole
-read (``tubespark.tubemq.spark.partition.read_range``: broker reads plus the Arrow batches handed to Spark).
+read (``tubespark.tubemq.spark.read_task.read_range``: broker reads plus the Arrow batches handed to Spark).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _worker(spec: dict, size: str, api: str, profile: str | None) -> dict:
     parts = [(PartitionRef(*p["ref"]), p["min"], p["max"]) for p in info["partitions"]]
     if api == "arrow":  # imported before the clock starts: pyspark and pyarrow take a while
         from tubespark.tubemq.spark.options import TubeMQOptions
-        from tubespark.tubemq.spark.partition import QueueRange, read_range
+        from tubespark.tubemq.spark.read_task import QueueRange, read_range
     broker = BrokerClient(f"crbench_{uuid.uuid4().hex[:8]}")
     reader = RangeReader(broker, f"crbench_{uuid.uuid4().hex[:10]}")
     count = nbytes = 0

@@ -1,6 +1,8 @@
 """How big each case is at ``--size smoke`` and ``--size full``.
 
-Why two sizes: ``smoke`` proves the harness end to end in a couple of minutes (its figures mean
+Why these sizes: ``steady`` is the quick way to the read figures at steady state (every run >= 2 s, the
+cases alternating in one session: ``--cases tubespark_batch,tubespark_batch_pure,kafka_batch,kafka_batch_tuned``);
+``smoke`` proves the harness end to end in a couple of minutes (its figures mean
 nothing); ``full`` is sized so a timed run lasts at least ~5 s on a 2-core machine for all but the fastest
 cases (estimated from smoke rates; runs shorter than ``MIN_RUN_S`` are flagged ``short_runs`` in the
 output: raise ``--rows-scale`` then) while the slowest stay near a minute. The memory
@@ -44,6 +46,19 @@ PROFILES: dict[str, Profile] = {
         latency_warmup_s=4.0,
         memory_rows=5_000,
         memory_max_offsets=1_000,
+    ),
+    "steady": Profile(  # the read figures of issue 24: every run >= 2 s, pure-Python and compiled, Kafka both ways
+        name="steady",
+        read_rows={100: 3_000_000, 1024: 1_000_000},
+        write_rows={100: 600_000, 1024: 300_000},
+        ceiling_factor=2,
+        repeats=3,
+        warmup=1,
+        latency_rate=2_000.0,
+        latency_seconds=30.0,
+        latency_warmup_s=10.0,
+        memory_rows=4 * 256 * 1024,
+        memory_max_offsets=100_000,
     ),
     "full": Profile(
         name="full",

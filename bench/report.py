@@ -19,12 +19,27 @@ RATIOS: tuple[tuple[str, str], ...] = (
     ("tubespark_batch", "java_consume"),
     ("tubespark_batch", "ceiling"),
     ("tubespark_batch", "kafka_batch"),
+    ("tubespark_batch", "kafka_batch_tuned"),
+    ("tubespark_batch", "tubespark_batch_pure"),
+    ("tubespark_batch_pure", "kafka_batch"),
     ("tubespark_stream", "tubespark_batch"),
     ("tubespark_stream", "java_consume"),
     ("ceiling", "kafka_batch"),
     ("tubespark_sink", "java_produce"),
     ("tubespark_sink", "kafka_sink"),
+    ("tubespark_sink", "tubespark_sink_pure"),
 )
+
+
+# (A, B) pairs reported as A/B of median Spark-side CPU microseconds per row (Spark JVM + Python workers).
+CPU_RATIOS: tuple[tuple[str, str], ...] = (
+    ("tubespark_batch", "kafka_batch"),
+    ("tubespark_batch", "kafka_batch_tuned"),
+    ("tubespark_batch_pure", "kafka_batch"),
+    ("tubespark_batch", "tubespark_batch_pure"),
+    ("tubespark_sink", "kafka_sink"),
+)
+CPU_KEYS = ("spark_side_us_per_row", "spark_jvm_us_per_row", "python_workers_us_per_row", "broker_us_per_row")
 
 
 def case_record(case: Case, min_run_s: float) -> dict[str, Any]:
@@ -49,6 +64,7 @@ def case_record(case: Case, min_run_s: float) -> dict[str, Any]:
         "runs": [{"seconds": round(r.seconds, 4), "rows_per_s": round(r.rows_per_s, 1), **r.extra} for r in case.runs],
         "warmup_runs": [{"seconds": round(r.seconds, 4), "rows_per_s": round(r.rows_per_s, 1)} for r in case.warmups],
         "short_runs": sum(1 for r in case.runs if r.seconds < min_run_s),
+        "cpu_us_per_row": {key: _median([r.extra.get(key) for r in case.runs]) for key in CPU_KEYS},
         "error": case.error,
     }
 
@@ -73,6 +89,26 @@ def ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def cpu_ratios(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The named ratios of median Spark-side CPU per row, per (size, cores)."""
+    by_key = {(r["case"], r["size"], r["cores"]): r for r in records
+              if (r.get("cpu_us_per_row") or {}).get("spark_side_us_per_row")}
+    out = []
+    for size, cores in sorted({(r["size"], r["cores"]) for r in records}):
+        for a, b in CPU_RATIOS:
+            ra, rb = by_key.get((a, size, cores)), by_key.get((b, size, cores))
+            if ra and rb:
+                out.append({"name": f"cpu {a}/{b}", "size": size, "cores": cores,
+                            "value": round(ra["cpu_us_per_row"]["spark_side_us_per_row"]
+                                           / rb["cpu_us_per_row"]["spark_side_us_per_row"], 3)})
+    return out
+
+
+def _median(values: list[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 3) if present else None
+
+
 def _r(value: float | None, digits: int) -> float | None:
     return round(value, digits) if value is not None else None
 
@@ -85,22 +121,29 @@ def table(doc: dict[str, Any]) -> str:
     """The human-readable summary printed at the end of a run."""
     flags = " ".join(doc["tubemq"].get("broker_jvm_flags") or []) or "(none)"
     lines = [f"tubespark benchmark ({doc['profile']}) - medians of {doc['config']['repeats']} alternating runs",
+             f"commit {doc.get('commit', '?')}, {doc['host'].get('cpu_model', '?')} x {doc['host'].get('cpus')}, "
+             f"hot path {doc.get('hot_path', {}).get('tubespark_batch', '?')}",
+             f"Spark JVM flags: {' '.join(doc['spark'].get('jvm_flags') or [])}",
              f"TubeMQ broker JVM ({doc['tubemq'].get('broker_jvm')}): {flags}",
              f"protobuf backend: {doc['host'].get('protobuf_backend', '?')}",
              ""]
-    header = f"{'kind':5} {'case':17} {'size':>5} {'cores':>5} {'rows':>10} {'sec':>7} {'rows/s':>11} " \
-             f"{'MB/s':>8} {'rows/s/core':>11} note"
+    header = f"{'kind':5} {'case':23} {'size':>5} {'cores':>5} {'rows':>10} {'sec':>7} {'rows/s':>11} " \
+             f"{'MB/s':>8} {'rows/s/core':>11} {'CPU us/row: Spark JVM+Py=side':>30} {'broker':>6} note"
     lines += [header, "-" * len(header)]
     for r in doc["results"]:
         note = r["error"][:60] if r["error"] else (f"{r['short_runs']} short run(s)" if r["short_runs"] else "")
         if not r["uses_spark"]:
             note = (note + " " if note else "") + "(no Spark)"
         rows = _fmt(r["rows"], "d") if r["rows"] else "-"
-        lines.append(f"{r['kind']:5} {r['case']:17} {r['size']:>5} {r['cores']:>5} {rows:>10} "
+        cpu = r.get("cpu_us_per_row") or {}
+        side = (f"{_fmt(cpu.get('spark_jvm_us_per_row'), '.2f')}+{_fmt(cpu.get('python_workers_us_per_row'), '.2f')}"
+                f"={_fmt(cpu.get('spark_side_us_per_row'), '.2f')}")
+        lines.append(f"{r['kind']:5} {r['case']:23} {r['size']:>5} {r['cores']:>5} {rows:>10} "
                      f"{_fmt(r['median_seconds'], '.2f'):>7} {_fmt(r['rows_per_s']):>11} "
-                     f"{_fmt(r['mb_per_s'], '.2f'):>8} {_fmt(r['rows_per_s_per_core']):>11} {note}")
+                     f"{_fmt(r['mb_per_s'], '.2f'):>8} {_fmt(r['rows_per_s_per_core']):>11} {side:>30} "
+                     f"{_fmt(cpu.get('broker_us_per_row'), '.2f'):>6} {note}")
     if doc["ratios"]:
-        lines += ["", "ratios of medians (rows/s):"]
+        lines += ["", "ratios of medians (rows/s; 'cpu ...': Spark-side CPU per row):"]
         lines += [f"  {x['name']:34} size {x['size']:>5} cores {x['cores']}: {x['value']:.3f}" for x in doc["ratios"]]
     for lat in doc.get("latency", []):
         if "error" in lat:

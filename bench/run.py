@@ -35,15 +35,17 @@ if __package__ in (None, ""):  # `python bench/run.py`: make `bench` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import cases as C
+from bench.cpu import CpuMeter, jvm_flags, spark_jvm_pid
 from bench.profiles import MESSAGE_SIZES, MIN_RUN_S, PROFILES, Profile, scaled
+from tubespark.tubemq.wire.twin import HOT_PATH
 
 log = logging.getLogger("bench")
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-READ_CASES = ("tubespark_batch", "tubespark_batch_bundled", "tubespark_stream", "java_consume", "ceiling",
-              "kafka_batch")
-WRITE_CASES = ("tubespark_sink", "tubespark_sink_bundled", "kafka_sink", "java_produce")
+READ_CASES = ("tubespark_batch", "tubespark_batch_pure", "tubespark_batch_bundled", "tubespark_stream",
+              "java_consume", "ceiling", "kafka_batch", "kafka_batch_tuned")
+WRITE_CASES = ("tubespark_sink", "tubespark_sink_pure", "tubespark_sink_bundled", "kafka_sink", "java_produce")
 EXTRA_CASES = ("latency", "memory")
 ALL_CASES = READ_CASES + WRITE_CASES + EXTRA_CASES
 MEMORY_SIZE = 1024
@@ -82,6 +84,7 @@ def build_spark(master: str, cores: int, jars: list[str]) -> Any:
 
     import tubespark
     from bench.ceiling_source import CeilingDataSource
+    from bench.purepython_source import PurePythonTubeMQ
 
     url = f"local[{cores}]" if master.startswith("local") else master
     builder = (SparkSession.builder.master(url).appName(f"tubespark-bench-{cores}c")
@@ -96,6 +99,7 @@ def build_spark(master: str, cores: int, jars: list[str]) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     tubespark.register(spark)
     spark.dataSource.register(CeilingDataSource)
+    spark.dataSource.register(PurePythonTubeMQ)
     return spark
 
 
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(wanted) - set(ALL_CASES)
     if unknown:
         raise SystemExit(f"unknown cases: {sorted(unknown)} (known: {', '.join(ALL_CASES)})")
-    want_kafka = any(c in wanted for c in ("kafka_batch", "kafka_sink"))
+    want_kafka = any(c in wanted for c in ("kafka_batch", "kafka_batch_tuned", "kafka_sink"))
     partitions = profile.topic_shape[0] * profile.topic_shape[1]
 
     # Workers must import bench.ceiling_source and this checkout's tubespark; they inherit PYTHONPATH.
@@ -152,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     doc_tubemq: dict[str, Any] = {}
     spark_version = "?"
+    spark_jvm_flags: list[str] = []
     try:
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             fut_cluster = None
@@ -201,8 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         for index, cores in enumerate(cores_list):
             spark = build_spark(args.spark_master, cores, jars)
             spark_version = spark.version
+            jvm = spark_jvm_pid()
+            spark_jvm_flags = jvm_flags(jvm)
+            brokers = {"tubemq": [cluster.process("broker").pid] if cluster else [],
+                       "kafka": [kafka.proc.pid] if kafka and kafka.proc else []}
             env = C.Env(spark=spark, cores=cores, tubemq_master=master, java=java,
-                        kafka_bootstrap=kafka.bootstrap if kafka else None, work_dir=work_dir, partitions=partitions)
+                        kafka_bootstrap=kafka.bootstrap if kafka else None, work_dir=work_dir, partitions=partitions,
+                        cpu=CpuMeter(jvm, {k: [p for p in v if p] for k, v in brokers.items()}))
             try:
                 if index == 0 and any_read:
                     for size in sizes:
@@ -210,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                         if read_rows[size] < profile.read_rows[size]:
                             raise RuntimeError(f"{read_topics[size]} holds {read_rows[size]} messages, "
                                                f"expected {profile.read_rows[size]}")
-                        if kafka is not None and "kafka_batch" in wanted:
+                        if kafka is not None and {"kafka_batch", "kafka_batch_tuned"} & set(wanted):
                             C.source_frame(spark, read_rows[size], size, partitions).write.format("kafka") \
                                 .option("kafka.bootstrap.servers", kafka.bootstrap) \
                                 .option("topic", read_topics[size]).save()
@@ -225,11 +235,11 @@ def main(argv: list[str] | None = None) -> int:
                 for size in sizes:
                     group = _read_group(env, wanted, kafka is not None, read_topics[size], read_rows.get(size, 0),
                                         size, profile.ceiling_factor, bundled_topics[size])
-                    C.alternate(group, repeats=repeats, warmup=warmup)
+                    C.alternate(group, repeats=repeats, warmup=warmup, cpu=env.cpu)
                     all_cases += group
                     group = _write_group(env, wanted, kafka is not None, write_topics[size],
                                          profile.write_rows[size], size)
-                    C.alternate(group, repeats=repeats, warmup=warmup)
+                    C.alternate(group, repeats=repeats, warmup=warmup, cpu=env.cpu)
                     all_cases += group
                 if index == len(cores_list) - 1:
                     if "latency" in wanted:
@@ -259,16 +269,24 @@ def main(argv: list[str] | None = None) -> int:
                    "rows_scale": args.rows_scale, "read_rows": read_rows or profile.read_rows,
                    "write_rows": profile.write_rows, "ceiling_factor": profile.ceiling_factor,
                    "min_run_s": MIN_RUN_S, "alternation": "A,B,C,A,B,C,... per (size, cores) group"},
-        "host": {"cpus": os.cpu_count(), "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "commit": _commit(),
+        "hot_path": {"tubespark_batch": HOT_PATH, "tubespark_sink": HOT_PATH,
+                     "tubespark_batch_pure": "pure-python (bench switch, bench/purepython_source.py)",
+                     "tubespark_sink_pure": "pure-python (bench switch, bench/purepython_source.py)"},
+        "host": {"cpus": os.cpu_count(), "cpu_model": _cpu_model(),
+                 "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                  "protobuf_backend": _protobuf_backend(),
                  "python": platform.python_version(), "java": _java_version(), "platform": platform.platform()},
-        "spark": {"master": args.spark_master, "version": spark_version},
+        "spark": {"master": args.spark_master, "version": spark_version,
+                  "jvm_flags": spark_jvm_flags or ["(Java defaults)"]},
+        "cpu_measure": "utime+stime (+ reaped children) from /proc/<pid>/stat, before and after each run; "
+                       "Spark side = the Spark JVM + its Python descendants; broker = the JVM read from/written to",
         "tubemq": doc_tubemq,
         "kafka": {"version": KAFKA_VERSION, "broker_jvm_flags": kafka.jvm_flags if kafka else None,
                   "spark_connector": f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_KAFKA_VERSION}",
                   "used": kafka is not None},
         "results": records,
-        "ratios": report.ratios(records) + C.bundled_ratios(records),
+        "ratios": report.ratios(records) + C.bundled_ratios(records) + report.cpu_ratios(records),
         "latency": latency,
         "memory": memory,
         "errors": errors + [f"{c.name} {c.size}B {c.cores}c: {c.error}" for c in all_cases if c.error],
@@ -284,6 +302,25 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(doc))
     print(f"\nJSON: {out}\nchart: {args.chart}")
     return 1 if doc["errors"] else 0
+
+
+def _commit() -> str:
+    """``git describe`` of the checkout measured (``-dirty`` when it has uncommitted changes)."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
 
 
 def _protobuf_backend() -> str:
@@ -318,26 +355,34 @@ def _read_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, row
                 ceiling_factor: int, bundled_topic: str) -> list[C.Case]:
     makers: dict[str, tuple[str, bool, Callable[[], C.Run]]] = {
         "tubespark_batch": ("tubespark", True, lambda: C.tubespark_batch(env, topic, rows, size)),
+        "tubespark_batch_pure": ("tubespark", True, lambda: C.tubespark_batch_pure(env, topic, rows, size)),
         "tubespark_batch_bundled": ("tubespark", True,
                                     lambda: C.tubespark_batch_bundled(env, bundled_topic, rows, size)),
         "tubespark_stream": ("tubespark", True, lambda: C.tubespark_stream(env, topic, rows, size)),
         "java_consume": ("java", False, lambda: C.java_consume(env, topic, rows, size)),
         "ceiling": ("ceiling", True, lambda: C.ceiling(env, rows * ceiling_factor, size)),
         "kafka_batch": ("kafka", True, lambda: C.kafka_batch(env, topic, rows, size)),
+        "kafka_batch_tuned": ("kafka", True, lambda: C.kafka_batch(env, topic, rows, size, fetch_max_wait_ms=10)),
     }
-    return [C.Case(name, "read", system, size, env.cores, spark, fn) for name, (system, spark, fn) in makers.items()
-            if name in wanted and (system != "kafka" or have_kafka)]
+    return [C.Case(name, "read", system, size, env.cores, spark, fn, _broker_of(system))
+            for name, (system, spark, fn) in makers.items() if name in wanted and (system != "kafka" or have_kafka)]
+
+
+def _broker_of(system: str) -> str | None:
+    """Whose CPU is the case's broker: TubeMQ's for tubespark and the Java client, Kafka's for Kafka."""
+    return {"tubespark": "tubemq", "java": "tubemq", "kafka": "kafka"}.get(system)
 
 
 def _write_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, rows: int, size: int) -> list[C.Case]:
     makers: dict[str, tuple[str, bool, Callable[[], C.Run]]] = {
         "tubespark_sink": ("tubespark", True, lambda: C.tubespark_sink(env, topic, rows, size)),
+        "tubespark_sink_pure": ("tubespark", True, lambda: C.tubespark_sink_pure(env, topic, rows, size)),
         "tubespark_sink_bundled": ("tubespark", True, lambda: C.tubespark_sink_bundled(env, topic, rows, size)),
         "kafka_sink": ("kafka", True, lambda: C.kafka_sink(env, topic, rows, size)),
         "java_produce": ("java", False, lambda: C.java_produce(env, topic, rows, size)),
     }
-    return [C.Case(name, "write", system, size, env.cores, spark, fn) for name, (system, spark, fn) in makers.items()
-            if name in wanted and (system != "kafka" or have_kafka)]
+    return [C.Case(name, "write", system, size, env.cores, spark, fn, _broker_of(system))
+            for name, (system, spark, fn) in makers.items() if name in wanted and (system != "kafka" or have_kafka)]
 
 
 if __name__ == "__main__":

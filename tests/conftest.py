@@ -27,6 +27,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: needs a real local Spark session")
 
 
+def expected_hot_path() -> str:
+    """The hot path this run must use: pure-python under TUBESPARK_NO_EXTENSIONS=1, else compiled."""
+    from tubespark.core.native import COMPILED, PURE_PYTHON, extensions_disabled
+
+    return PURE_PYTHON if extensions_disabled() else COMPILED
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from tubespark.tubemq.wire.twin import HOT_PATH
+
+    return f"tubespark hot path: {HOT_PATH}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In CI the suite runs twice, with and without the compiled twins (.ci/run): each run must really use
+    the path it is meant to test. The build makes the extension optional (no compiler, no twin), so a
+    failed build would otherwise pass CI silently on the pure-Python path. Locally (a worktree without
+    ``setup.py build_ext --inplace``) the pure-Python path is fine."""
+    from tubespark.tubemq.wire.twin import HOT_PATH
+
+    if running_in_ci() and not HOT_PATH.startswith(expected_hot_path()):
+        pytest.exit(f"CI: the tests must run on the {expected_hot_path()} hot path, but this process uses "
+                    f"{HOT_PATH}", returncode=3)
+
+
 def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, line, "Skipped: reason")

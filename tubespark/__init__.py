@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tubespark.errors import TubeSparkError
+from tubespark.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["TubeSparkError", "__version__", "package_zip", "register"]
 
 

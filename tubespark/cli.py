@@ -44,8 +44,27 @@ def plugin(name: str, argv: list[str]) -> int:
     return int(command(argv))
 
 
+def version_text() -> str:
+    """``tubespark --version``: the release and which hot path each decoder uses in this installation."""
+    from tubespark import __version__
+    from tubespark.tubemq.wire.twin import HOT_PATH
+
+    return f"tubespark {__version__}\nTubeMQ wire hot path (fetch decoding, sends): {HOT_PATH}"
+
+
+class _Version(argparse.Action):
+    """``--version``, computed only when asked (it imports the wire decoders)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(version_text())
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tubespark", description="Spark <-> Apache InLong TubeMQ")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version and which hot path (compiled or pure-python) is in use")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("backfill", help="export a topic range to files, or publish files to a topic",
                    add_help=False)

@@ -1,16 +1,38 @@
-"""One error hierarchy for every layer of tubespark.
+"""The broker-neutral root of tubespark's one error hierarchy.
 
 Everything tubespark raises on purpose derives from :class:`TubeSparkError`, so a user can catch one
-type. The subclasses say *where* a failure came from (bytes on the wire, the socket, the server's RPC
-layer, a TubeMQ business code, user options) and whether trying again can help, because the layers
-above (client retry loops, the Spark source) decide on that flag rather than on message text.
+type. This module holds the root and the kinds every broker shares: bytes that do not decode, a
+connection that broke or timed out, TLS, a broker's business answer (busy, unknown topic, refused
+login, bad request), a range read that gave up, bad options, lost data, an unsupported PySpark. What
+only one broker can raise lives in that broker's own module, at the bottom of its layers, subclassing
+these: :mod:`tubespark.tubemq.errors`, :mod:`tubespark.tank.errors`, :mod:`tubespark.rocketmq.errors`
+(and the payload formats' :mod:`tubespark.formats.errors`).
+
+What ``retriable`` means (aiokafka's and kafka-python's ``KafkaError.retriable``): **the same call,
+made again after a backoff, may succeed**, because the cause is a passing condition of the connection
+or the server (a broken connection, a timeout, a busy or moved server, a partition another member
+still holds, nothing to read yet). Code decides on the flag, never on message text:
+:func:`tubespark.core.retry.call_with_retry` retries exactly the errors that set it unless a caller
+narrows it, and a stream reader that cannot learn where a partition starts for a retriable reason
+asks again at a later trigger instead of failing the query. So:
+
+* an error that fails the same way on every try is not retriable and fails at once: bytes that do
+  not decode, a refused login or certificate, an unknown topic, a bad request or option, lost data;
+* the flag describes the cause, not how long someone already tried: an error that reports a spent
+  retry budget is as retriable as what it gave up on. :class:`RangeReadError` (every broker's range
+  read, after its ``retry_s``) wraps only retriable faults, so it is retriable (as Kafka's Java client
+  makes its ``TimeoutException`` a ``RetriableException`` and kafka-python its ``KafkaTimeoutError``).
+  A loop that catches it retries within its own bound (a :class:`~tubespark.core.retry.RetryPolicy`
+  always has one), so nested retries add up, never run forever; Spark's task retry and the query's
+  checkpoint are the usual next try.
 """
 
 from __future__ import annotations
 
 
 class TubeSparkError(Exception):
-    """Root of every error tubespark raises. ``retriable`` says whether the same call may succeed later."""
+    """Root of every error tubespark raises. ``retriable``: the same call, tried again after a backoff, may
+    succeed (see the module docstring for the whole rule)."""
 
     retriable: bool = False
 
@@ -22,20 +44,12 @@ class CodecError(TubeSparkError):
     """Bytes that do not form a valid frame or message of a broker's protocol. The stream is unusable then."""
 
 
-class BadTokenError(CodecError):
-    """A frame did not start with the protocol's begin token: wrong kind of peer, or the stream is out of sync."""
-
-
 class FrameTooLargeError(CodecError):
     """A frame announced more blocks or bytes than the protocol allows; nothing was allocated for it."""
 
 
 class TruncatedFrameError(CodecError):
     """The stream ended in the middle of a frame (or the peer closed it while a call waited)."""
-
-
-class ProtobufDecodeError(CodecError):
-    """A frame's blocks did not hold the protobuf messages the envelope requires."""
 
 
 class ChecksumMismatchError(CodecError):
@@ -74,57 +88,16 @@ class TlsError(TubeSparkError):
     """
 
 
-class RpcError(TubeSparkError):
-    """The server's RPC layer answered with an exception instead of a response.
-
-    ``exception_name`` is the Java class name the server sent (match it by suffix: the package prefix
-    depends on the protocol version), ``fatal`` is true when the server could not parse or route the call.
-    """
-
-    def __init__(self, exception_name: str, message: str, *, fatal: bool = False) -> None:
-        self.exception_name = exception_name
-        self.server_message = message
-        self.fatal = fatal
-        super().__init__(f"{exception_name}: {message}".strip())
-
-
-class StandbyMasterError(RpcError):
-    """The master that answered is a standby; the call should go to the next master address."""
-
-    retriable = True
-
-
-class NoMasterAvailableError(BrokerConnectionError):
-    """Every configured master address failed or was a standby.
-
-    ``electing`` is true when at least one master answered as a standby: the group is between two
-    active masters (the old one died and the election has not finished), so waiting can help; when
-    every address refused the connection there is no master to wait for.
-    """
-
-    def __init__(self, message: str, *, electing: bool = False) -> None:
-        super().__init__(message)
-        self.electing = electing
-
-
-class NotAMasterError(TubeSparkError):
-    """Every master address answered, but none as a TubeMQ master: the address names another service.
-
-    A broker's RPC port, a web port (HTTP) or any other server: the address is wrong, and no amount of
-    waiting makes it a master, so the flag is off and callers fail at once with the message naming the
-    address and what answered there. Not a :class:`BrokerConnectionError`: nothing is unreachable.
-    """
-
-
 # --- broker business errors ------------------------------------------------------------------------
 
 
 class BrokerError(TubeSparkError):
     """A master or broker answered a call with a business error code.
 
-    Each broker's package maps its own codes onto the subclasses below (TubeMQ:
-    :func:`tubespark.tubemq.wire.errcodes.error_for_code`), so callers branch on the class and
-    ``retriable``, never on a number.
+    Each broker's wire layer maps its own codes onto the subclasses below or its own module's
+    (:mod:`tubespark.tubemq.wire.errcodes`, :mod:`tubespark.tank.wire.codes`,
+    :mod:`tubespark.rocketmq.wire.codes`), so callers branch on the class and ``retriable``, never on a
+    number.
     """
 
     code: int = 0
@@ -149,18 +122,6 @@ class ServerBusyError(BrokerError):
     retriable = True
 
 
-class PartitionOccupiedError(BrokerError):
-    """Another consumer of the same group holds the partition."""
-
-    retriable = True
-
-
-class NotRegisteredError(BrokerError):
-    """The server does not know this client or partition registration (any more): register again."""
-
-    retriable = True
-
-
 class UnknownTopicError(BrokerError):
     """The topic does not exist, is not deployed, or the partition is not part of it."""
 
@@ -169,12 +130,42 @@ class AuthError(BrokerError):
     """Authentication or authorisation refused."""
 
 
-class GroupConflictError(BrokerError):
-    """The group's members disagree on topics, filters or session."""
-
-
 class BadRequestError(BrokerError):
     """The server rejected the request's parameters."""
+
+
+# --- reads of exact ranges -------------------------------------------------------------------------
+
+
+class RangeReadError(TubeSparkError):
+    """A read of an exact range ``[start, end)`` gave up after its whole retry budget (``retry_s``).
+
+    One class for every broker's range reader (TubeMQ, TANK, RocketMQ): each retries retriable faults (a
+    broken or silent connection, a busy server, a moved or missing leader, data not visible yet) with
+    backoff, resuming where it stood, and raises this once the budget is spent, with the last fault as
+    ``__cause__``. Retriable, because only retriable faults are wrapped: the same read succeeds once the
+    broker is healthy (Spark's task retry, a restarted query, a later trigger). Faults no retry can fix
+    (lost data, bytes that do not decode, an unknown topic, a refused login) are never wrapped: they are
+    raised at once with their own type.
+
+    ``partition`` names the partition or queue, ``start``/``end`` the planned range, ``reached`` the
+    offset below which everything was already handed out; ``broker`` the address read from (empty when
+    the reader follows a route), ``messages`` how many were handed out and ``tries`` the faults seen
+    (``None`` where a reader does not count them).
+    """
+
+    retriable = True
+
+    def __init__(self, message: str, *, partition: str, start: int, end: int, reached: int, broker: str = "",
+                 messages: int | None = None, tries: int | None = None) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.reached = reached
+        self.broker = broker
+        self.messages = messages
+        self.tries = tries
 
 
 # --- user-facing layers ----------------------------------------------------------------------------
@@ -186,6 +177,11 @@ class OptionError(TubeSparkError, ValueError):
 
 class DataLossError(TubeSparkError):
     """Data the query planned to read is gone (retention, vanished partition) and failOnDataLoss is on."""
+
+
+class AvailableNowIncompleteError(TubeSparkError):
+    """A Trigger.AvailableNow run cannot read a partition below its target (occupied by a stale registration,
+    its broker down) within the time it waits: finishing would skip that partition's data."""
 
 
 class PartitionsUnavailableError(TubeSparkError):
@@ -205,8 +201,6 @@ class PartitionsUnavailableError(TubeSparkError):
         self.reasons = reasons
 
 
-class AdminApiError(TubeSparkError):
-    """A master's or broker's HTTP admin API failed or refused a call (the answer says why)."""
 
 
 class UnsupportedSparkError(TubeSparkError):

@@ -27,8 +27,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tubespark.errors import AdminApiError
 from tubespark.tubemq.client.admin import BrokerAdmin, MasterAdmin
+from tubespark.tubemq.errors import AdminApiError
 from tubespark_testbed import artifacts
 from tubespark_testbed.config import (
     MAX_BROKERS,

@@ -77,7 +77,7 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = WAIT_S, what:
 
 def fast_settings(**overrides: float) -> ClientSettings:
     """Client settings with short, bounded waits for talking to the fakes."""
-    values = {"connect_timeout_s": 1.0, "call_timeout_s": 2.0, "heartbeat_interval_s": 0.05, **overrides}
+    values = {"connect_timeout_s": 1.0, "request_timeout_s": 2.0, "heartbeat_interval_s": 0.05, **overrides}
     return ClientSettings(**values)
 
 

@@ -226,7 +226,16 @@ class TankBroker:
     def start(self) -> TankBroker:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((self.host, self.port))
+        deadline = time.monotonic() + 5.0
+        while True:  # a restart on the same port: the old listener's accept thread may not have let go yet
+            try:
+                listener.bind((self.host, self.port))
+                break
+            except OSError:
+                if not self.port or time.monotonic() > deadline:
+                    listener.close()
+                    raise
+                time.sleep(0.05)
         listener.listen(64)
         listener.settimeout(0.2)
         self.port = listener.getsockname()[1]

@@ -5,7 +5,10 @@ documentation, required, read/write/both), and a frozen dataclass deriving from
 :class:`ParsedOptions` with one typed attribute per spec. :meth:`ParsedOptions.from_raw` parses
 Spark's option map into it before any network call, so a typo fails at once with a message naming
 the option and the value. Unknown option names are warned about (Spark passes user options through
-verbatim, so a misspelt one would otherwise be silently ignored); protected keys are refused.
+verbatim, so a misspelt one would otherwise be silently ignored); protected keys are refused. An
+option renamed to give one idea one name across brokers keeps its old name in ``deprecated``: the old
+name still works, with a ``FutureWarning`` (shown to users by default, unlike ``DeprecationWarning``)
+naming the new one.
 
 Option names are case-insensitive, as Spark's option map is (``maxoffsetspertrigger`` is
 ``maxOffsetsPerTrigger``); messages always use the documented spelling.
@@ -48,6 +51,7 @@ class OptionSpec:
     """One option: its Spark name, default (text, or ``None`` for unset), parser and documentation.
 
     ``attr`` is the attribute of the parsed options object; empty means ``attribute_name(name)``.
+    ``deprecated`` lists old names of the option that still work, with a warning.
     """
 
     name: str
@@ -57,6 +61,7 @@ class OptionSpec:
     required: bool = False
     applies: str = READ  # read | write | both
     attr: str = ""
+    deprecated: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.applies not in (READ, WRITE, BOTH):
@@ -66,6 +71,13 @@ class OptionSpec:
 
     def applies_to(self, mode: str) -> bool:
         return self.applies in (mode, BOTH)
+
+    def deprecation_note(self) -> str:
+        """What the documentation says of the old names (empty without any)."""
+        if not self.deprecated:
+            return ""
+        names = " and ".join(f"`{old}`" for old in self.deprecated)
+        return f"The old name {names} still works, with a deprecation warning."
 
 
 # --- common parsers --------------------------------------------------------------------------------
@@ -121,6 +133,17 @@ def parse_byte_size(name: str, value: str) -> int:
     if size <= 0:
         raise OptionError(f"option {name}={value!r}: expected a positive size in bytes, like 1048576, 512k or 10m")
     return size
+
+
+def parse_non_negative_int(name: str, value: str) -> int:
+    """A count, 0 allowed (e.g. how many times to retry)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise OptionError(f"option {name}={value!r}: expected a non-negative integer")
+    return number
 
 
 def parse_non_negative_ms(name: str, value: str) -> int:
@@ -209,26 +232,39 @@ def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str,
     parsed default (its value in ``raw`` is ignored). ``required`` names options required in this
     mode on top of the specs' own; ``defaults`` overrides specs' defaults for this call (e.g. a batch
     read starting at ``earliest``). Raises OptionError for a protected key (lower case -> what to use
-    instead), a missing required option or a bad value; warns about unknown names.
+    instead), a missing required option, a bad value, or an option given under both its name and an old
+    name; warns about unknown names and about old names (which work, and name themselves in messages).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be read or write, not {mode!r}")
     specs = tuple(specs)
     by_name = {spec.name.lower(): spec for spec in specs}
+    old_names = {old.lower(): (old, spec) for spec in specs for old in spec.deprecated}
     protected = {k.lower(): v for k, v in (protected or {}).items()}
     overrides = {k.lower(): v for k, v in (defaults or {}).items()}
     needed = {name.lower() for name in required}
     prefix = f"{source}: " if source else ""
-    given: dict[str, tuple[str, Any]] = {}
+    named = {key.lower() for key in raw}
+    given: dict[str, tuple[str, Any]] = {}  # documented name, lower case -> (name as spelled in messages, value)
     for key, value in raw.items():
         lowered = key.lower()
         if lowered in protected:
             raise OptionError(f"option {key} cannot be passed through: tubespark sets it itself; "
                               f"use {protected[lowered]} instead")
+        if lowered in old_names:
+            old, spec = old_names[lowered]
+            if spec.name.lower() in named:
+                raise OptionError(f"options {spec.name} and {old} are the same option ({old} is its old name): "
+                                  f"give only {spec.name}")
+            warnings.warn(f"{prefix}option {old!r} is deprecated: use {spec.name!r} (same meaning)", FutureWarning,
+                          stacklevel=4)
+            log.warning("%soption %r is deprecated: use %r (same meaning)", prefix, old, spec.name)
+            given[spec.name.lower()] = (old, value)
+            continue
         if lowered not in by_name and lowered not in SPARK_OWN_OPTIONS:
             warnings.warn(f"{prefix}unknown option {key!r} is ignored", stacklevel=4)
             log.warning("%sunknown option %r is ignored", prefix, key)
-        given[lowered] = (key, value)
+        given[lowered] = (by_name[lowered].name if lowered in by_name else key, value)
     values: dict[str, Any] = {}
     for spec in specs:
         lowered = spec.name.lower()
@@ -236,12 +272,12 @@ def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str,
         if not spec.applies_to(mode):
             values[spec.attr] = spec.parse(spec.name, default) if default is not None else None
             continue
-        text = given.get(lowered, (spec.name, None))[1]
+        spelled, text = given.get(lowered, (spec.name, None))
         if text is None:
             if spec.required or lowered in needed:
                 raise OptionError(f'option {spec.name} is required: add .option("{spec.name}", ...). {spec.doc}')
-            text = default
-        values[spec.attr] = spec.parse(spec.name, str(text)) if text is not None else None
+            spelled, text = spec.name, default
+        values[spec.attr] = spec.parse(spelled, str(text)) if text is not None else None
     return values
 
 
@@ -288,5 +324,6 @@ def render_table(specs: Iterable[OptionSpec], mode: str | None = None) -> str:
         if mode and not spec.applies_to(mode):
             continue
         default = "**required**" if spec.required else (f"`{spec.default}`" if spec.default else "")
-        rows.append(f"| `{spec.name}` | {default} | {spec.applies} | {spec.doc} |")
+        doc = " ".join(filter(None, (spec.doc, spec.deprecation_note())))
+        rows.append(f"| `{spec.name}` | {default} | {spec.applies} | {doc} |")
     return "\n".join(rows)

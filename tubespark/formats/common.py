@@ -75,26 +75,27 @@ class Reader:
         self.pos += n
         return view
 
-    def _unpack(self, fmt: struct.Struct, item: str) -> Any:
+    def _unpack(self, fmt: struct.Struct, item: str) -> int:
+        """One integer field (every format here is one big-endian integer)."""
         self._need(fmt.size, item)
-        value = fmt.unpack_from(self.data, self.pos)[0]
+        value: int = fmt.unpack_from(self.data, self.pos)[0]
         self.pos += fmt.size
         return value
 
     def u8(self, item: str) -> int:
-        return self._unpack(_U8, item)  # type: ignore[no-any-return]
+        return self._unpack(_U8, item)
 
     def u16(self, item: str) -> int:
-        return self._unpack(_U16, item)  # type: ignore[no-any-return]
+        return self._unpack(_U16, item)
 
     def i32(self, item: str) -> int:
-        return self._unpack(_I32, item)  # type: ignore[no-any-return]
+        return self._unpack(_I32, item)
 
     def u32(self, item: str) -> int:
-        return self._unpack(_U32, item)  # type: ignore[no-any-return]
+        return self._unpack(_U32, item)
 
     def i64(self, item: str) -> int:
-        return self._unpack(_I64, item)  # type: ignore[no-any-return]
+        return self._unpack(_I64, item)
 
     def length(self, item: str) -> int:
         """A big-endian int32 length that must be >= 0 and fit in what is left."""

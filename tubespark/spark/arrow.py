@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -14,13 +15,13 @@ def arrow_schema_for(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def record_batch(schema: pa.Schema, columns: Sequence[Sequence]) -> pa.RecordBatch:
+def record_batch(schema: pa.Schema, columns: Sequence[Sequence[object]]) -> pa.RecordBatch:
     """A RecordBatch of ``schema`` from one Python sequence per field, each typed by its field."""
     arrays = [pa.array(values, schema.field(i).type) for i, values in enumerate(columns)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def column_values(batch: pa.RecordBatch, name: str) -> list | None:
+def column_values(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     """The column ``name`` of ``batch`` as Python values, ``None`` when the batch has no such column."""
     index = batch.schema.get_field_index(name)
     return batch.column(index).to_pylist() if index >= 0 else None

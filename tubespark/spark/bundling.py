@@ -19,9 +19,9 @@ it in two while the encoded bytes exceed the limit (incompressible records under
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, TypeVar
 
 from tubespark.errors import MessageTooLargeError
 from tubespark.formats import encode_inlongmsg
@@ -36,21 +36,25 @@ def attributes_cost(attributes: Mapping[str, str]) -> int:
     return GROUP_OVERHEAD_BYTES + sum(len(k) + len(v) + 2 for k, v in attributes.items())
 
 
+K = TypeVar("K", bound=Hashable)  # a sink's bundle key
+X = TypeVar("X")  # what a sink keeps with each record's body
+
+
 @dataclass
-class Bundle:
+class Bundle(Generic[K, X]):
     """An open or closed bundle: its key, its records ``(body, extra)``, the task rows they came from.
 
     ``extra`` is whatever the sink's encoder needs besides the body (InLong: the record's attributes).
     """
 
-    key: Hashable
-    records: list[tuple[bytes, Any]] = field(default_factory=list)
+    key: K
+    records: list[tuple[bytes, X]] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
     size: int = BUNDLE_HEADER_BYTES
     opened: float = 0.0
 
 
-class Bundler:
+class Bundler(Generic[K, X]):
     """The open bundles of one write task, by key."""
 
     def __init__(self, *, max_rows: int, linger_s: float, max_open: int = 1024,
@@ -61,24 +65,24 @@ class Bundler:
         self.linger_s = linger_s
         self.max_open = max_open
         self.clock = clock
-        self._open: dict[Hashable, Bundle] = {}  # insertion order = opening order
+        self._open: dict[K, Bundle[K, X]] = {}  # insertion order = opening order
 
     @property
     def open_count(self) -> int:
         return len(self._open)
 
-    def is_open(self, key: Hashable) -> bool:
+    def is_open(self, key: K) -> bool:
         return key in self._open
 
-    def add(self, key: Hashable, body: bytes, attributes: Any, *, cost: int, max_bytes: int,
-            row: int) -> list[Bundle]:
+    def add(self, key: K, body: bytes, extra: X, *, cost: int, max_bytes: int,
+            row: int) -> list[Bundle[K, X]]:
         """Add one record (``cost`` bytes in the encoded bundle) under ``key``; return the bundles this closed.
 
         A record that does not fit an open bundle's remaining ``max_bytes`` closes it and starts a new one;
         a record larger than ``max_bytes`` on its own still gets a bundle (the encoder decides whether the
         broker takes it).
         """
-        closed: list[Bundle] = []
+        closed: list[Bundle[K, X]] = []
         bundle = self._open.get(key)
         if bundle is not None and bundle.size + cost > max_bytes:
             closed.append(self._open.pop(key))
@@ -88,14 +92,14 @@ class Bundler:
                 closed.append(self._open.pop(next(iter(self._open))))
             bundle = Bundle(key, opened=self.clock())
             self._open[key] = bundle
-        bundle.records.append((body, attributes))
+        bundle.records.append((body, extra))
         bundle.rows.append(row)
         bundle.size += cost
         if len(bundle.records) >= self.max_rows or bundle.size >= max_bytes:
             closed.append(self._open.pop(key))
         return closed
 
-    def expired(self) -> list[Bundle]:
+    def expired(self) -> list[Bundle[K, X]]:
         """Close and return the bundles opened ``linger_s`` or more ago."""
         if not self._open:
             return []
@@ -103,13 +107,13 @@ class Bundler:
         old = [key for key, bundle in self._open.items() if now - bundle.opened >= self.linger_s]
         return [self._open.pop(key) for key in old]
 
-    def drain(self) -> list[Bundle]:
+    def drain(self) -> list[Bundle[K, X]]:
         """Close and return every open bundle (the end of the task)."""
         closed, self._open = list(self._open.values()), {}
         return closed
 
 
-def encode_bundle(records: list[tuple[bytes, Mapping[str, str]]], rows: list[int], *, compress: bool, limit: int,
+def encode_bundle(records: Sequence[tuple[bytes, Mapping[str, str]]], rows: list[int], *, compress: bool, limit: int,
                   describe: Callable[[int], str]) -> list[tuple[bytes, list[int]]]:
     """``[(payload, rows)]``: the records as InLongMsg v1 bundles of at most ``limit`` bytes each.
 

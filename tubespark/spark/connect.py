@@ -32,10 +32,21 @@ import io
 import os
 import tempfile
 import zipfile
-from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # pyspark is imported when a stand-in is made: `import tubespark` works without it
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+
+T = TypeVar("T")
 
 # Fixed entry times make the zip a function of the code alone: the same code, the same bytes and name.
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -84,7 +95,7 @@ def write_package_zip(directory: str | os.PathLike[str] | None = None) -> str:
     return str(path)
 
 
-def portable_data_source(source_cls: type) -> type:
+def portable_data_source(source_cls: type[DataSource]) -> type[DataSource]:
     """A stand-in for ``source_cls`` (a ``DataSource`` subclass) that a Connect server can always load.
 
     Same name, same options, and each method delegates to a fresh ``source_cls(options)``. Nothing in
@@ -124,11 +135,12 @@ def portable_data_source(source_cls: type) -> type:
         importlib.invalidate_caches()
         return importlib.import_module(module_name)
 
-    def load_source() -> Callable[[Any], Any]:
+    def load_source() -> type[DataSource]:
         found: Any = importable(module)
         for part in qualname.split("."):
             found = getattr(found, part)
-        return found
+        source: type[DataSource] = found  # the class named like source_cls, loaded where this runs
+        return source
 
     def rebuild(module_name: str, data: bytes) -> Any:
         import pickle
@@ -136,7 +148,7 @@ def portable_data_source(source_cls: type) -> type:
         importable(module_name)
         return pickle.loads(data)
 
-    def ship(obj: Any) -> Any:
+    def ship(obj: T) -> T:
         """Make ``obj`` pickle as ``rebuild(its module, its usual pickle)``: the unpickling process
         (an executor, a commit process) gets tubespark importable before it meets a tubespark class.
         The object keeps its behaviour: its class becomes a subclass that only adds ``__reduce_ex__``.
@@ -165,19 +177,19 @@ def portable_data_source(source_cls: type) -> type:
         def name(cls) -> str:
             return source_name
 
-        def schema(self) -> Any:
+        def schema(self) -> StructType | str:
             return load_source()(self.options).schema()
 
-        def reader(self, schema: Any) -> Any:
+        def reader(self, schema: StructType) -> DataSourceReader:
             return ship(load_source()(self.options).reader(schema))
 
-        def streamReader(self, schema: Any) -> Any:
+        def streamReader(self, schema: StructType) -> DataSourceStreamReader:
             return ship(load_source()(self.options).streamReader(schema))
 
-        def writer(self, schema: Any, overwrite: bool) -> Any:
+        def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
             return ship(load_source()(self.options).writer(schema, overwrite))
 
-        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
             return ship(load_source()(self.options).streamWriter(schema, overwrite))
 
     PortableDataSource.__doc__ = f"Spark Connect stand-in for {module}.{qualname} (see tubespark.spark.connect)."

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tubespark.errors import OptionError
@@ -125,3 +126,58 @@ def parse_offsets(raw: Any, *, is_key: Callable[[str], bool] = lambda key: True)
             return None
         out[key] = value
     return out
+
+
+FROM_MARK = "#from"
+"""``end["<key>#from"]``: where a batch starts ``key`` when that is not the previous batch's end.
+
+Spark logs only batch ends, so whatever moves a partition's start lives in the end offsets themselves and
+a batch Spark replays after a restart reads exactly the ranges the first run planned: a new query's first
+batch (Spark replays a batch 0 from a fresh ``initialOffset()``, whose answer can differ: ``latest`` has
+moved on, a group may assign other partitions), a partition joining the query, a jump past offsets that
+are gone, a regained partition jumping to its group's offset. Keys with ``#`` are no partitions: no
+broker's topic names may contain it."""
+
+SKIP_MARK = "#skip"
+"""Older checkpoints' mark of a range skipped, not read: ``end["<key>#skip"] == end[key]``. Read as a
+``#from`` mark equal to the end (the same meaning); never written any more."""
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from`` marks.
+
+    ``positions`` holds every partition the query knows (where it stands on each); ``starts`` holds the
+    partitions this batch reads from somewhere other than the previous end. :meth:`parse` and
+    :meth:`to_spark` are the one place the marks are read and written.
+    """
+
+    positions: Offsets
+    starts: Offsets = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, int] | None) -> BatchOffsets:
+        positions: Offsets = {}
+        starts: Offsets = {}
+        skips: Offsets = {}
+        for key, offset in (raw or {}).items():
+            if key.endswith(FROM_MARK):
+                starts[key[:-len(FROM_MARK)]] = offset
+            elif key.endswith(SKIP_MARK):
+                skips[key[:-len(SKIP_MARK)]] = offset
+            elif "#" not in key:
+                positions[key] = offset
+        return cls(positions, {**skips, **starts})
+
+    def to_spark(self) -> Offsets:
+        return {**self.positions, **{key + FROM_MARK: offset for key, offset in self.starts.items()}}
+
+    def ranges(self, previous: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+        """``{key: (low, high)}`` this batch reads after a batch ending at ``previous`` (positions only):
+        each partition from its ``#from`` mark or its previous offset up to its position; empty ones left out."""
+        out: dict[str, tuple[int, int]] = {}
+        for key, high in sorted(self.positions.items()):
+            low = self.starts.get(key, previous.get(key))
+            if low is not None and high > low:
+                out[key] = (low, high)
+        return out

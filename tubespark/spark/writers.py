@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,44 +61,44 @@ def task_index() -> int:
     return context.partitionId() if context else 0
 
 
-def log_commit(messages: list, what: str) -> None:
+def log_commit(messages: Sequence[WriterCommitMessage | None], what: str) -> None:
     done = [m for m in messages if isinstance(m, SentCommitMessage)]
     log.info("%s: %d tasks sent %d rows (%d bytes)", what, len(done), sum(m.rows for m in done),
              sum(m.bytes for m in done))
 
 
-class StampedBatchWriter(DataSourceArrowWriter):
-    """``df.write``: stamps are ``<write id>-<task>``; ``broker`` names the system in the logs."""
+class StampedWriter:
+    """What the batch and the stream writer share: the options, ``broker`` (names the system in the logs)
+    and ``send``. A broker's sink mixin derives from it too, so its ``super().__init__`` is typed."""
 
     broker = "the broker"
 
     def __init__(self, options: Any) -> None:
         self.options = options
-        self.write_id = uuid.uuid4().hex[:16]  # made on the driver: the same for every attempt of a task
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         raise NotImplementedError
+
+
+class StampedBatchWriter(StampedWriter, DataSourceArrowWriter):
+    """``df.write``: stamps are ``<write id>-<task>``."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self.write_id = uuid.uuid4().hex[:16]  # made on the driver: the same for every attempt of a task
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
         return self.send(iterator, f"{self.write_id}-{task_index()}")
 
-    def commit(self, messages: list) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log_commit(messages, f"{self.broker} batch write committed")
 
-    def abort(self, messages: list) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log_commit(messages, f"{self.broker} batch write aborted (rows already sent stay in {self.broker})")
 
 
-class StampedStreamWriter(DataSourceStreamArrowWriter):
+class StampedStreamWriter(StampedWriter, DataSourceStreamArrowWriter):
     """``df.writeStream``: stamps are ``<query id>-<batch id>-<task>``, the same when a batch is replayed."""
-
-    broker = "the broker"
-
-    def __init__(self, options: Any) -> None:
-        self.options = options
-
-    def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
-        raise NotImplementedError
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
         context = TaskContext.get()
@@ -107,9 +107,9 @@ class StampedStreamWriter(DataSourceStreamArrowWriter):
         stamp = f"{query or 'q'}-{batch or 0}-{context.partitionId() if context else 0}"
         return self.send(iterator, stamp)
 
-    def commit(self, messages: list, batchId: int) -> None:
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log_commit(messages, f"{self.broker} stream batch {batchId} committed")
 
-    def abort(self, messages: list, batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log_commit(messages, f"{self.broker} stream batch {batchId} aborted (rows already sent stay in "
                              f"{self.broker})")

@@ -22,15 +22,19 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 from tubespark.errors import TubeSparkError
 from tubespark.tubemq.client.store_counts import exact_messages
+
+if TYPE_CHECKING:  # pyspark is imported when a backfill runs: the parser works without it
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class Progress:
     """Prints Spark's task progress every few seconds from a background thread."""
 
-    def __init__(self, spark, label: str, interval_s: float = 2.0, out=sys.stderr) -> None:  # noqa: ANN001
+    def __init__(self, spark: SparkSession, label: str, interval_s: float = 2.0, out: TextIO = sys.stderr) -> None:
         self.spark, self.label, self.interval_s, self.out = spark, label, interval_s, out
         self.started = time.monotonic()
         self._stop = threading.Event()
@@ -78,9 +82,15 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def export(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
+def _rows_and_bytes(frame: DataFrame) -> tuple[int, int]:
+    """How many rows ``frame`` has and how many bytes their values hold."""
     from pyspark.sql import functions as F
 
+    rows, size = frame.select(F.count("*"), F.coalesce(F.sum(F.length("value")), F.lit(0))).collect()[0]
+    return rows, size
+
+
+def export(spark: SparkSession, args: argparse.Namespace) -> int:
     from tubespark.tubemq.spark.batch_reader import TubeBatchReader
     from tubespark.tubemq.spark.options import TubeMQOptions
 
@@ -107,7 +117,7 @@ def export(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
     with Progress(spark, "export") as progress:
         frame.write.mode(args.mode).format(args.format).save(args.output)
         written = spark.read.format(args.format).load(args.output)
-        rows, size = written.select(F.count("*"), F.coalesce(F.sum(F.length("value")), F.lit(0))).first()
+        rows, size = _rows_and_bytes(written)
         print(progress.summary(rows, size), file=sys.stderr)
     # offsets tell the count when every store's partitions share one range (docs/tubemq/brokers.md, "Several
     # partitions per store") and nothing is filtered; otherwise count what the ranges hold
@@ -125,15 +135,13 @@ def export(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
     return 0
 
 
-def publish(spark, args: argparse.Namespace) -> int:  # noqa: ANN001
-    from pyspark.sql import functions as F
-
+def publish(spark: SparkSession, args: argparse.Namespace) -> int:
     frame = spark.read.format(args.format).load(args.input)
     if args.value_column != "value":
         frame = frame.withColumnRenamed(args.value_column, "value")
     keep = [c for c in frame.columns if c in ("value", "streamId", "msgTime", "attributes", "partitionKey")]
     frame = frame.select(*keep)
-    rows, size = frame.select(F.count("*"), F.coalesce(F.sum(F.length("value")), F.lit(0))).first()
+    rows, size = _rows_and_bytes(frame)
     with Progress(spark, "publish") as progress:
         frame.write.format("tubemq").options(**_options(args)).mode("append").save()
         print(progress.summary(rows, size), file=sys.stderr)
@@ -170,7 +178,7 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def main(argv: list[str] | None = None, *, session_factory: Callable | None = None) -> int:
+def main(argv: list[str] | None = None, *, session_factory: Callable[[], SparkSession] | None = None) -> int:
     args = parser().parse_args(argv)
     from pyspark.sql import SparkSession
 

@@ -19,7 +19,8 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[3]
-CASES = ("tubespark_batch", "ceiling", "kafka_batch", "tubespark_sink", "kafka_sink", "java_consume", "java_produce")
+CASES = ("tubespark_batch", "tubespark_batch_pure", "ceiling", "kafka_batch", "kafka_batch_tuned", "tubespark_sink",
+         "kafka_sink", "java_consume", "java_produce")
 
 
 @pytest.mark.timeout(1200)
@@ -56,7 +57,19 @@ def test_bench_smoke_writes_the_expected_json(tmp_path):
             assert record["rows_per_s_per_core"] == pytest.approx(record["rows_per_s"] / 2, rel=1e-3)
     assert by_case["tubespark_batch"]["rows"] == doc["config"]["read_rows"]["100"]
 
+    # what a figure must say of itself (issue 24): commit, CPU model and cores, JVM flags, the hot path; and CPU per
+    # row per role beside rows/s (the broker's for the cases that have one)
+    assert doc["commit"] not in ("", "?") and doc["host"]["cpu_model"] not in ("", "?") and doc["host"]["cpus"] >= 1
+    assert doc["spark"]["jvm_flags"] and doc["hot_path"]["tubespark_batch"].startswith(("compiled", "pure-python"))
+    for name in ("tubespark_batch", "tubespark_batch_pure", "kafka_batch", "kafka_batch_tuned", "tubespark_sink"):
+        cpu = by_case[name]["cpu_us_per_row"]
+        assert cpu["spark_side_us_per_row"] > 0 and cpu["broker_us_per_row"] > 0, (name, cpu)
+        assert all("cpu_s" in run for run in by_case[name]["runs"]), name
+    assert by_case["tubespark_batch_pure"]["rows"] == by_case["tubespark_batch"]["rows"]
+
     names = {r["name"] for r in doc["ratios"]}
-    assert {"tubespark_batch/ceiling", "tubespark_batch/java_consume", "tubespark_sink/java_produce"} <= names
+    assert {"tubespark_batch/ceiling", "tubespark_batch/java_consume", "tubespark_sink/java_produce",
+            "tubespark_batch/kafka_batch_tuned", "tubespark_batch/tubespark_batch_pure",
+            "cpu tubespark_batch/kafka_batch"} <= names
     assert all(r["value"] > 0 for r in doc["ratios"])
     assert chart.stat().st_size > 0

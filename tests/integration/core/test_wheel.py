@@ -5,7 +5,8 @@ copy of ``testbed/`` and ``conf/tubemq``. Both go into a fresh venv, away from t
 working directory, no ``PYTHONPATH``), as ``tubespark[cluster]`` next to the lower bound of the declared
 pyspark range (the main environment runs the newest release in it). There ``roundtrip_job.py`` writes,
 reads and streams (admission control and Trigger.AvailableNow, which the lower bound must have), and
-``python -m tubespark demo`` runs the demo on its own embedded cluster from the wheels alone.
+``python -m tubespark demo`` runs the demo on its own embedded cluster from the wheels alone. The wheel
+built from the sdist holds the compiled hot path and uses it (``tubespark --version`` says so).
 
 pip's cache keeps the PySpark wheel it builds from the sdist, so only the first run on a machine pays
 for the download and the build (about 40 s here).
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -70,9 +72,14 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     shutil.copytree(ROOT / "conf" / "tubemq", src / "conf" / "tubemq")
     _run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", dist, src / "testbed"], timeout=300)
     names = sorted(p.name for p in dist.iterdir())
-    assert [re.sub(r"-[^-]+-py3-none-any\.whl$|-[^-]+\.tar\.gz$", "", n) for n in names] == \
+    # tubespark's wheel holds the compiled hot path, so its tag names the interpreter and platform
+    # (cp311-cp311-linux_x86_64); the test bed's is pure Python
+    assert [re.sub(r"-[^-]+-(py3-none-any|cp\d+-cp\d+-[\w.]+)\.whl$|-[^-]+\.tar\.gz$", "", n) for n in names] == \
         ["tubespark", "tubespark", "tubespark_testbed"], names  # sdist + wheel, and the test bed's wheel
     core = next(dist.glob("tubespark-*.whl"))
+    assert "-py3-none-any" not in core.name, f"{core.name}: the compiled hot path did not build from the sdist"
+    assert any(n.startswith("tubespark/tubemq/wire/_native.") and n.endswith(".so")
+               for n in zipfile.ZipFile(core).namelist()), f"{core.name} lacks the compiled hot path"
     testbed = next(dist.glob("tubespark_testbed-*.whl"))
     work = base / "work"
     work.mkdir()
@@ -98,6 +105,20 @@ def test_the_wheel_alone_runs_on_the_oldest_pyspark(wheel_venv: Venv, tubemq_clu
     assert result["pyspark"] == oldest_pyspark() and result["tubespark_file"].startswith(prefix)
     assert result["read"] == ROWS and result["copied"] == ROWS and result["copied_matches"], result
     assert sum(result["stream_batches"]) == ROWS and max(result["stream_batches"]) <= ROWS // 4, result
+
+
+def test_the_wheel_uses_its_compiled_hot_path(wheel_venv: Venv) -> None:
+    """Built from the sdist, installed from the wheel: ``tubespark --version`` names the compiled module, and
+    ``TUBESPARK_NO_EXTENSIONS=1`` switches the same installation to pure Python."""
+    prefix = str(wheel_venv.python.parent.parent)
+    said = wheel_venv.run("-m", "tubespark", "--version").stdout
+    assert f"TubeMQ wire hot path (fetch decoding, sends): compiled ({prefix}" in said, said
+    wheel_venv.env["TUBESPARK_NO_EXTENSIONS"] = "1"
+    try:
+        said = wheel_venv.run("-m", "tubespark", "--version").stdout
+    finally:
+        del wheel_venv.env["TUBESPARK_NO_EXTENSIONS"]
+    assert "TubeMQ wire hot path (fetch decoding, sends): pure-python (TUBESPARK_NO_EXTENSIONS is set)" in said, said
 
 
 def test_demo_runs_from_the_wheels(wheel_venv: Venv) -> None:

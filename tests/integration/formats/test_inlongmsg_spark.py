@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from tests.integration.helpers import produce
 from tests.interop.inlongjava import shared_inlong_java
 from tubespark.formats import decode_bundle, encode_inlongmsg
-from tubespark.tubemq.spark.partition import skipped_bundles
+from tubespark.tubemq.spark.read_task import skipped_bundles
 from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tubespark.errors import DataLossError, UnknownTopicError
+from tubespark.errors import DataLossError, NoDataError, RangeReadError, UnknownTopicError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.client.pop import PopConsumer, pop_until
 from tubespark.rocketmq.client.producer import BatchProducer
@@ -72,8 +72,9 @@ def test_reading_past_the_end_waits_then_fails(client, rocketmq_topic):
     send(client, topic, 10)
     settled_bounds(client, topic, 10)
     reader = RangeReader(client, "tubespark_test", retry_s=1.0)
-    with pytest.raises(Exception, match="no message at 10"):
+    with pytest.raises(RangeReadError, match=r"reading \[0, 12\) failed at 10 .*no message at 10") as error:
         list(reader.read(MessageQueue(topic, "broker-a", 0), 0, 12))
+    assert error.value.retriable and isinstance(error.value.__cause__, NoDataError)  # the data may still come
 
 
 def test_consumer_offsets_roundtrip(client, rocketmq_topic):

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.integration.tubemq.group_consumer import Consumer
 from tubespark.tubemq.client.common import ClientSettings
-from tubespark.tubemq.client.consumer import Consumer
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.wire.message import OutgoingMessage
 

@@ -20,18 +20,13 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tubespark.errors import (
-    MessageFormatError,
-    MessageTooLargeError,
-    NoMasterAvailableError,
-    TubeSparkError,
-    UnknownTopicError,
-)
+from tests.integration.tubemq.group_consumer import Consumer
+from tubespark.errors import MessageFormatError, MessageTooLargeError, TubeSparkError, UnknownTopicError
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings, new_client_id
-from tubespark.tubemq.client.consumer import Consumer
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.client.ranges import probe_bounds
+from tubespark.tubemq.errors import NoMasterAvailableError
 from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE
 from tubespark.tubemq.wire.message import OutgoingMessage
 
@@ -209,7 +204,7 @@ def _closed_port() -> int:
 @pytest.mark.parametrize("role", ["producer", "consumer"])
 def test_dead_master_fails_fast_with_a_typed_error(role):
     master = f"127.0.0.1:{_closed_port()}"
-    settings = ClientSettings(connect_timeout_s=2.0, call_timeout_s=3.0)
+    settings = ClientSettings(connect_timeout_s=2.0, request_timeout_s=3.0)
     started = time.monotonic()
     client = Producer(master, settings) if role == "producer" else Consumer(master, "rt_dead_master", ["any_topic"],
                                                                             settings=settings)

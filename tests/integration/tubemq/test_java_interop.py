@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.tubemq.group_consumer import Consumer
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings, new_client_id
-from tubespark.tubemq.client.consumer import Consumer
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
 from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, INDEX_RECORD_SIZE

@@ -1,6 +1,6 @@
-"""What users of Spark's Kafka source expect, with real Spark against the real local cluster: admission
-(``minOffsetsPerTrigger``/``maxTriggerDelay``, ``maxBytesPerTrigger``: the batch sizes users see), reads
-bounded by time, and ``topicPattern`` picking up a topic deployed while a stream runs."""
+"""What users of Spark's Kafka source expect, with real Spark against the real local cluster: reads bounded
+by time, and ``topicPattern`` picking up a topic deployed while a stream runs. (Admission, the batch sizes
+users see, is every broker's: tests/integration/contract/test_admission.py.)"""
 
 from __future__ import annotations
 
@@ -25,52 +25,6 @@ def stream(spark, master: str, topic: str, **options: str):
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
-
-
-def batch_rows(query) -> list[int]:
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-
-
-def test_max_bytes_per_trigger_sizes_every_batch(spark, tubemq_cluster, topic_factory, tmp_path):
-    topic, master = topic_factory(partitions=1, stores=4), tubemq_cluster.master_address
-    produce(master, topic, [OutgoingMessage(b"%04d" % i + b"x" * 996) for i in range(200)])  # 1,000 bytes each
-    seen: list[bytes] = []
-    query = (stream(spark, master, topic, maxBytesPerTrigger="40k").writeStream
-             .foreachBatch(lambda frame, _id: seen.extend(r.value for r in frame.select("value").collect()))
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-    assert query.awaitTermination(180) and query.exception() is None, query.exception()
-    sizes = batch_rows(query)
-    assert sorted(seen) == sorted(b"%04d" % i + b"x" * 996 for i in range(200))  # all, exactly once
-    assert len(sizes) >= 5 and all(rows <= 41 for rows in sizes), sizes  # 40 KiB ~ 40 messages (an estimate)
-
-
-def test_min_offsets_per_trigger_waits_until_max_trigger_delay(spark, tubemq_cluster, topic_factory):
-    topic, master = topic_factory(partitions=1, stores=4), tubemq_cluster.master_address
-    produce(master, topic, [OutgoingMessage(b"early-%d" % i) for i in range(30)])
-    name = "minrows_" + uuid.uuid4().hex[:8]
-    started = time.monotonic()
-    query = (stream(spark, master, topic, minOffsetsPerTrigger="100", maxTriggerDelay="12s")
-             .select("value").writeStream.format("memory").queryName(name)
-             .trigger(processingTime="500 milliseconds").start())
-    try:
-        def rows() -> int:
-            return spark.sql(f"select count(*) from {name}").first()[0]
-
-        time.sleep(6)
-        assert rows() == 0, "a batch ran with 30 of the 100 messages before maxTriggerDelay"
-        deadline = time.monotonic() + 60
-        while rows() < 30 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        waited = time.monotonic() - started
-        assert rows() == 30 and waited >= 10, f"the trickle was read after {waited:.1f} s (delay 12 s)"
-        produce(master, topic, [OutgoingMessage(b"burst-%d" % i) for i in range(150)])  # enough: read at once
-        deadline = time.monotonic() + 10
-        while rows() < 180 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert rows() == 180, "150 new messages (over minOffsetsPerTrigger) were not read within 10 s"
-        assert batch_rows(query) == [30, 150], batch_rows(query)
-    finally:
-        query.stop()
 
 
 def test_batch_read_between_two_times(spark, tubemq_cluster, topic_factory):

@@ -100,7 +100,7 @@ class SteadyProducer:
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> SteadyProducer:
-        self._producer = Producer(self.master, ClientSettings(heartbeat_interval_s=2, call_timeout_s=5),
+        self._producer = Producer(self.master, ClientSettings(heartbeat_interval_s=2, request_timeout_s=5),
                                   max_retries=5)
         self._producer.start()
         self._producer.publish([self.topic])

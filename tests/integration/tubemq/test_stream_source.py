@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 from tests.integration.helpers import produce
 from tubespark.tubemq.spark.monitoring import parse_offsets
-from tubespark.tubemq.spark.schema import read_schema
 from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-JOB = Path(__file__).resolve().parents[1] / "stream_job.py"
 
 
 def sample(n: int, *, stream_ids: tuple[str, ...] = ("orders", "clicks"), tag: str = "") -> list[OutgoingMessage]:
@@ -46,38 +37,6 @@ def run_available_now(frame, path: Path, checkpoint: Path, *, timeout: float = 1
     assert query.awaitTermination(timeout), "the AvailableNow query did not finish in time"
     assert query.exception() is None, query.exception()
     return query
-
-
-def test_available_now_reads_every_message_exactly_once(spark, tubemq_cluster, topic_factory, tmp_path):
-    topic = topic_factory(partitions=1, stores=4)
-    messages = sample(400)
-    results = produce(tubemq_cluster.master_address, topic, messages)
-    frame = reader(spark, tubemq_cluster.master_address, topic, "g" + uuid.uuid4().hex[:8],
-                   includeAttributes="true")
-    run_available_now(frame, tmp_path / "out", tmp_path / "ck")
-
-    actual = spark.read.parquet(str(tmp_path / "out"))
-    assert actual.count() == len(messages)
-    expected_rows = [(m.data, topic, r.partition.key, r.partition.broker_id, r.partition.partition_id,
-                      r.append_offset, datetime(2026, 11, 22, 10, 30, tzinfo=UTC), m.msg_type,
-                      json.dumps(m.attributes, sort_keys=True, separators=(",", ":")))
-                     for m, r in zip(messages, results, strict=True)]
-    schema = read_schema(False).add("attributes", "string")
-    expected = spark.createDataFrame(expected_rows, schema)
-    as_json = actual.withColumn("attributes", F.to_json(F.map_from_entries(F.array_sort(F.map_entries("attributes")))))
-    assert_df_equality(as_json, expected, ignore_row_order=True, ignore_nullable=True)
-
-
-def test_max_offsets_per_trigger_bounds_every_batch(spark, tubemq_cluster, topic_factory, tmp_path):
-    topic = topic_factory(partitions=1, stores=4)
-    produce(tubemq_cluster.master_address, topic, sample(240))
-    frame = reader(spark, tubemq_cluster.master_address, topic, "g" + uuid.uuid4().hex[:8],
-                   maxOffsetsPerTrigger="50")
-    query = run_available_now(frame, tmp_path / "out", tmp_path / "ck")
-    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-    # The limit is split exactly over the 4 queues: every batch takes 50 while a backlog remains.
-    assert sizes == [50, 50, 50, 50, 40], sizes
-    assert spark.read.parquet(str(tmp_path / "out")).count() == 240
 
 
 def test_stream_ids_filter_on_the_broker(spark, tubemq_cluster, topic_factory, tmp_path):
@@ -164,17 +123,11 @@ def test_committed_batches_become_the_groups_offsets(spark, tubemq_cluster, topi
     assert all(cur == 0 for cur, _max in not_stored.values()), f"commitToGroup=false stored offsets: {not_stored}"
 
 
-def test_bad_options_fail_before_any_network_call(spark):
+def test_tubemq_only_options_fail_before_any_network_call(spark):
+    """The options only TubeMQ has (the shared ones: tests/integration/contract/test_bad_options.py)."""
     unreachable = "127.0.0.1:1"  # nothing listens here: any network use would fail differently
     cases = {
-        (("master", "nohostport"), ("topic", "t1"), ("group", "grp")): "option master='nohostport'",
         (("master", unreachable), ("topic", "t1")): "option group is required",
-        (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("maxOffsetsPerTrigger", "-5")):
-            "option maxOffsetsPerTrigger='-5'",
-        (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("startingOffsets", "{bad json")):
-            "invalid JSON",
-        (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("failOnDataLoss", "maybe")):
-            "option failOnDataLoss='maybe'",
         (("master", unreachable), ("topic", "t1"), ("group", "grp"), ("tubemq.sessionKey", "x")):
             "cannot be passed through",
         (("master", unreachable), ("topic", "t1"), ("group", "g")): "option group='g'",
@@ -187,46 +140,6 @@ def test_bad_options_fail_before_any_network_call(spark):
         with pytest.raises(Exception, match=message.replace("(", r"\(").replace("{", r"\{")):
             stream.load().writeStream.format("noop").start().awaitTermination(30)
         assert time.monotonic() - started < 30
-
-
-def _spawn(cluster, topic: str, group: str, checkpoint: Path, out: Path, mode: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(JOB), cluster.master_address, topic, group, str(checkpoint),
-                             str(out), mode], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, text=True)
-
-
-def _committed_batches(checkpoint: Path) -> int:
-    commits = checkpoint / "commits"
-    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
-
-
-def test_killed_query_restarts_without_loss_or_duplicates(spark, tubemq_cluster, topic_factory, tmp_path):
-    topic = topic_factory(partitions=1, stores=4)
-    group = "g" + uuid.uuid4().hex[:8]
-    total = 0
-    checkpoint, out = tmp_path / "ck", tmp_path / "out"
-    for round_no in range(3):
-        total += len(produce(tubemq_cluster.master_address, topic, sample(300, tag=f"r{round_no}-")))
-        job = _spawn(tubemq_cluster, topic, group, checkpoint, out, "run")
-        target = _committed_batches(checkpoint) + 2
-        deadline = time.monotonic() + 120
-        while _committed_batches(checkpoint) < target and time.monotonic() < deadline and job.poll() is None:
-            time.sleep(0.2)
-        assert job.poll() is None, job.stdout.read()
-        # Kill mid-stream, never before this run made progress: the restart must resume a real checkpoint.
-        assert _committed_batches(checkpoint) >= target, f"round {round_no}: no progress before the kill"
-        os.killpg(job.pid, signal.SIGKILL)  # no clean shutdown: JVM, Python workers and all
-        job.wait(30)
-    deadline = time.monotonic() + 240
-    while True:  # the dead members' partitions come back once the servers time them out
-        drain = _spawn(tubemq_cluster, topic, group, checkpoint, out, "drain")
-        output, _ = drain.communicate(timeout=300)
-        assert drain.returncode == 0, output[-3000:]
-        values = [r.value for r in spark.read.parquet(str(out)).select("value").collect()]
-        assert len(values) == len(set(values)), "a row was written twice"
-        if len(values) == total or time.monotonic() > deadline:
-            break
-    assert len(values) == total
 
 
 def _memory_query(spark, master: str, topic: str, group: str, name: str):

@@ -34,12 +34,12 @@ from tubespark_testbed import ClusterSettings, LocalCluster
 from tubespark_testbed.errors import ClusterError
 from tubespark_testbed.tls import WRONG_HOST, LocalPki, make_pki
 
+from tests.integration.tubemq.group_consumer import Consumer
 from tubespark.core.framed_io import open_socket
 from tubespark.core.tls import TlsChannel, client_context
 from tubespark.errors import OptionError, TlsError
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings, new_client_id
-from tubespark.tubemq.client.consumer import Consumer
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.client.ranges import RangeReader, probe_bounds

@@ -62,8 +62,8 @@ def last_line(text: str) -> str:
 
 def test_nothing_listens_at_the_master_address(spark):
     master = f"127.0.0.1:{free_ports(1)[0]}"
-    expected = (f"tubespark.errors.NoMasterAvailableError: no TubeMQ master answers at {master} (connection refused: "
-                f"nothing listens there): {CHECK_MASTER}")
+    expected = (f"tubespark.tubemq.errors.NoMasterAvailableError: no TubeMQ master answers at {master} "
+                f"(connection refused: nothing listens there): {CHECK_MASTER}")
     assert last_line(stream_failure(spark, master, "events_x", group="g_" + uuid.uuid4().hex[:6])) == expected
     assert last_line(batch_failure(spark, master, "events_x")) == expected
     assert last_line(write_failure(spark, master, "events_x")) == expected
@@ -72,12 +72,12 @@ def test_nothing_listens_at_the_master_address(spark):
 def test_the_master_address_names_a_broker_or_a_web_port(spark, tubemq_cluster):
     broker = tubemq_cluster.broker_address
     assert last_line(batch_failure(spark, broker, "events_x")) == (
-        f"tubespark.errors.NotAMasterError: no TubeMQ master at {broker} (a TubeMQ broker answered, not a master): "
-        f"{CHECK_MASTER}")
+        f"tubespark.tubemq.errors.NotAMasterError: no TubeMQ master at {broker} (a TubeMQ broker answered, not a "
+        f"master): {CHECK_MASTER}")
     web = tubemq_cluster.master_web_url.removeprefix("http://")
     assert last_line(write_failure(spark, web, "events_x")) == (
-        f"tubespark.errors.NotAMasterError: no TubeMQ master at {web} (an HTTP server answered, not TubeMQ's RPC "
-        f"protocol: a web port): {CHECK_MASTER}")
+        f"tubespark.tubemq.errors.NotAMasterError: no TubeMQ master at {web} (an HTTP server answered, not TubeMQ's "
+        f"RPC protocol: a web port): {CHECK_MASTER}")
 
 
 def test_topic_not_deployed(spark, tubemq_cluster):

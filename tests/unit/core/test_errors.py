@@ -1,23 +1,176 @@
-"""The error hierarchy and the TubeMQ errCode mapping."""
+"""The error hierarchy: one root, the shared kinds, one module per broker, one meaning of ``retriable``.
+
+What a user relies on: every error tubespark raises is a ``TubeSparkError``; the shared module holds
+only broker-neutral kinds and each broker's own errors sit in ``tubespark.<broker>.errors``; the names
+the README tells users about import from where they always did; ``retriable`` is true exactly when the
+same call may succeed after a backoff (tubespark/errors.py's docstring), which is what the retry helper
+filters on. Plus the TubeMQ errCode mapping.
+"""
 
 from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
 
 import pytest
 
 from tubespark import errors
+from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import (
     AuthError,
     BadRequestError,
     BrokerError,
-    GroupConflictError,
     NoDataError,
-    NotRegisteredError,
-    PartitionOccupiedError,
+    RangeReadError,
     ServerBusyError,
     TubeSparkError,
     UnknownTopicError,
 )
+from tubespark.tubemq.errors import GroupConflictError, NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.errcodes import error_for_code
+
+PACKAGE = Path(__file__).resolve().parents[3] / "tubespark"
+ERROR_MODULES = ("tubespark.errors", "tubespark.tubemq.errors", "tubespark.tank.errors", "tubespark.rocketmq.errors",
+                 "tubespark.formats.errors")
+BROKER_MODULES = {"tubemq": "tubespark.tubemq.errors", "tank": "tubespark.tank.errors",
+                  "rocketmq": "tubespark.rocketmq.errors"}
+
+
+def _classes(module_name: str) -> dict[str, type]:
+    module = importlib.import_module(module_name)
+    return {name: cls for name, cls in vars(module).items()
+            if inspect.isclass(cls) and issubclass(cls, BaseException) and cls.__module__ == module_name}
+
+
+def _defined_exceptions() -> dict[str, set[str]]:
+    """Every class in the package whose bases name an error (read from the source: nothing is imported)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "pb" in path.relative_to(PACKAGE).parts:
+            continue
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    ast.unparse(base).endswith(("Error", "Exception")) for base in node.bases):
+                found.setdefault(module, set()).add(node.name)
+    return found
+
+
+# --- where errors live -----------------------------------------------------------------------------
+
+
+def test_errors_are_defined_only_in_the_error_modules() -> None:
+    stray = {module: names for module, names in _defined_exceptions().items() if module not in ERROR_MODULES}
+    assert not stray, "define errors in tubespark/errors.py or <broker>/errors.py"
+
+
+@pytest.mark.parametrize("module_name", ERROR_MODULES)
+def test_every_error_class_is_a_tubespark_error(module_name: str) -> None:
+    classes = _classes(module_name)
+    assert classes, f"{module_name} defines no errors"
+    assert [name for name, cls in classes.items() if not issubclass(cls, TubeSparkError)] == []
+
+
+def test_the_shared_module_holds_only_broker_neutral_kinds() -> None:
+    shared = set(_classes("tubespark.errors"))
+    assert {"TubeSparkError", "CodecError", "MessageFormatError", "BrokerConnectionError", "RpcTimeoutError",
+            "TlsError", "BrokerError", "ServerBusyError", "UnknownTopicError", "AuthError", "OptionError",
+            "DataLossError", "RangeReadError", "UnsupportedSparkError", "AvailableNowIncompleteError"} <= shared
+    for module_name in BROKER_MODULES.values():
+        assert not shared & set(_classes(module_name)), "a class is defined twice"
+    tubemq_only = {"BadTokenError", "ProtobufDecodeError", "RpcError", "StandbyMasterError", "NoMasterAvailableError",
+                   "NotAMasterError", "PartitionOccupiedError", "NotRegisteredError", "GroupConflictError",
+                   "AdminApiError", "BundleParseError"}
+    assert tubemq_only <= set(_classes("tubespark.tubemq.errors")) and not tubemq_only & shared
+
+
+@pytest.mark.parametrize(("broker", "names"), [
+    ("tubemq", {"BadTokenError", "ProtobufDecodeError", "RpcError", "StandbyMasterError", "NoMasterAvailableError",
+                "NotAMasterError", "PartitionOccupiedError", "NotRegisteredError", "GroupConflictError",
+                "AdminApiError", "BundleParseError"}),
+    ("tank", {"TankProtocolError", "BundleFormatError", "TruncatedFieldError", "LeaderMovedError",
+              "BoundaryFaultError"}),
+    ("rocketmq", {"NoNameServerAvailableError", "NoPermissionError", "OffsetOutOfRangeError"}),
+])
+def test_each_broker_has_its_own_error_module(broker: str, names: set[str]) -> None:
+    assert set(_classes(BROKER_MODULES[broker])) == names
+
+
+@pytest.mark.parametrize(("module_name", "name"), [
+    # the error names README.md tells users about, where they live ...
+    ("tubespark", "TubeSparkError"),
+    ("tubespark.errors", "DataLossError"),
+    ("tubespark.errors", "AuthError"),
+    ("tubespark.errors", "TlsError"),
+    ("tubespark.errors", "UnsupportedSparkError"),
+    ("tubespark.errors", "RangeReadError"),
+    ("tubespark.tubemq.errors", "BundleParseError"),
+    ("tubespark.tubemq.errors", "PartitionOccupiedError"),
+    # ... and where the ones that moved could be imported from before
+    ("tubespark.tubemq.client.ranges", "RangeReadError"),
+    ("tubespark.tank.client.ranges", "RangeReadError"),
+    ("tubespark.tubemq.spark.read_task", "BundleParseError"),
+    ("tubespark.tubemq.spark.stream_reader", "AssignmentUnavailableError"),  # now AvailableNowIncompleteError
+])
+def test_documented_names_are_importable(module_name: str, name: str) -> None:
+    assert issubclass(getattr(importlib.import_module(module_name), name), TubeSparkError)
+
+
+# --- what retriable means --------------------------------------------------------------------------
+
+RETRIABLE = {
+    # passing conditions of the connection or the server: the same call may succeed after a backoff
+    "BrokerConnectionError", "RpcTimeoutError", "NoDataError", "ServerBusyError", "RangeReadError",
+    "StandbyMasterError", "NoMasterAvailableError", "PartitionOccupiedError", "NotRegisteredError",
+    "LeaderMovedError", "NoNameServerAvailableError", "NoPermissionError",
+    "PartitionsUnavailableError",  # a broker that does not serve now may come back
+}
+
+
+@pytest.mark.parametrize("module_name", ERROR_MODULES)
+def test_retriable_is_set_exactly_on_passing_conditions(module_name: str) -> None:
+    """A complete table, so a new class has to be placed on one side of the rule."""
+    flags = {name: cls.retriable for name, cls in _classes(module_name).items()}
+    assert {name for name, flag in flags.items() if flag} == RETRIABLE & set(flags)
+
+
+def test_range_read_errors_of_every_broker_are_the_one_retriable_class() -> None:
+    """One class, one meaning: TubeMQ's used to be retriable and TANK's not."""
+    from tubespark.rocketmq.client import ranges as rocketmq_ranges
+    from tubespark.tank.client import ranges as tank_ranges
+    from tubespark.tubemq.client import ranges as tubemq_ranges
+
+    for module in (tubemq_ranges, tank_ranges, rocketmq_ranges):
+        assert module.RangeReadError is RangeReadError
+    error = RangeReadError("gave up", partition="t/0", start=1, end=9, reached=4, broker="h:1", messages=3, tries=2)
+    assert error.retriable and str(error) == "gave up"
+    assert (error.partition, error.start, error.end, error.reached, error.broker, error.messages, error.tries) == (
+        "t/0", 1, 9, 4, "h:1", 3, 2)
+
+
+def test_the_retry_helper_retries_what_is_retriable_and_nothing_else() -> None:
+    def failing(exc: Exception) -> int:
+        calls = 0
+
+        def fn() -> None:
+            nonlocal calls
+            calls += 1
+            raise exc
+
+        with pytest.raises(type(exc)):
+            call_with_retry(fn, RetryPolicy(attempts=3, backoff_s=0.001, max_backoff_s=0.001), what="test",
+                            sleep=lambda _s: None)
+        return calls
+
+    gave_up = RangeReadError("x", partition="p", start=0, end=1, reached=0)
+    assert failing(gave_up) == 3 and failing(ServerBusyError(503, "busy")) == 3
+    assert failing(errors.DataLossError("gone")) == 1 and failing(UnknownTopicError(403, "no")) == 1
+    assert failing(errors.TlsError("untrusted")) == 1 and failing(errors.CodecError("bad bytes")) == 1
+
+
+# --- the TubeMQ errCode mapping --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("code", "cls", "retriable"), [
@@ -60,33 +213,41 @@ def test_message_names_code_and_context() -> None:
     assert str(error_for_code(400, "bad")) == "TubeMQ error 400: bad"
 
 
-def test_every_public_error_derives_from_tubespark_error() -> None:
-    classes = [v for v in vars(errors).values() if isinstance(v, type) and issubclass(v, Exception)]
-    assert len(classes) > 15
-    assert all(issubclass(cls, TubeSparkError) for cls in classes)
-
-
 @pytest.mark.parametrize(("child", "parent"), [
-    (errors.BadTokenError, errors.CodecError),
-    (errors.FrameTooLargeError, errors.CodecError),
-    (errors.TruncatedFrameError, errors.CodecError),
-    (errors.ProtobufDecodeError, errors.CodecError),
-    (errors.ChecksumMismatchError, errors.CodecError),
-    (errors.MessageTooLargeError, errors.MessageFormatError),
-    (errors.RpcTimeoutError, errors.BrokerConnectionError),
-    (errors.NoMasterAvailableError, errors.BrokerConnectionError),
-    (errors.StandbyMasterError, errors.RpcError),
+    ("tubespark.tubemq.errors.BadTokenError", "tubespark.errors.CodecError"),
+    ("tubespark.errors.FrameTooLargeError", "tubespark.errors.CodecError"),
+    ("tubespark.errors.TruncatedFrameError", "tubespark.errors.CodecError"),
+    ("tubespark.tubemq.errors.ProtobufDecodeError", "tubespark.errors.CodecError"),
+    ("tubespark.errors.ChecksumMismatchError", "tubespark.errors.CodecError"),
+    ("tubespark.errors.MessageTooLargeError", "tubespark.errors.MessageFormatError"),
+    ("tubespark.errors.RpcTimeoutError", "tubespark.errors.BrokerConnectionError"),
+    ("tubespark.tubemq.errors.NoMasterAvailableError", "tubespark.errors.BrokerConnectionError"),
+    ("tubespark.tubemq.errors.StandbyMasterError", "tubespark.tubemq.errors.RpcError"),
+    ("tubespark.tubemq.errors.BundleParseError", "tubespark.errors.CodecError"),
+    ("tubespark.tank.errors.TankProtocolError", "tubespark.errors.MessageFormatError"),
+    ("tubespark.tank.errors.TruncatedFieldError", "tubespark.tank.errors.TankProtocolError"),
+    ("tubespark.tank.errors.LeaderMovedError", "tubespark.errors.ServerBusyError"),
+    ("tubespark.tank.errors.BoundaryFaultError", "tubespark.errors.BrokerError"),
+    ("tubespark.rocketmq.errors.NoNameServerAvailableError", "tubespark.errors.BrokerConnectionError"),
+    ("tubespark.rocketmq.errors.NoPermissionError", "tubespark.errors.BrokerError"),
+    ("tubespark.formats.errors.PayloadFormatError", "tubespark.errors.CodecError"),
 ])
-def test_hierarchy(child: type, parent: type) -> None:
-    assert issubclass(child, parent)
+def test_hierarchy(child: str, parent: str) -> None:
+    def load(dotted: str) -> type:
+        module, _, name = dotted.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    assert issubclass(load(child), load(parent))
 
 
-def test_retriable_flags_of_transport_errors() -> None:
+def test_flags_and_fields_of_transport_errors() -> None:
+    from tubespark.tubemq.errors import BadTokenError, RpcError, StandbyMasterError
+
     assert errors.BrokerConnectionError("x").retriable
     assert errors.RpcTimeoutError("x").retriable
-    assert errors.StandbyMasterError("n", "m").retriable
-    assert not errors.RpcError("n", "m").retriable
-    assert not errors.BadTokenError("x").retriable
+    assert StandbyMasterError("n", "m").retriable
+    assert not RpcError("n", "m").retriable
+    assert not BadTokenError("x").retriable
 
 
 def test_option_error_is_also_a_value_error() -> None:

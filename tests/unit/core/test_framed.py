@@ -27,11 +27,11 @@ from tubespark_testbed.ports import free_ports
 from tubespark.core.framed import ConnectionPool, FramedConnection, wait
 from tubespark.core.framed_io import BytesReader, Reader, SocketReader, open_socket, parse_address
 from tubespark.errors import (
+    BadRequestError,
     BrokerConnectionError,
     CodecError,
     FrameTooLargeError,
     MessageFormatError,
-    RpcError,
     RpcTimeoutError,
     TlsError,
     TruncatedFrameError,
@@ -69,7 +69,7 @@ def frame(correlation_id: int, payload: bytes) -> bytes:
 def text(payload: bytes) -> str:
     """The toy decoder: a payload starting with ``!`` is the server refusing the call."""
     if payload.startswith(b"!"):
-        raise RpcError("ToyError", payload[1:].decode())
+        raise BadRequestError(0, payload[1:].decode())
     if payload.startswith(b"?"):
         raise MessageFormatError("the payload is garbage")
     return payload.decode()
@@ -303,7 +303,7 @@ def test_unknown_correlation_id_is_ignored(peer: ToyPeer, conn: FramedConnection
 
 
 def test_a_refused_call_fails_alone(peer: ToyPeer, conn: FramedConnection[str]) -> None:
-    with pytest.raises(RpcError, match="no such thing"):
+    with pytest.raises(BadRequestError, match="no such thing"):
         conn.call("!no such thing", text, 1.0)
     assert not conn.closed
     assert conn.call("next", text, 1.0) == "next"

@@ -31,17 +31,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.tubemq.test_envelope import varint
-from tubespark.errors import (
-    FrameTooLargeError,
-    MessageFormatError,
-    ProtobufDecodeError,
-    TruncatedFrameError,
-    TubeSparkError,
-)
+from tubespark.errors import FrameTooLargeError, MessageFormatError, TruncatedFrameError, TubeSparkError
 from tubespark.formats import Record, decode_bundle, decode_messageobjs, encode_inlongmsg, encode_messageobjs
 from tubespark.formats.errors import PayloadFormatError, PayloadTooLargeError
 from tubespark.formats.inlongmsg import inlongmsg_version, parse_inlongmsg
 from tubespark.formats.messageobjs import COMPRESS_GZIP, COMPRESS_NONE, COMPRESS_SNAPPY
+from tubespark.tubemq.errors import ProtobufDecodeError
 from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, Method, ServiceType
 from tubespark.tubemq.wire.envelope import (
     decode_request,

@@ -1,9 +1,11 @@
 """The layer rules of ARCHITECTURE.md, checked on every import in the package (lazy ones included).
 
-A broker folder stacks ``wire`` (bytes <-> messages, no sockets) < ``net`` < ``client`` < ``spark``; all of
-them build on the shared ``tubespark.errors``, ``tubespark.core`` and ``tubespark.formats``; the shared
-Spark layer ``tubespark.spark`` knows no broker; no broker imports another; the connector never imports
-the test bed. The checker is plain AST walking, so a violation names file, line and the rule it breaks.
+A broker folder stacks ``errors`` (its own error classes) < ``wire`` (bytes <-> messages, no sockets) <
+``net`` < ``client`` < ``spark``; all of them build on the shared ``tubespark.errors``, ``tubespark.version``,
+``tubespark.core`` and ``tubespark.formats``; a broker's ``errors`` imports nothing but the shared errors; the
+shared Spark layer ``tubespark.spark`` knows no broker; no broker imports another; no layer imports the
+package root; the connector never imports the test bed. The checker is plain AST walking, so a violation
+names file, line and the rule it breaks.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "tubespark"
-BROKER_LAYERS = ("wire", "net", "client", "spark")
-SHARED = ("tubespark.errors", "tubespark.core", "tubespark.formats")
+BROKER_LAYERS = ("errors", "wire", "net", "client", "spark")
+SHARED = ("tubespark.errors", "tubespark.version", "tubespark.core", "tubespark.formats")
 SPARK_LIBS = ("pyspark", "pyarrow", "pandas")
 APP_MODULES = ("tubespark", "tubespark.__main__", "tubespark.cli")
 
@@ -40,8 +42,7 @@ def imports_of(source: str, module: str, is_package: bool = False) -> list[tuple
                 name = ".".join([*base, node.module] if node.module else base)
             else:
                 name = node.module or ""
-            if name != "tubespark" or any(alias.name != "__version__" for alias in node.names):
-                found.append((node.lineno, name))
+            found.append((node.lineno, name))
             found.extend((node.lineno, f"{name}.{alias.name}") for alias in node.names)
     return found
 
@@ -53,8 +54,8 @@ def _within(name: str, prefix: str) -> bool:
 def _broker_and_layer(module: str) -> tuple[str, str] | None:
     """``("tubemq", "client")`` for ``tubespark.tubemq.client.group``; ``None`` outside broker folders."""
     parts = module.split(".")
-    if len(parts) < 2 or parts[0] != "tubespark" or parts[1] in ("core", "spark", "formats", "errors", "cli",
-                                                                 "__main__"):
+    if len(parts) < 2 or parts[0] != "tubespark" or parts[1] in ("core", "spark", "formats", "errors", "version",
+                                                                 "cli", "__main__"):
         return None
     return parts[1], (parts[2] if len(parts) > 2 else "")
 
@@ -63,8 +64,6 @@ def violation(module: str, imported: str) -> str | None:
     """Why ``module`` may not import ``imported``, or ``None`` when the import is allowed."""
     if _within(imported, "tubespark_testbed"):
         return "the connector never imports the test bed"
-    if imported == "tubespark.__version__":  # the one version source; the root imports only errors eagerly
-        return None
     if module in APP_MODULES:
         return None
     own = _broker_and_layer(module)
@@ -75,6 +74,11 @@ def violation(module: str, imported: str) -> str | None:
         return "the wire codec is bytes only: no sockets or threads"
     if not _within(imported, "tubespark"):
         return None
+    root = imported == "tubespark" or (imported.startswith("tubespark.__") and imported not in APP_MODULES)
+    if root and (own is None or own[1] in BROKER_LAYERS):  # apps and backfill tools may
+        return "no layer imports the package root (it sits above every layer; the version is tubespark.version)"
+    if own is not None and own[1] == "errors" and not _within(imported, "tubespark.errors"):
+        return "a broker's errors module imports only the shared errors (it is the bottom of the broker's layers)"
     if any(_within(module, shared) for shared in SHARED):
         if any(_within(imported, shared) for shared in SHARED):
             return None
@@ -123,7 +127,8 @@ def test_the_checker_sees_the_package() -> None:
             "tubespark.tubemq.client.group", "tubespark.tubemq.spark.source", "tubespark.tank.wire.bundle",
             "tubespark.tank.net.connection", "tubespark.tank.client.ranges", "tubespark.tank.spark.source",
             "tubespark.rocketmq.wire.frame", "tubespark.rocketmq.net.connection", "tubespark.rocketmq.client.ranges",
-            "tubespark.rocketmq.spark.source"} <= modules
+            "tubespark.rocketmq.spark.source", "tubespark.version", "tubespark.tubemq.errors", "tubespark.tank.errors",
+            "tubespark.rocketmq.errors"} <= modules
 
 
 @pytest.mark.parametrize(("module", "source", "rule"), [
@@ -142,7 +147,14 @@ def test_the_checker_sees_the_package() -> None:
     ("tubespark.rocketmq.client.ranges", "from tubespark.tubemq.client.broker import BrokerClient", "another broker"),
     ("tubespark.tubemq.client.ranges", "import pyarrow as pa", "Spark layers"),
     ("tubespark.tubemq.wire.frame", "from ..net import connection", "higher layer"),
-    ("tubespark.tubemq.client.common", "from tubespark import register", "not a layer"),
+    ("tubespark.tubemq.client.common", "from tubespark import register", "package root"),
+    ("tubespark.tubemq.client.common", "from tubespark import __version__", "package root"),
+    ("tubespark.core.framed", "import tubespark", "package root"),
+    ("tubespark.tubemq.errors", "from tubespark.tubemq.wire.errcodes import ErrCode", "only the shared errors"),
+    ("tubespark.tank.errors", "from tubespark.core.retry import RetryPolicy", "only the shared errors"),
+    ("tubespark.rocketmq.errors", "from tubespark.tank.errors import TankProtocolError", "only the shared errors"),
+    ("tubespark.tank.wire.codes", "from tubespark.rocketmq.errors import NoPermissionError", "another broker"),
+    ("tubespark.errors", "from tubespark.tubemq.errors import RpcError", "shared foundations"),
 ])
 def test_the_checker_catches_each_kind_of_break(module: str, source: str, rule: str) -> None:
     reasons = [violation(module, name) for _line, name in imports_of(source, module)]
@@ -151,11 +163,15 @@ def test_the_checker_catches_each_kind_of_break(module: str, source: str, rule: 
 
 @pytest.mark.parametrize(("module", "source"), [
     ("tubespark.tubemq.spark.stream_reader", "from tubespark.tubemq.client.group import GroupSession"),
-    ("tubespark.tubemq.spark.partition", "from tubespark.spark.arrow import x\nimport pyarrow"),
+    ("tubespark.tubemq.spark.read_task", "from tubespark.spark.arrow import x\nimport pyarrow"),
     ("tubespark.tubemq.net.connection", "from tubespark.core.framed import FramedConnection"),
     ("tubespark.tubemq.client.broker", "from tubespark.tubemq.wire.pb import broker_service_pb2"),
     ("tubespark.cli", "from tubespark.tubemq.spark.monitoring import group_lag"),
-    ("tubespark.tubemq.client.common", "from tubespark import __version__"),
+    ("tubespark.tubemq.client.common", "from tubespark.version import __version__"),
+    ("tubespark.tubemq.wire.frame", "from tubespark.tubemq.errors import BadTokenError"),
+    ("tubespark.tank.spark.read_task", "from tubespark.tank.errors import LeaderMovedError"),
+    ("tubespark.rocketmq.net.connection", "from ..errors import NoPermissionError"),
+    ("tubespark.rocketmq.errors", "from tubespark.errors import BrokerError"),
 ])
 def test_the_checker_allows_downward_imports(module: str, source: str) -> None:
     assert [violation(module, name) for _line, name in imports_of(source, module)] == [None] * len(

@@ -1,6 +1,7 @@
 """The packaging facts that matter, read from pyproject.toml without building anything.
 
-* one version source: ``tubespark/__init__.py`` ``__version__``, read by setuptools (dynamic ``attr``);
+* one version source: ``tubespark/version.py`` ``__version__``, read by setuptools (dynamic ``attr``) and
+  re-exported as ``tubespark.__version__``;
 * pyspark is a version range whose two ends are tested (4.2.0 in test_wheel.py's fresh venv, 4.3.x in the
   main environment), not a pin, and the runtime check refuses what lies below it;
 * ``tubespark[cluster]`` brings the test bed, which plugs ``tubespark demo`` into the command line;
@@ -38,12 +39,15 @@ def testbed_pyproject() -> dict:
     return _load(ROOT / "testbed" / "pyproject.toml")
 
 
+VERSION_FILE = ROOT / "tubespark" / "version.py"
+
+
 def _init_version() -> str:
-    tree = ast.parse((ROOT / "tubespark" / "__init__.py").read_text(encoding="utf-8"))
+    tree = ast.parse(VERSION_FILE.read_text(encoding="utf-8"))
     values = [node.value.value for node in tree.body
               if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets)
               and isinstance(node.value, ast.Constant)]
-    assert len(values) == 1, "tubespark/__init__.py must assign __version__ exactly once, to a string literal"
+    assert len(values) == 1, "tubespark/version.py must assign __version__ exactly once, to a string literal"
     return values[0]
 
 
@@ -51,8 +55,17 @@ def test_single_version_source(pyproject: dict) -> None:
     project = pyproject["project"]
     assert "version" not in project
     assert "version" in project["dynamic"]
-    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tubespark.__version__"}
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tubespark.version.__version__"}
     Version(_init_version())  # a valid PEP 440 version
+
+
+def test_setuptools_reads_the_version_and_the_package_root_exports_it() -> None:
+    from setuptools.config.expand import read_attr
+
+    import tubespark
+
+    assert read_attr("tubespark.version.__version__", root_dir=ROOT) == _init_version()
+    assert tubespark.__version__ == _init_version()
 
 
 def test_version_is_written_nowhere_else() -> None:
@@ -61,8 +74,8 @@ def test_version_is_written_nowhere_else() -> None:
     assert re.search(r"setup\(\s*\)", setup_py), "setup.py is a bare shim: setup() with no arguments"
     literal = re.compile(r"""["'][^"'\n]*\b""" + re.escape(_init_version()) + r"""\b[^"'\n]*["']""")
     offenders = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tubespark").rglob("*.py"))
-                 if p != ROOT / "tubespark" / "__init__.py" and literal.search(p.read_text(encoding="utf-8"))]
-    assert not offenders, f"version literal repeated in {offenders}: import tubespark.__version__ instead"
+                 if p != VERSION_FILE and literal.search(p.read_text(encoding="utf-8"))]
+    assert not offenders, f"version literal repeated in {offenders}: import tubespark.version.__version__ instead"
 
 
 def _pyspark_requirements(pyproject: dict) -> dict[str, Requirement]:

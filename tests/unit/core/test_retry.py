@@ -7,13 +7,8 @@ import logging
 import pytest
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, is_retriable, poll
-from tubespark.errors import (
-    AuthError,
-    BrokerConnectionError,
-    NoDataError,
-    PartitionOccupiedError,
-    ServerBusyError,
-)
+from tubespark.errors import AuthError, BrokerConnectionError, NoDataError, ServerBusyError
+from tubespark.tubemq.errors import PartitionOccupiedError
 
 
 class FakeTime:

@@ -12,16 +12,10 @@ import pytest
 from tubespark.errors import MessageFormatError, MessageTooLargeError
 from tubespark.formats import PayloadEncodeError, Record, decode_bundle, encode_inlongmsg, encode_messageobjs
 from tubespark.spark.bundling import Bundler, encode_bundle
+from tubespark.tubemq.errors import BundleParseError
 from tubespark.tubemq.spark import writer
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.partition import (
-    BundleParseError,
-    QueueRange,
-    SkipCounter,
-    decode_bundles,
-    record_skips,
-    skipped_bundles,
-)
+from tubespark.tubemq.spark.read_task import QueueRange, SkipCounter, decode_bundles, record_skips, skipped_bundles
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, read_schema, record_stream_id
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import OutgoingMessage, ReceivedMessage

@@ -126,7 +126,7 @@ def test_an_older_pyspark_is_refused_with_one_message(monkeypatch: pytest.Monkey
     assert session.dataSource.registered == []  # type: ignore[attr-defined]
     import importlib
 
-    import tubespark.tubemq.spark.source as source_module
+    import tubespark.spark.source as source_module  # every broker's source.py imports it first: one guard
     with pytest.raises(UnsupportedSparkError, match=f"found {version}"):  # imported by hand: refused at import,
         importlib.reload(source_module)  # before the PySpark imports an old version fails with ImportError
 

@@ -17,16 +17,18 @@ import pytest
 from tests.doubles.tank_broker import TankBroker
 from tubespark.errors import (
     BadRequestError,
+    BrokerConnectionError,
     DataLossError,
+    RangeReadError,
     RpcTimeoutError,
     UnknownTopicError,
 )
 from tubespark.tank.client.broker import ClientSettings, TankClient
 from tubespark.tank.client.producer import Producer
-from tubespark.tank.client.ranges import RangeReader, RangeReadError
+from tubespark.tank.client.ranges import RangeReader
+from tubespark.tank.errors import BoundaryFaultError, TankProtocolError
 from tubespark.tank.net.connection import Connection
 from tubespark.tank.wire.bundle import MessageColumns, encode_bundle
-from tubespark.tank.wire.codes import BoundaryFaultError, TankProtocolError
 from tubespark.tank.wire.requests import FetchPartition, FetchRequest, ProduceBundle, ProduceRequest
 
 FAST = ClientSettings(connect_timeout_s=1.0, request_timeout_s=2.0)
@@ -318,9 +320,14 @@ def test_a_silent_broker_fails_the_range_after_its_retry_time(broker):
     settings = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.3)
     started = time.monotonic()
     with RangeReader(broker.address, settings, retry_s=1.0) as reader, \
-            pytest.raises(RangeReadError, match=r"events/0: reading \[1, 6\) failed at 1"):
+            pytest.raises(RangeReadError, match=r"events/0: reading \[1, 6\) failed at 1") as error:
         read_all(reader, "events", 0, 1, 6)
     assert time.monotonic() - started < 5
+    # the one meaning of retriable (tubespark/errors.py): what gave up was a passing fault, so the read may
+    # succeed later; the fault itself is the cause
+    assert error.value.retriable and isinstance(error.value.__cause__, BrokerConnectionError)
+    assert (error.value.partition, error.value.start, error.value.end, error.value.reached) == ("events/0", 1, 6, 1)
+    assert error.value.broker == broker.address
 
 
 def test_a_broker_restart_under_a_range_read_is_retried(broker):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import socket
 import zlib
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from tests.doubles.tank_broker import TankBroker
 from tubespark.errors import MessageFormatError, OptionError
 from tubespark.tank.client.ranges import RangeReader
-from tubespark.tank.spark.options import TankOptions, is_partition_key, option_table
+from tubespark.tank.spark.options import TankOptions, is_partition_key
 from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.spark.writer import BundledSend
 from tubespark.tank.wire.bundle import MessageColumns
@@ -55,8 +54,8 @@ def test_bad_read_options(options, message):
     ({"bundleCompression": "gzip"}, "expected auto or snappy or none"),
     ({"bundleMaxRows": "0"}, "positive integer"),
     ({"bundleLingerMs": "-1"}, "non-negative"),
-    ({"maxInFlight": "5000"}, "from 1 to 1024"),
-    ({"sendRetries": "-1"}, "0 to 100"),
+    ({"maxInFlight": "0"}, "expected a positive integer"),
+    ({"sendRetries": "-1"}, "expected a non-negative integer"),
     ({"topic": "a,b"}, "writes to one topic"),
 ])
 def test_bad_write_options(options, message):
@@ -80,15 +79,6 @@ def test_bad_options_fail_without_touching_the_network():
 def test_partition_keys():
     assert is_partition_key("events:0") and is_partition_key("a.b-c_d:65534")
     assert not any(is_partition_key(k) for k in ("events", "events:-1", "events:01", ":1", "events:65535"))
-
-
-def test_readme_tank_option_table_is_generated_from_the_definitions():
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    block = re.search(r"<!-- tank-options:begin \(generated from ([\w/.]+);.*?-->\n(.*?)\n<!-- tank-options:end -->",
-                      readme, re.S)
-    assert block, "README.md lost its TANK options block"
-    assert block.group(1) == "tubespark/tank/spark/options.py"
-    assert block.group(2) == option_table(), "README TANK option table is stale: paste option_table() output"
 
 
 def test_the_stream_reader_pickles_without_its_connection():

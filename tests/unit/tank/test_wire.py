@@ -21,6 +21,7 @@ from tubespark.errors import (
     ServerBusyError,
     UnknownTopicError,
 )
+from tubespark.tank.errors import BundleFormatError, LeaderMovedError, TankProtocolError
 from tubespark.tank.wire.bundle import (
     MessageColumns,
     decode_bundles,
@@ -29,13 +30,7 @@ from tubespark.tank.wire.bundle import (
     frame_bundle,
     should_compress,
 )
-from tubespark.tank.wire.codes import (
-    BundleFormatError,
-    LeaderMovedError,
-    TankProtocolError,
-    fetch_error,
-    produce_error,
-)
+from tubespark.tank.wire.codes import fetch_error, produce_error
 from tubespark.tank.wire.frame import FRAMING, encode_frame
 from tubespark.tank.wire.primitives import decode_varint, encode_varint
 from tubespark.tank.wire.requests import (

@@ -12,12 +12,11 @@ from tubespark.errors import (
     BrokerConnectionError,
     BrokerError,
     NoDataError,
-    NotRegisteredError,
-    PartitionOccupiedError,
     ServerBusyError,
     UnknownTopicError,
 )
 from tubespark.tubemq.client.broker import BrokerClient, Position
+from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.constants import Method, ReadStatus
 from tubespark.tubemq.wire.formats import PartitionRef
 

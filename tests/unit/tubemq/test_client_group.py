@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, fast_settings, wait_until
-from tubespark.errors import BrokerConnectionError, NotRegisteredError, ServerBusyError, UnknownTopicError
+from tubespark.errors import BrokerConnectionError, ServerBusyError, UnknownTopicError
 from tubespark.tubemq.client.group import GroupSession
+from tubespark.tubemq.errors import NotRegisteredError
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method
 from tubespark.tubemq.wire.formats import PartitionRef, subscribe_info
 

@@ -9,14 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from tests.doubles.fakebroker import FakeBroker, fast_settings
-from tubespark.errors import (
-    BadRequestError,
-    ChecksumMismatchError,
-    DataLossError,
-    PartitionOccupiedError,
-)
+from tubespark.errors import BadRequestError, ChecksumMismatchError, DataLossError, RangeReadError
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import Bounds, RangeReader, probe_bounds
+from tubespark.tubemq.errors import PartitionOccupiedError
 from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import OutgoingMessage
@@ -141,8 +137,9 @@ def test_waits_out_a_holder_that_goes_away(broker, part, client):
 
 def test_a_holder_that_stays_fails_the_read(broker, part, client):
     broker.hold(READ_GROUP, part, "live-task")
-    with pytest.raises(PartitionOccupiedError):
+    with pytest.raises(RangeReadError, match="partition occupied by live-task") as error:
         read(reader(client, retry_s=0.0), part, 0, 28)
+    assert isinstance(error.value.__cause__, PartitionOccupiedError)  # the budget ran out on a retriable fault
     assert broker.holder(READ_GROUP, part) == "live-task"  # not released by us
 
 

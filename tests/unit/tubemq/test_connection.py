@@ -10,15 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests.doubles.fakepeer import FakePeer, Link, closed_port_address, free_ports
-from tubespark.errors import (
+from tubespark.errors import BrokerConnectionError, FrameTooLargeError, RpcTimeoutError
+from tubespark.tubemq.errors import (
     BadTokenError,
-    BrokerConnectionError,
-    FrameTooLargeError,
     NoMasterAvailableError,
     NotAMasterError,
     ProtobufDecodeError,
     RpcError,
-    RpcTimeoutError,
     StandbyMasterError,
 )
 from tubespark.tubemq.net.connection import Connection, ConnectionPool, parse_address
@@ -301,7 +299,7 @@ def dead_then_live() -> tuple[str, FakePeer]:
 
 
 def channel(*addresses: str) -> MasterChannel:
-    return MasterChannel(",".join(addresses), connect_timeout_s=1.0, call_timeout_s=1.0)
+    return MasterChannel(",".join(addresses), connect_timeout_s=1.0, request_timeout_s=1.0)
 
 
 def master_call(ch: MasterChannel, tag: str = "x") -> str:
@@ -352,7 +350,7 @@ def test_master_fails_over_when_the_first_master_misbehaves(two_peers: tuple[Fak
 def test_master_fails_over_on_timeout(two_peers: tuple[FakePeer, FakePeer]) -> None:
     first, second = two_peers
     first.script, second.script = None, echo
-    ch = MasterChannel([first.address, second.address], connect_timeout_s=1.0, call_timeout_s=0.3)
+    ch = MasterChannel([first.address, second.address], connect_timeout_s=1.0, request_timeout_s=0.3)
     try:
         start = time.monotonic()
         assert master_call(ch) == "x"

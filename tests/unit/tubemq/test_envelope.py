@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from tubespark.errors import CodecError, ProtobufDecodeError, RpcError, StandbyMasterError, TubeSparkError
+from tubespark.errors import CodecError, TubeSparkError
+from tubespark.tubemq.errors import ProtobufDecodeError, RpcError, StandbyMasterError
 from tubespark.tubemq.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCOL_VERSION, Method, ServiceType
 from tubespark.tubemq.wire.envelope import (
     decode_request,

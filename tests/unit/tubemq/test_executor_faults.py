@@ -23,16 +23,16 @@ from collections.abc import Iterator
 import pytest
 
 from tests.doubles.fakebroker import FakeBroker, fast_settings
-from tubespark.errors import BrokerConnectionError, ServerBusyError
+from tubespark.errors import BrokerConnectionError, RangeReadError, ServerBusyError
 from tubespark.tubemq.client.broker import BrokerClient
-from tubespark.tubemq.client.ranges import RangeReader, RangeReadError
+from tubespark.tubemq.client.ranges import RangeReader
 from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.formats import PartitionRef
 
 READ_GROUP = "app-tubespark-read"
 N = 20
 BATCH = 4
-CALL_TIMEOUT_S = 0.4
+REQUEST_TIMEOUT_S = 0.4
 FAULTS = ["reset", "slow", "silent", "serial"]
 
 
@@ -51,13 +51,13 @@ def part(broker: FakeBroker) -> PartitionRef:
 
 @pytest.fixture
 def client() -> Iterator[BrokerClient]:
-    c = BrokerClient("reader-f", fast_settings(call_timeout_s=CALL_TIMEOUT_S, connect_timeout_s=0.5))
+    c = BrokerClient("reader-f", fast_settings(request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=0.5))
     yield c
     c.close()
 
 
 def fault(broker: FakeBroker, method: int, action: str, times: int | None = 1) -> None:
-    broker.fault(method, action, times=times, delay_s=CALL_TIMEOUT_S + 0.3)
+    broker.fault(method, action, times=times, delay_s=REQUEST_TIMEOUT_S + 0.3)
 
 
 def read_with_fault_after_first_batch(rr: RangeReader, broker: FakeBroker, part: PartitionRef, *, method: int,
@@ -125,9 +125,9 @@ def test_persistent_fault_fails_naming_broker_partition_and_offsets(broker, part
     assert (exc.broker, exc.partition, exc.start, exc.end, exc.reached, exc.messages) == (
         broker.address, part.key, 0, 28 * N, 28 * BATCH, BATCH)
     assert exc.tries >= 2, "retried before giving up"
-    assert isinstance(exc, BrokerConnectionError) and isinstance(exc.__cause__, BrokerConnectionError)
+    assert exc.retriable and isinstance(exc.__cause__, BrokerConnectionError)
     # bounded: the budget, plus at most one request timeout in flight and the release of the registration
-    assert elapsed < retry_s + 3 * CALL_TIMEOUT_S + 1.5
+    assert elapsed < retry_s + 3 * REQUEST_TIMEOUT_S + 1.5
 
 
 @pytest.mark.parametrize("action", FAULTS)
@@ -183,13 +183,16 @@ def test_connections_cut_at_random_never_lose_or_double_a_message(broker, part, 
     assert bodies == everything(0, 200)
 
 
-def test_a_persistent_business_error_keeps_its_type_and_names_the_range(broker, part, client):
+def test_a_persistent_business_error_fails_as_a_range_read_error_naming_the_range(broker, part, client):
+    """A busy broker is a retriable fault like a lost connection: after the budget the same error, the same
+    text, with the broker's answer as the cause (before, it escaped as a bare ServerBusyError)."""
     broker.inject(Method.GET_MESSAGE, 503, times=1000)
     rr = RangeReader(client, READ_GROUP, retry_s=0.6)
-    with pytest.raises(ServerBusyError) as error:
+    with pytest.raises(RangeReadError) as error:
         list(rr.read(part, 0, 28 * N))
-    notes = " ".join(getattr(error.value, "__notes__", []))
-    assert part.key in notes and broker.address in notes and f"[0, {28 * N})" in notes
+    text = str(error.value)
+    assert part.key in text and broker.address in text and f"[0, {28 * N})" in text and "ServerBusyError" in text
+    assert isinstance(error.value.__cause__, ServerBusyError) and error.value.retriable
 
 
 def test_an_unreachable_broker_fails_within_the_budget(part, client):

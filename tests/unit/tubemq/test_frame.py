@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from tubespark.errors import BadTokenError, CodecError, FrameTooLargeError, TruncatedFrameError
+from tubespark.errors import CodecError, FrameTooLargeError, TruncatedFrameError
+from tubespark.tubemq.errors import BadTokenError
 from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME
 from tubespark.tubemq.wire.frame import BytesReader, encode_frame, read_frame
 

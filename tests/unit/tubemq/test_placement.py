@@ -10,8 +10,9 @@ import pytest
 from tests.doubles.fakebroker import FakeBroker, FakeMaster
 from tests.doubles.fakepeer import closed_port_address
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
-from tubespark.errors import AdminApiError, PartitionsUnavailableError, UnknownTopicError
+from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
 from tubespark.tubemq.client.placement import configured_partitions
+from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 

@@ -13,10 +13,12 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, wait_until
+from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
 from tubespark.errors import DataLossError, OptionError
 from tubespark.spark.planning import share_by_backlog, split_range
-from tubespark.tubemq.spark import stream_reader
+from tubespark.tubemq.spark import membership
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+from tubespark.tubemq.spark.ledger import PartitionState
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.stream_reader import AssignmentUnavailableError, TubeStreamReader
 from tubespark.tubemq.wire.constants import EventType, Method
@@ -56,7 +58,7 @@ def keys(broker: FakeBroker) -> tuple[str, str]:
 
 @pytest.fixture
 def make_reader(monkeypatch, master: FakeMaster, broker: FakeBroker) -> Iterator:
-    monkeypatch.setattr(stream_reader, "install_shutdown_hooks", lambda stop: None)
+    monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)
     readers: list[TubeStreamReader] = []
 
     def make(assign: bool = True, **raw: str) -> TubeStreamReader:
@@ -184,7 +186,7 @@ def test_partition_assigned_after_start_resumes_from_the_group_offset(make_reade
     end = reader.latestOffset(start, ReadAllAvailable())
     assert end == {keys[0]: 280}
     master.push_event(EventType.CONNECT, [p1])  # the master hands p1 to this query later
-    reader._ensure_session().wait_for_partitions(2, timeout_s=5)
+    reader.member.session().wait_for_partitions(2, timeout_s=5)
 
     end2 = reader.latestOffset(end, ReadAllAvailable())
     assert end2 == {keys[0]: 280, keys[1]: 140}  # p1 joins at the group's offset, nothing planned yet
@@ -303,7 +305,7 @@ def test_a_dead_broker_is_skipped_not_raised(make_reader, broker, master, keys):
     broker.close()  # nothing listens any more: connection refused
     assert reader.latestOffset(start, ReadAllAvailable()) == start
     reader.commit({keys[0]: 28, keys[1]: 28})
-    assert set(reader._ensure_session().assigned()) == set(keys)  # still assigned
+    assert set(reader.member.session().assigned()) == set(keys)  # still assigned
 
 
 def test_initial_partition_occupied_on_the_broker_starts_at_starting_offsets(make_reader, broker, master, keys):
@@ -340,7 +342,7 @@ def test_group_starting_offsets_wait_for_an_occupied_partition(make_reader, brok
     end = reader.latestOffset({keys[0]: 0}, ReadAllAvailable())
     assert partitions_of(end) == {keys[0]: 280}
     broker.hold(GROUP, p1, None)
-    wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held")
+    wait_until(lambda: keys[1] in reader.member.session().held(), what="p1 to be held")
     assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 140}  # rule e
 
 
@@ -350,29 +352,29 @@ def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_re
     end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(8))  # p1 got to 6 messages
     assert end[keys[1]] == 6 * 28
     master.push_event(EventType.DISCONNECT, [p1])  # the master moves p1 to another member ...
-    wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked")
+    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
     end2 = reader.latestOffset(end, ReadMaxRows(8))
     assert end2[keys[1]] == 6 * 28  # carried, nothing planned for it: the checkpoint keeps its place
     assert [t.start for t in reader.partitions(end, end2) if t.partition_id == p1.partition_id] == []
     broker.set_stored_offset(GROUP, p1, 28 * 20)  # ... which read on to 20 and committed
     master.push_event(EventType.CONNECT, [p1])  # and p1 comes back
-    wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held again")
+    wait_until(lambda: keys[1] in reader.member.session().held(), what="p1 to be held again")
     end3 = reader.latestOffset(end2, ReadAllAvailable())
-    assert end3[keys[1]] == 20 * 28  # rule d: the group's offset is ahead of its own (6)
-    # the jump is a skip, not a read, also when Spark replays this batch (the marker is in the offsets)
-    assert [t.partition_id for t in reader.partitions(end2, end3)] == [p for p in [_p0.partition_id]
-                                                                         if end3[keys[0]] > end2[keys[0]]]
+    assert end3[keys[1] + "#from"] == 20 * 28  # rule d: it resumes at the group's offset, ahead of its own (6)
+    # [6, 20) is skipped, not read, also when Spark replays this batch (the mark is in the offsets)
+    assert [(t.start, t.end) for t in reader.partitions(end2, end3) if t.partition_id == p1.partition_id] == [
+        (20 * 28, end3[keys[1]])]
     after = reader.latestOffset(end3, ReadAllAvailable())  # the next batch reads on from 20
     assert after[keys[1]] >= 20 * 28 and keys[1] + "#skip" not in after
     assert [task.start for task in reader.partitions(end3, after) if task.partition_id == p1.partition_id] in (
         [], [20 * 28])
     # the other way round: the other member did not get as far as this query
     master.push_event(EventType.DISCONNECT, [p1])
-    wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked again")
+    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked again")
     end4 = reader.latestOffset({**end3, keys[1]: 25 * 28}, ReadAllAvailable())
     broker.set_stored_offset(GROUP, p1, 28 * 22)
     master.push_event(EventType.CONNECT, [p1])
-    wait_until(lambda: keys[1] in reader._ensure_session().held(), what="p1 to be held again")
+    wait_until(lambda: keys[1] in reader.member.session().held(), what="p1 to be held again")
     end5 = reader.latestOffset(end4, ReadAllAvailable())
     assert end4[keys[1]] == 25 * 28 and keys[1] + "#skip" not in end5  # its own offset is later: no jump
     assert [task.start for task in reader.partitions(end4, end5) if task.partition_id == p1.partition_id] in (
@@ -395,9 +397,9 @@ def test_broker_below_the_query_offset_continues_from_the_broker_offset(make_rea
     end = reader.latestOffset({keys[0]: 0, keys[1]: 840}, ReadAllAvailable())
     broker.lose(p0, keep=4)
     end2 = reader.latestOffset(end, ReadAllAvailable())
-    assert end2 == {keys[0]: 112, keys[1]: 840}  # the next batch starts at the broker's offset
+    assert partitions_of(end2) == {keys[0]: 112, keys[1]: 840}  # the next batch starts at the broker's offset
     assert reader.partitions(end, end2) == []
-    assert (reader.data_loss_events, reader.data_losses) == (1, [(keys[0], 280, 112)])
+    assert [(loss.key, loss.offset, loss.resumes_at) for loss in reader.data_losses] == [(keys[0], 280, 112)]
     broker.append(p0, b"new-1", b"new-2")  # written at the reused offsets 112 and 140
     end3 = reader.latestOffset(end2, ReadAllAvailable())
     [task] = reader.partitions(end2, end3)
@@ -412,13 +414,13 @@ def test_a_partition_moved_away_stays_in_the_offsets_across_a_restart(make_reade
     reader = make_reader()
     end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(8))
     master.push_event(EventType.DISCONNECT, [p1])
-    wait_until(lambda: keys[1] not in reader._ensure_session().assigned(), what="p1 to be revoked")
+    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
     end2 = reader.latestOffset(end, ReadMaxRows(8))
     reader.stop()  # the query dies here; the checkpoint holds end2
     restarted = make_reader()
-    restarted._ensure_session()
+    restarted.member.session()
     master.push_event(EventType.CONNECT, [p1])
-    wait_until(lambda: keys[1] in restarted._ensure_session().held(), what="p1 to be held by the new run")
+    wait_until(lambda: keys[1] in restarted.member.session().held(), what="p1 to be held by the new run")
     end3 = restarted.latestOffset(end2, ReadAllAvailable())
     assert end3[keys[1]] >= end2[keys[1]] == end[keys[1]] > 0
     assert all(task.start >= end2[keys[1]] for task in restarted.partitions(end2, end3)
@@ -533,7 +535,7 @@ def test_start_by_time_is_the_first_message_of_that_minute(timed_broker):
 
 def test_stream_and_batch_start_and_end_by_time(timed_broker, monkeypatch):
     with FakeMaster(timed_broker) as master:
-        monkeypatch.setattr(stream_reader, "install_shutdown_hooks", lambda stop: None)
+        monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)
         p0, p1 = timed_broker.partitions(TOPIC)
         base = {"master": master.address, "topic": TOPIC, "group": GROUP, **FAST}
         master.push_event(EventType.CONNECT, [p0, p1])
@@ -565,15 +567,15 @@ def test_a_topic_that_disappears_from_the_pattern_is_a_vanished_partition(monkey
     gone = broker.add_topic("topic_gone")[0]
     broker.append(gone, b"g1", b"g2")
     matching = [TOPIC, "topic_gone"]
-    monkeypatch.setattr(stream_reader, "subscribed_topics", lambda options, allow_none=False: tuple(sorted(matching)))
-    monkeypatch.setattr(stream_reader, "install_shutdown_hooks", lambda stop: None)
+    monkeypatch.setattr(membership, "subscribed_topics", lambda options, allow_none=False: tuple(sorted(matching)))
+    monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)
 
     class Session(GroupSession):  # the fake master assigns each new member every partition of its topics
         def start(self, **kwargs):
             master.push_event(EventType.CONNECT, [p for t in self.topics for p in broker.partitions(t)])
             return super().start(**kwargs)
 
-    monkeypatch.setattr(stream_reader, "GroupSession", Session)
+    monkeypatch.setattr(membership, "GroupSession", Session)
     reader = TubeStreamReader(TubeMQOptions.from_raw(
         {"master": master.address, "topicPattern": "topic_.*", "group": GROUP, **FAST, "startingOffsets": "earliest",
          "topicRefreshIntervalMs": "1", "failOnDataLoss": fail_on_data_loss}, mode="read"))
@@ -592,3 +594,26 @@ def test_a_topic_that_disappears_from_the_pattern_is_a_vanished_partition(monkey
             assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 840}
     finally:
         reader.stop()
+
+
+def test_a_partition_whose_broker_is_down_is_not_a_vanished_one(make_reader, master, broker, keys):
+    """The master stops listing a down broker's partitions and revokes them from the group, exactly as it
+    would for a deleted partition; its configuration (web API) still holds them: the stream keeps the
+    partition in its offsets and goes on. Removed from the configuration, it is a vanished partition."""
+    with FakeMasterWeb() as web:
+        web.topics[TOPIC] = [FakeDeploy(broker_id=broker.broker_id, partitions=1, stores=2, running=False)]
+        reader = make_reader(masterWebUrl=web.url)
+        end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+        p1 = broker.partitions(TOPIC)[1]
+        master.push_event(EventType.DISCONNECT, [p1])  # the broker's heartbeat timed out at the master ...
+        wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
+        with broker.lock:  # ... which no longer lists its partitions
+            del broker.stores[(TOPIC, p1.partition_id)]
+        end2 = reader.latestOffset(end, ReadAllAvailable())
+        assert partitions_of(end2)[keys[1]] == end[keys[1]]  # kept where the query stands, nothing lost
+        assert reader.ledger.state(keys[1]) is PartitionState.REVOKED
+
+        web.topics[TOPIC] = []  # the topic's deployment deleted from the configuration
+        fresh = make_reader(masterWebUrl=web.url)
+        with pytest.raises(DataLossError, match=f"partition {keys[1]} vanished at offset {end[keys[1]]}"):
+            fresh.latestOffset(end2, ReadAllAvailable())

@@ -18,7 +18,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import BrokerConnectionError, NoMasterAvailableError, TubeSparkError, UnknownTopicError
+from tubespark.core.settings import ConnectionSettings
+from tubespark.errors import BrokerConnectionError, TubeSparkError, UnknownTopicError
+from tubespark.rocketmq.errors import NoNameServerAvailableError
 from tubespark.rocketmq.net.connection import RemotingConnection, connection_pool, wait
 from tubespark.rocketmq.wire import codes, headers
 from tubespark.rocketmq.wire.frame import Command
@@ -28,12 +30,11 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ClientSettings:
-    """Timeouts of every call. ``failover_s``: how long a call keeps re-routing around a dead broker (the
-    name server needs up to its scan interval plus the broker timeout, about 15 s by default, to notice)."""
+class ClientSettings(ConnectionSettings):
+    """Timeouts of every call (the connect and request timeouts: :class:`ConnectionSettings`).
+    ``failover_s``: how long a call keeps re-routing around a dead broker (the name server needs up to its
+    scan interval plus the broker timeout, about 15 s by default, to notice)."""
 
-    connect_timeout_s: float = 3.0
-    call_timeout_s: float = 10.0
     route_ttl_s: float = 5.0
     failover_s: float = 45.0
 
@@ -47,7 +48,7 @@ class RocketMQClient:
         self.namesrv = list(namesrv)
         self.settings = settings or ClientSettings()
         self._pool = connection_pool(connect_timeout_s=self.settings.connect_timeout_s,
-                                     io_timeout_s=self.settings.call_timeout_s)
+                                     io_timeout_s=self.settings.request_timeout_s)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._down: dict[str, float] = {}  # address -> until when it is tried last
         self._lock = threading.Lock()
@@ -70,7 +71,7 @@ class RocketMQClient:
     def call_address(self, address: str, cmd: Command, what: str) -> Command:
         """One call to ``address``; a broken connection is dropped so the next call reconnects."""
         try:
-            return self._pool.get(address).call(cmd, self.settings.call_timeout_s, what)
+            return self._pool.get(address).call(cmd, self.settings.request_timeout_s, what)
         except BrokerConnectionError:
             self._mark_down(address)
             raise
@@ -85,7 +86,7 @@ class RocketMQClient:
     def _mark_down(self, address: str) -> None:
         self._pool.drop(address)
         with self._lock:
-            self._down[address] = time.monotonic() + 2 * self.settings.call_timeout_s
+            self._down[address] = time.monotonic() + 2 * self.settings.request_timeout_s
 
     def is_down(self, address: str) -> bool:
         with self._lock:
@@ -122,7 +123,7 @@ class RocketMQClient:
             with self._lock:
                 self._routes[topic] = (time.monotonic(), route)
             return route
-        raise NoMasterAvailableError(f"no name server of {self.namesrv} answered: {last}")
+        raise NoNameServerAvailableError(f"no name server of {self.namesrv} answered: {last}")
 
     def read_candidates(self, mq: MessageQueue, *, refresh: bool = False) -> list[str]:
         """Addresses that may serve reads of ``mq``'s group, best first: id 0, then the other members, the
@@ -177,7 +178,7 @@ class RocketMQClient:
         out of the result (``follow=False``: a planner that must not block on one dead broker).
         """
         out: dict[str, tuple[int, int]] = {}
-        pending = []
+        pending: list[tuple[MessageQueue, str, Future[Command] | None, Future[Command] | None]] = []
         for mq in queues:
             try:
                 address = self.read_address(mq)
@@ -186,13 +187,13 @@ class RocketMQClient:
                 pending.append((mq, address, low, high))
             except BrokerConnectionError:
                 pending.append((mq, "", None, None))
-        timeout = self.settings.call_timeout_s
-        for mq, address, low, high in pending:
+        timeout = self.settings.request_timeout_s
+        for mq, address, min_call, max_call in pending:
             try:
-                if low is None or high is None:
+                if min_call is None or max_call is None:
                     raise BrokerConnectionError(f"no connection for {mq.key}")
-                out[mq.key] = (headers.read_offset(wait(low, timeout, f"min of {mq.key}"), f"min of {mq.key}"),
-                               headers.read_offset(wait(high, timeout, f"max of {mq.key}"), f"max of {mq.key}"))
+                out[mq.key] = (headers.read_offset(wait(min_call, timeout, f"min of {mq.key}"), f"min of {mq.key}"),
+                               headers.read_offset(wait(max_call, timeout, f"max of {mq.key}"), f"max of {mq.key}"))
             except BrokerConnectionError as exc:
                 if address:
                     self._mark_down(address)

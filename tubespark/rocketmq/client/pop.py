@@ -63,7 +63,7 @@ class PopConsumer:
                                   invisible_ms=self.invisible_ms, poll_ms=poll, born_ms=int(time.time() * 1000),
                                   init_mode=self.init_mode)
         # the broker holds a long poll up to ``poll`` ms: wait that long on top of the call timeout
-        response = self.client.connection(address).call(cmd, self.client.settings.call_timeout_s + poll / 1000, what)
+        response = self.client.connection(address).call(cmd, self.client.settings.request_timeout_s + poll / 1000, what)
         result = headers.read_pop(response, what)
         if not result.found:
             return []
@@ -99,7 +99,7 @@ class PopConsumer:
     def ack(self, receipts: Iterable[str]) -> int:
         """Batch-ack ``receipts``; returns how many were sent. Raises the first broker's failure after
         trying every broker."""
-        by_broker: dict[str, dict[tuple, list[int]]] = {}
+        by_broker: dict[str, dict[tuple[str, int, int, int, int, int], list[int]]] = {}  # -> ack group -> offsets
         for text in receipts:
             r = Receipt.parse(text)
             key = (r.kind, r.ck_offset, r.queue_id, r.revive_qid, r.pop_time, r.invisible_ms)

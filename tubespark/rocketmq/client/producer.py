@@ -160,7 +160,7 @@ class BatchProducer:
         what = f"batch send of {len(batch.entries)} messages to {batch.mq.key}"
         try:
             self.client.connection(batch.address).send_deferred()  # deferred frames go out before the wait
-            headers.read_send(wait(batch.future, self.client.settings.call_timeout_s, what), what)
+            headers.read_send(wait(batch.future, self.client.settings.request_timeout_s, what), what)
         except TubeSparkError as exc:
             if not exc.retriable or batch.attempts > self.retries:
                 raise

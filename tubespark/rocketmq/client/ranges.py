@@ -9,7 +9,9 @@ The range's end was planned from the broker's max offset, so every offset below 
 starting *above* the window (the queue's minimum moved past it: retention) is data loss: raised as
 :class:`DataLossError`, or logged and skipped when ``fail_on_data_loss`` is off. An answer with no data
 below the end (a slave acting for a dead master that had not replicated everything yet) is retried until
-``retry_s`` passes, following the route: the data comes back with the master.
+``retry_s`` passes, following the route: the data comes back with the master. Then, as for a broker
+that does not answer, the read fails with :class:`~tubespark.errors.RangeReadError` (retriable, the last
+fault as its cause).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 
 from tubespark.core.retry import RetryPolicy
-from tubespark.errors import BrokerConnectionError, DataLossError, NoDataError, TubeSparkError
+from tubespark.errors import BrokerConnectionError, DataLossError, NoDataError, RangeReadError, TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.net.connection import wait
 from tubespark.rocketmq.wire import headers
@@ -68,7 +70,7 @@ class RangeReader:
                         yield batch
             except (BrokerConnectionError, NoDataError) as exc:
                 if time.monotonic() >= deadline:
-                    raise
+                    raise self._gave_up(mq, start, end, pos, failures, exc) from exc
                 failures += 1
                 refresh = True
                 pause = policy.delay(failures)
@@ -76,10 +78,19 @@ class RangeReader:
                          pause)
                 time.sleep(pause)
             except TubeSparkError as exc:
-                if not exc.retriable or time.monotonic() >= deadline:
+                if not exc.retriable:
                     raise
+                if time.monotonic() >= deadline:
+                    raise self._gave_up(mq, start, end, pos, failures, exc) from exc
                 failures += 1
                 time.sleep(policy.delay(failures))
+
+    def _gave_up(self, mq: MessageQueue, start: int, end: int, pos: int, failures: int,
+                 exc: TubeSparkError) -> RangeReadError:
+        """The error for a range whose retry budget ran out at ``pos`` (``exc``: the last, retriable, fault)."""
+        return RangeReadError(f"{mq.key}: reading [{start}, {end}) failed at {pos} after {self.retry_s:g} s of "
+                              f"retries: {exc}", partition=mq.key, start=start, end=end, reached=pos,
+                              tries=failures + 1)
 
     def _pull(self, address: str, mq: MessageQueue, low: int, high: int) -> Future[Command]:
         cmd = headers.pull_request(group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=low,
@@ -91,7 +102,7 @@ class RangeReader:
         """``(messages, next offset)`` of consecutive windows from ``start``; raises on a failed pull."""
         windows: deque[tuple[int, int, Future[Command]]] = deque()
         issued = start
-        timeout = self.client.settings.call_timeout_s
+        timeout = self.client.settings.request_timeout_s
 
         def top_up() -> None:
             nonlocal issued

@@ -1,7 +1,10 @@
 """Every option of the ``rocketmq`` data source, defined once (the README table is generated from it).
 
 Attributes are the option names in snake_case, except list-valued ones, which are plural
-(``namesrv`` -> ``namesrvs``, ``topic`` -> ``topics``). Parsing happens before any network call.
+(``namesrv`` -> ``namesrvs``, ``topic`` -> ``topics``). Parsing happens before any network call. The
+options every broker shares, and ``commitToGroup`` and ``verifyChecksums`` (shared with TubeMQ), are
+defined once in :mod:`tubespark.spark.options`; :data:`TERMS` says what they need to know of RocketMQ.
+``commitToGroup`` was called ``commitOffsets`` here; the old name still works, with a warning.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from tubespark.core.options import (
     READ,
     WRITE,
     OptionSpec,
-    ParsedOptions,
     choice,
     comma_list,
     int_between,
@@ -23,14 +25,20 @@ from tubespark.core.options import (
     parse_host_ports,
     parse_local_directory,
     parse_positive_int,
-    render_table,
 )
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import ClientSettings
 from tubespark.rocketmq.wire.route import MessageQueue
-from tubespark.spark.offsets import OffsetSpec, parse_offset_spec
+from tubespark.spark.options import (
+    COMMIT_TO_GROUP,
+    VERIFY_CHECKSUMS,
+    BrokerTerms,
+    SharedOptions,
+    every_broker_specs,
+    own_option_table,
+)
 
-__all__ = ["OPTIONS", "RocketMQOptions", "option_table"]
+__all__ = ["OPTIONS", "TERMS", "RocketMQOptions", "option_table"]
 
 _NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # the server's rule for topic and group names
 PULL, POP = "pull", "pop"
@@ -66,44 +74,43 @@ def is_queue_key(key: str) -> bool:
     return bool(_NAME_RE.match(mq.topic))
 
 
-def _starting(name: str, value: str) -> OffsetSpec:
-    return parse_offset_spec(name, value, allow=("earliest", "latest", "group"), check_key=is_queue_key,
-                             key_form=KEY_FORM, example=KEY_EXAMPLE)
+_PULL_ONLY = "Pull mode only."
 
-
-def _ending(name: str, value: str) -> OffsetSpec:
-    return parse_offset_spec(name, value, allow=("latest",), check_key=is_queue_key, key_form=KEY_FORM,
-                             example=KEY_EXAMPLE)
-
+TERMS = BrokerTerms(
+    "RocketMQ", KEY_FORM, KEY_EXAMPLE, is_queue_key, _names("topic"), ClientSettings,
+    start_words=("earliest", "latest", "group"),
+    defaults={"verifyChecksums": "false"},
+    notes={
+        "startingOffsets": "Also `group`: the group's committed offsets (needs `group`). Pop mode: only "
+                           "`earliest` or `latest`, where a group that never consumed starts (the broker keeps "
+                           "the group's position).",
+        "maxOffsetsPerTrigger": "Pull mode only: a pop micro-batch is bounded by `popPartitions` times "
+                                "`popMaxMessages` instead.",
+        "minOffsetsPerTrigger": _PULL_ONLY,
+        "maxTriggerDelay": _PULL_ONLY,
+        "maxBytesPerTrigger": _PULL_ONLY,
+        "maxInFlight": "Batch sends, per task.",
+        "commitToGroup": "Pull mode (pop mode acks what it read instead).",
+    },
+    deprecated={"commitToGroup": ("commitOffsets",)},
+)
+"""What the shared options (:mod:`tubespark.spark.options`) need to know of RocketMQ: offsets are queue
+offsets keyed ``topic:brokerName:queueId``; the read limits apply to pull mode."""
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("namesrv", None, parse_host_ports, "Name server addresses, `host:port[,host:port]`.", True,
                BOTH, attr="namesrvs"),
-    OptionSpec("topic", None, _names("topic"), "Topic(s) to read, comma separated. For writing, the default "
-               "topic (a `topic` column is used when this is absent).", False, BOTH, attr="topics"),
+    *every_broker_specs(TERMS),
+    COMMIT_TO_GROUP.spec(TERMS),
+    VERIFY_CHECKSUMS.spec(TERMS),
     OptionSpec("consumeMode", PULL, choice(PULL, POP), "`pull`: one Spark partition per message queue, exact "
                "offset ranges, exactly-once with the checkpoint. `pop`: executors pop messages (the broker "
                "balances queues), rows carry `receiptHandle`, acks follow Spark's commit of the batch; "
                "at-least-once (streaming only)."),
     OptionSpec("group", None, _group, "Consumer group. Pull: where committed offsets are stored on commit "
                "(optional; needed for `startingOffsets=group`). Pop: required, the group the broker balances."),
-    OptionSpec("startingOffsets", "latest", _starting, "Pull: where a new query starts, `earliest`, `latest`, "
-               "`group` or JSON `{\"topic:brokerName:queueId\": offset}` (-2 earliest, -1 latest); a restart "
-               "resumes from the checkpoint. Pop: `earliest` or `latest` for a group that never consumed. Batch "
-               "reads default to `earliest`."),
-    OptionSpec("endingOffsets", "latest", _ending, "Batch reads: where to stop, `latest` or JSON as above."),
-    OptionSpec("maxOffsetsPerTrigger", None, parse_positive_int, "Pull streams: most messages per micro-batch, "
-               "shared by backlog. Unset: everything available."),
-    OptionSpec("maxRecordsPerPartition", None, parse_positive_int, "Batch reads: split a queue's range into "
-               "Spark tasks of at most this many messages."),
-    OptionSpec("failOnDataLoss", "true", parse_bool, "Fail when planned offsets are gone (retention). `false`: "
-               "log and skip them."),
-    OptionSpec("commitOffsets", "true", parse_bool, "Pull streams with `group`: store each committed batch's end "
-               "as the group's offsets on the brokers (monitoring, hand-over)."),
     OptionSpec("includeProperties", "false", parse_bool, "Add a `properties` map<string,string> column with "
                "every message property."),
-    OptionSpec("verifyChecksums", "false", parse_bool, "Check every message body's CRC32 against the stored "
-               "one; a mismatch fails the task."),
     OptionSpec("popPartitions", "2", int_between(1, 1024), "Pop: Spark tasks per micro-batch, each popping on "
                "its own."),
     OptionSpec("popMaxMessages", "10000", parse_positive_int, "Pop: most messages one task pops per "
@@ -116,28 +123,22 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("popReceiptsPath", None, parse_local_directory, "Pop: directory where tasks leave the receipts the "
                "driver acks after the commit (local path in local mode, a shared mount on a cluster). Default: a "
                "directory under the system temp dir (local mode only)."),
-    OptionSpec("maxInFlight", "64", parse_positive_int, "Writing: batch sends awaiting acknowledgement per task.",
-               False, WRITE),
     OptionSpec("batchMaxMessages", "256", parse_positive_int, "Writing: most messages in one batch send.", False,
                WRITE),
     OptionSpec("batchMaxBytes", "1048576", int_between(1024, 4 * 1024 * 1024), "Writing: most bytes in one batch "
                "send (the broker refuses more than its 4 MiB max message size).", False, WRITE),
-    OptionSpec("sendRetries", "3", parse_positive_int, "Writing: re-sends of a batch after a retriable error.",
-               False, WRITE),
     OptionSpec("producerGroup", "tubespark_producer", _group, "Writing: producer group named in sends.", False,
                WRITE),
-    OptionSpec("connectTimeoutMs", "3000", parse_positive_int, "TCP connect timeout.", False, BOTH),
-    OptionSpec("requestTimeoutMs", "10000", parse_positive_int, "Time to wait for any one request's answer.",
-               False, BOTH),
-    OptionSpec("failoverTimeoutMs", "45000", parse_positive_int, "How long a read keeps following the route "
-               "around a dead broker (the name server needs ~15 s to substitute an acting master).", False, BOTH),
+    OptionSpec("failoverTimeoutMs", ClientSettings.default_ms("failover_s"), parse_positive_int, "How long a read "
+               "keeps following the route around a dead broker (the name server needs ~15 s to substitute an "
+               "acting master).", False, BOTH),
 )
 
 PROTECTED = {"rocketmq.namesrvaddr": "namesrv", "namesrvaddr": "namesrv", "consumergroup": "group"}
 
 
 @dataclass(frozen=True)
-class RocketMQOptions(ParsedOptions):
+class RocketMQOptions(SharedOptions):
     """Validated ``rocketmq`` options, one typed attribute per entry of :data:`OPTIONS`."""
 
     SPECS = OPTIONS
@@ -145,15 +146,9 @@ class RocketMQOptions(ParsedOptions):
     SOURCE = "rocketmq"
 
     namesrvs: tuple[str, ...]
-    topics: tuple[str, ...] | None
     consume_mode: str
     group: str | None
-    starting_offsets: OffsetSpec
-    ending_offsets: OffsetSpec
-    max_offsets_per_trigger: int | None
-    max_records_per_partition: int | None
-    fail_on_data_loss: bool
-    commit_offsets: bool
+    commit_to_group: bool
     include_properties: bool
     verify_checksums: bool
     pop_partitions: int
@@ -161,19 +156,14 @@ class RocketMQOptions(ParsedOptions):
     pop_invisible_time_ms: int
     pop_poll_ms: int
     pop_receipts_path: str | None
-    max_in_flight: int
     batch_max_messages: int
     batch_max_bytes: int
-    send_retries: int
     producer_group: str
-    connect_timeout_ms: int
-    request_timeout_ms: int
     failover_timeout_ms: int
 
     def check(self, mode: str) -> None:
+        super().check(mode)
         if mode == WRITE:
-            if self.topics and len(self.topics) > 1:
-                raise OptionError("option topic: the sink writes to one topic; use a 'topic' column for several")
             return
         if mode == READ and not self.topics:
             raise OptionError("option topic is required for reading")
@@ -192,9 +182,10 @@ class RocketMQOptions(ParsedOptions):
 
     def client_settings(self) -> ClientSettings:
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
-                              call_timeout_s=self.request_timeout_ms / 1000,
+                              request_timeout_s=self.request_timeout_ms / 1000,
                               failover_s=self.failover_timeout_ms / 1000)
 
 
 def option_table(mode: str | None = None) -> str:
-    return render_table(OPTIONS, mode)
+    """Markdown table of RocketMQ's own options (the README's RocketMQ section embeds it)."""
+    return own_option_table(OPTIONS, mode)

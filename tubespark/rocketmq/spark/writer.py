@@ -20,8 +20,8 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.producer import BatchProducer
+from tubespark.rocketmq.spark.clients import shared_client
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.partition import shared_client
 from tubespark.rocketmq.wire.message import KEYS, TAGS
 from tubespark.spark.arrow import column_values
 from tubespark.spark.writers import (

@@ -1,6 +1,7 @@
 """Request and response codes of the remoting protocol, and the errors the response codes become.
 
-Callers branch on the error class and its ``retriable`` flag, never on a number
+Callers branch on the error class (the shared kinds of :mod:`tubespark.errors` and RocketMQ's own in
+:mod:`tubespark.rocketmq.errors`) and its ``retriable`` flag, never on a number
 (docs/rocketmq/protocol.md, "Codes").
 """
 
@@ -14,6 +15,7 @@ from tubespark.errors import (
     TubeSparkError,
     UnknownTopicError,
 )
+from tubespark.rocketmq.errors import NoPermissionError, OffsetOutOfRangeError
 
 # --- request codes ---------------------------------------------------------------------------------
 SEND_MESSAGE = 10
@@ -65,17 +67,6 @@ GO_AWAY = 1500
 STORED_NOT_CONFIRMED = frozenset({FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT})
 """Send answers meaning "stored on the master, but the flush or the slave copy was not confirmed": the
 message *is* in the queue (the header carries its offset), so a sender counts it as sent."""
-
-
-class NoPermissionError(BrokerError):
-    """The broker refused the operation for this broker group right now, typically a write to a read-only
-    group (its master is down and a slave acts for it): the route changes, so trying again can help."""
-
-    retriable = True
-
-
-class OffsetOutOfRangeError(BrokerError):
-    """An ack or invisible-time change named an offset the queue no longer (or not yet) holds."""
 
 
 _BUSY = {SYSTEM_ERROR, SYSTEM_BUSY, SERVICE_NOT_AVAILABLE, POLLING_FULL, FLOW_CONTROL, GO_AWAY,

@@ -14,6 +14,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import cramjam
 
@@ -43,7 +44,6 @@ KEYS = "KEYS"
 TAGS = "TAGS"
 UNIQ_KEY = "UNIQ_KEY"
 POP_CK = "POP_CK"
-WAIT = "WAIT"
 KEY_SEPARATOR = " "
 
 _HEAD = struct.Struct(">iiiiiqqiq")  # size, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, born
@@ -122,7 +122,7 @@ class _Cursor:
         self.pos += n
         return chunk
 
-    def unpack(self, fmt: struct.Struct, what: str) -> tuple:
+    def unpack(self, fmt: struct.Struct, what: str) -> tuple[Any, ...]:
         if self.pos + fmt.size > self.end:
             raise CodecError(f"stored message: {what} overruns the record")
         values = fmt.unpack_from(self.data, self.pos)
@@ -247,21 +247,6 @@ def decode_batch_body(data: bytes) -> list[tuple[bytes, dict[str, str], int]]:
         out.append((body, props, flag))
         pos += size
     return out
-
-
-def properties_for(keys: str | None = None, tags: str | None = None, extra: Mapping[str, str] | None = None,
-                   uniq_key: str | None = None) -> dict[str, str]:
-    """The properties of an outgoing message: user ones plus KEYS, TAGS, UNIQ_KEY and WAIT=true (the
-    Java producer's default: the send answers once the message is stored)."""
-    props = dict(extra or {})
-    if keys:
-        props[KEYS] = keys
-    if tags:
-        props[TAGS] = tags
-    if uniq_key:
-        props[UNIQ_KEY] = uniq_key
-    props.setdefault(WAIT, "true")
-    return props
 
 
 def encode_stored(messages: Sequence[StoredMessage]) -> bytes:

@@ -13,17 +13,11 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from tubespark.core.settings import ConnectionSettings
 from tubespark.errors import BadRequestError, ServerBusyError, UnknownTopicError
+from tubespark.tank.errors import BoundaryFaultError, TankProtocolError
 from tubespark.tank.net.connection import Connection, ConnectionPool
-from tubespark.tank.wire.codes import (
-    CREATE_EXISTS,
-    CREATE_MESSAGES,
-    FETCH_BOUNDARY,
-    FETCH_OK,
-    BoundaryFaultError,
-    TankProtocolError,
-    fetch_error,
-)
+from tubespark.tank.wire.codes import CREATE_EXISTS, CREATE_MESSAGES, FETCH_BOUNDARY, FETCH_OK, fetch_error
 from tubespark.tank.wire.requests import (
     BrokerStatus,
     CreateTopicRequest,
@@ -42,11 +36,9 @@ from tubespark.tank.wire.requests import (
 
 
 @dataclass(frozen=True)
-class ClientSettings:
-    """Timeouts (seconds) and the client id sent in fetch and produce requests."""
+class ClientSettings(ConnectionSettings):
+    """Timeouts (seconds, :class:`ConnectionSettings`) and the client id sent in fetch and produce requests."""
 
-    connect_timeout_s: float = 3.0
-    request_timeout_s: float = 10.0
     client_id: str = "tubespark"
 
 
@@ -131,8 +123,9 @@ class TankClient:
         if part.error == FETCH_OK:
             return part
         if part.error == FETCH_BOUNDARY:
-            raise BoundaryFaultError(first_available=part.first_available or 0, high_water_mark=part.high_water_mark,
-                                     requested=seq, context=where, broker=self.address)
+            raise BoundaryFaultError(FETCH_BOUNDARY, first_available=part.first_available or 0,
+                                     high_water_mark=part.high_water_mark, requested=seq, context=where,
+                                     broker=self.address)
         raise fetch_error(part.error, where, leader=part.leader, broker=self.address)
 
     def produce_async(self, request: ProduceRequest) -> Future[tuple[ProduceResult, ...]]:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from tubespark.core.framed import wait
 from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tank.client.broker import ClientSettings, TankClient
-from tubespark.tank.wire.codes import LeaderMovedError, produce_error
+from tubespark.tank.errors import LeaderMovedError
+from tubespark.tank.wire.codes import produce_error
 from tubespark.tank.wire.requests import ProduceBundle, ProduceRequest, ProduceResult
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,8 @@ What makes a TANK range read exact (docs/tank/protocol.md#chunks, #sequence-numb
   ``end``, not when it has seen ``end - start`` messages.
 
 Faults: a retriable error (connection lost, timeout, no leader) is retried from the last number handed
-out, with core's jittered backoff, for ``retry_s``; a moved leader is followed. When the broker no longer
+out, with core's jittered backoff, for ``retry_s``; a moved leader is followed; after that the read
+fails with :class:`~tubespark.errors.RangeReadError` (retriable, its cause chained). When the broker no longer
 has numbers the range planned (retention removed them: a boundary fault below the first available
 number; or the broker's high-water mark went back below ``end``), ``fail_on_data_loss`` decides: raise
 :class:`DataLossError` naming the partition and numbers, or log it and go on with what exists.
@@ -24,10 +25,10 @@ import logging
 from collections.abc import Iterator
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import BrokerConnectionError, DataLossError, TubeSparkError
+from tubespark.errors import BrokerConnectionError, DataLossError, RangeReadError, TubeSparkError
 from tubespark.tank.client.broker import ClientSettings, TankClient
+from tubespark.tank.errors import BoundaryFaultError, LeaderMovedError, TankProtocolError
 from tubespark.tank.wire.bundle import MessageColumns, decode_chunk
-from tubespark.tank.wire.codes import BoundaryFaultError, LeaderMovedError, TankProtocolError
 from tubespark.tank.wire.requests import MAX_FETCH_SIZE, FetchedPartition
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,6 @@ DEFAULT_FETCH_SIZE = 1024 * 1024
 MAX_STALLS = 8
 """Fetches in a row that move no further (after the fetch size reached the cap) before the broker's
 answers count as broken."""
-
-
-class RangeReadError(TubeSparkError):
-    """A range could not be read within the retry time; says partition, range and how far it got."""
 
 
 class RangeReader:
@@ -136,7 +133,8 @@ class RangeReader:
             if not exc.retriable:
                 raise
             raise RangeReadError(f"{where}: reading [{start}, {end}) failed at {seq} after {self.retry_s:.0f} s of "
-                                 f"retries: {exc}") from exc
+                                 f"retries: {exc}", partition=where, start=start, end=end, reached=seq,
+                                 broker=self.client.address) from exc
 
     def _missing(self, where: str, low: int, high: int, why: str) -> None:
         message = f"partition {where}: numbers [{low}, {high}) were planned but are gone: {why}"

@@ -27,7 +27,8 @@ from tubespark.core import framed
 from tubespark.core.framed import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, FramedConnection, wait
 from tubespark.core.framed_io import open_socket
 from tubespark.errors import BrokerConnectionError, RpcTimeoutError
-from tubespark.tank.wire.codes import MsgType, TankProtocolError
+from tubespark.tank.errors import TankProtocolError
+from tubespark.tank.wire.codes import MsgType
 from tubespark.tank.wire.frame import FRAMING, HEADER_BYTES, TankRequest
 from tubespark.tank.wire.primitives import U32
 
@@ -40,7 +41,8 @@ T = TypeVar("T")
 class DecodingRequest(Protocol[T_co]):
     """A request that also decodes its response (every request of :mod:`tubespark.tank.wire.requests`)."""
 
-    msg_id: int
+    @property
+    def msg_id(self) -> int: ...  # read-only: the requests are frozen dataclasses
 
     def payload(self, request_id: int) -> bytes: ...
 

@@ -3,7 +3,9 @@
 :data:`OPTIONS` is the table (the README's TANK option table is generated from it, see
 :func:`option_table`); :class:`TankOptions` is the parsed, typed, frozen result, built with core's
 framework (:mod:`tubespark.core.options`) before any network call: a bad value fails naming the
-option and the value. Offsets are TANK sequence numbers, keyed ``"topic:partition"``.
+option and the value. Offsets are TANK sequence numbers, keyed ``"topic:partition"``. The options every
+broker shares, and the ``bundle*`` options TANK shares with TubeMQ, are defined once in
+:mod:`tubespark.spark.options`; :data:`TERMS` says what they need to know of TANK.
 """
 
 from __future__ import annotations
@@ -13,25 +15,28 @@ from dataclasses import dataclass
 
 from tubespark.core.options import (
     BOTH,
-    WRITE,
     OptionSpec,
-    ParsedOptions,
     choice,
     comma_list,
     int_between,
-    parse_bool,
     parse_host_ports,
-    parse_non_negative_ms,
-    parse_positive_int,
-    render_table,
 )
 from tubespark.errors import OptionError
-from tubespark.spark.offsets import OffsetSpec, parse_offset_spec
+from tubespark.spark.options import (
+    BUNDLE_COMPRESSION,
+    BUNDLE_LINGER_MS,
+    BUNDLE_MAX_BYTES,
+    BUNDLE_MAX_ROWS,
+    BrokerTerms,
+    SharedOptions,
+    every_broker_specs,
+    own_option_table,
+)
 from tubespark.tank.client.broker import ClientSettings
 from tubespark.tank.wire.bundle import COMPRESSIONS
 from tubespark.tank.wire.requests import MAX_FETCH_SIZE
 
-__all__ = ["OPTIONS", "TankOptions", "is_partition_key", "option_table", "partition_key", "split_key"]
+__all__ = ["OPTIONS", "TERMS", "TankOptions", "is_partition_key", "option_table", "partition_key", "split_key"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _CLIENT_ID_RE = re.compile(r"^[\w.\-]{1,200}$")
@@ -70,91 +75,60 @@ def _broker(name: str, value: str) -> str:
     return addresses[0]
 
 
-def _starting(name: str, value: str) -> OffsetSpec:
-    return parse_offset_spec(name, value, allow=("earliest", "latest"), check_key=is_partition_key,
-                             key_form="topic:partition", example='{"events:0": 42}')
-
-
-def _ending(name: str, value: str) -> OffsetSpec:
-    return parse_offset_spec(name, value, allow=("latest",), check_key=is_partition_key,
-                             key_form="topic:partition", example='{"events:0": 42}')
-
-
 def _client_id(name: str, value: str) -> str:
     if not _CLIENT_ID_RE.match(value):
         raise OptionError(f"option {name}={value!r}: expected 1 to 200 letters, digits, '_', '.' or '-'")
     return value
 
 
+TERMS = BrokerTerms(
+    "TANK", "topic:partition", '{"events:0": 42}', is_partition_key, _topics, ClientSettings,
+    defaults={"maxInFlight": "16", "bundleMaxBytes": "1048576", "bundleCompression": "auto"},
+    parsers={"bundleMaxBytes": int_between(1, MAX_FETCH_SIZE // 2), "bundleCompression": choice(*COMPRESSIONS)},
+    notes={
+        "topic": "Reading takes every partition of each.",
+        "connectTimeoutMs": "Until the broker's greeting Ping.",
+        "requestTimeoutMs": "A read task retries a failing fetch for 6 times this long.",
+        "maxInFlight": "Produce requests, per task.",
+        "bundleMaxBytes": "Keys and values count; a larger single message gets a bundle of its own.",
+        "bundleCompression": "`auto` (Snappy for more than 512 messages or 1 KiB of keys and values, as TANK's "
+                             "own client does, unless it does not shrink the bundle), `snappy` or `none`.",
+    },
+)
+"""What the shared options (:mod:`tubespark.spark.options`) need to know of TANK: offsets are sequence
+numbers keyed ``topic:partition``; a bundle is TANK's unit of storage."""
+
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("broker", None, _broker, "The TANK broker, `host:port`.", True, BOTH),
-    OptionSpec("topic", None, _topics, "Topic(s) to read, comma separated (every partition of each). For writing, "
-               "the topic (a `topic` column is used when this is absent).", False, BOTH, attr="topics"),
-    OptionSpec("startingOffsets", "latest", _starting, "Where a new query starts: `earliest` (each partition's "
-               "first available message), `latest` (the next message produced) or JSON "
-               "`{\"topic:partition\": seq}` with -2 = earliest, -1 = latest. A restarted query resumes from its "
-               "checkpoint. Batch reads default to `earliest`."),
-    OptionSpec("endingOffsets", "latest", _ending, "Batch reads only: where to stop (exclusive), `latest` (the "
-               "high-water mark + 1 when the read is planned) or JSON as above."),
-    OptionSpec("maxOffsetsPerTrigger", None, parse_positive_int, "Most messages per micro-batch, shared across "
-               "partitions in proportion to their backlog. Unset: everything available."),
-    OptionSpec("maxRecordsPerPartition", None, parse_positive_int, "Batch reads: split a partition's range into "
-               "Spark tasks of at most this many sequence numbers."),
-    OptionSpec("failOnDataLoss", "true", parse_bool, "Fail when sequence numbers a query planned are gone "
-               "(retention removed them, the broker's high-water mark went back). `false`: log it and read what "
-               "is left."),
+    *every_broker_specs(TERMS),
+    BUNDLE_MAX_ROWS.spec(TERMS),
+    BUNDLE_MAX_BYTES.spec(TERMS),
+    BUNDLE_LINGER_MS.spec(TERMS),
+    BUNDLE_COMPRESSION.spec(TERMS),
     OptionSpec("fetchSizeBytes", "1048576", int_between(64, MAX_FETCH_SIZE), "Bytes asked for per fetch. "
                "The broker may send more (whole bundles); a bundle larger than this is fetched again whole."),
-    OptionSpec("connectTimeoutMs", "3000", parse_positive_int, "TCP connect timeout (until the broker's greeting "
-               "Ping).", False, BOTH),
-    OptionSpec("requestTimeoutMs", "10000", parse_positive_int, "Time to wait for any one request's answer. A "
-               "read task retries a failing fetch for 6 times this long.", False, BOTH),
-    OptionSpec("clientId", "tubespark", _client_id, "Client id sent with fetch and produce requests (a random "
-               "suffix is added per connection).", False, BOTH),
-    OptionSpec("bundleMaxRows", "1000", parse_positive_int, "Writing: most messages in one bundle.", False, WRITE),
-    OptionSpec("bundleMaxBytes", "1048576", int_between(1, MAX_FETCH_SIZE // 2), "Writing: most bytes of "
-               "keys and values (before compression) in one bundle; a larger single message gets a bundle of its "
-               "own.", False, WRITE),
-    OptionSpec("bundleLingerMs", "200", parse_non_negative_ms, "Writing: a bundle open this long is sent when the "
-               "next rows arrive, full or not (the end of a task sends every bundle).", False, WRITE),
-    OptionSpec("bundleCompression", "auto", choice(*COMPRESSIONS), "Writing: `auto` (Snappy for more than 512 "
-               "messages or 1 KiB of keys and values, as TANK's own client does, unless it does not shrink the "
-               "bundle), `snappy` or `none`.", False, WRITE),
-    OptionSpec("maxInFlight", "16", int_between(1, 1024), "Writing: Produce requests awaiting the "
-               "broker's answer at once.", False, WRITE),
-    OptionSpec("sendRetries", "3", int_between(0, 100), "Writing: re-sends of a bundle after a retriable error "
-               "before the task fails.", False, WRITE),
+    OptionSpec("clientId", ClientSettings.default("client_id"), _client_id, "Client id sent with fetch and "
+               "produce requests (a random suffix is added per connection).", False, BOTH),
 )
 
 
 @dataclass(frozen=True)
-class TankOptions(ParsedOptions):
+class TankOptions(SharedOptions):
     """Validated ``tank`` options, one typed attribute per entry of :data:`OPTIONS`, defaults filled in."""
 
     SPECS = OPTIONS
     SOURCE = "tank"
 
     broker: str
-    topics: tuple[str, ...] | None
-    starting_offsets: OffsetSpec
-    ending_offsets: OffsetSpec
-    max_offsets_per_trigger: int | None
-    max_records_per_partition: int | None
-    fail_on_data_loss: bool
     fetch_size_bytes: int
-    connect_timeout_ms: int
-    request_timeout_ms: int
     client_id: str
     bundle_max_rows: int
     bundle_max_bytes: int
     bundle_linger_ms: int
     bundle_compression: str
-    max_in_flight: int
-    send_retries: int
 
     def check(self, mode: str) -> None:
-        if mode == WRITE and self.topics and len(self.topics) > 1:
-            raise OptionError("option topic: the sink writes to one topic; use a 'topic' column to write to several")
+        super().check(mode)
         for spec_name, spec in (("startingOffsets", self.starting_offsets), ("endingOffsets", self.ending_offsets)):
             if isinstance(spec, dict) and self.topics:
                 stray = sorted(k for k in spec if split_key(k)[0] not in self.topics)
@@ -172,5 +146,5 @@ class TankOptions(ParsedOptions):
 
 
 def option_table(mode: str | None = None) -> str:
-    """Markdown table of the options (the README's TANK section embeds it)."""
-    return render_table(OPTIONS, mode)
+    """Markdown table of TANK's own options (the README's TANK section embeds it)."""
+    return own_option_table(OPTIONS, mode)

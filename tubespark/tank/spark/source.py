@@ -5,15 +5,9 @@ Register it with ``tubespark.register(spark)`` (or ``spark.dataSource.register(T
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    DataSourceWriter,
-)
 from pyspark.sql.types import StructType
 
+from tubespark.spark.source import BrokerDataSource
 from tubespark.tank.spark.batch_reader import TankBatchReader
 from tubespark.tank.spark.options import TankOptions
 from tubespark.tank.spark.schema import READ_SCHEMA
@@ -21,33 +15,27 @@ from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.spark.writer import TankBatchWriter, TankStreamWriter, check_sink_schema
 
 
-class TankDataSource(DataSource):
+class TankDataSource(BrokerDataSource):
     """A TANK broker as a Spark source and sink. Options: ``tubespark.tank.spark.options.OPTIONS``."""
 
-    @classmethod
-    def name(cls) -> str:
-        return "tank"
+    format = "tank"
+    options_class = TankOptions
+    read_required = ("topic",)
 
-    def schema(self) -> StructType:
-        TankOptions.from_raw(self.options, mode="read", required=("topic",))
+    def read_schema(self, options: TankOptions) -> StructType:
         return READ_SCHEMA
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return TankStreamReader(TankOptions.from_raw(self.options, mode="read", required=("topic",)))
+    def stream_reader(self, options: TankOptions) -> TankStreamReader:
+        return TankStreamReader(options)
 
-    def reader(self, schema: StructType) -> DataSourceReader:
-        # a backfill starts at the beginning unless told
-        options = TankOptions.from_raw(self.options, mode="read", required=("topic",),
-                                       defaults={"startingOffsets": "earliest"})
+    def batch_reader(self, options: TankOptions) -> TankBatchReader:
         return TankBatchReader(options)
 
-    def _write_options(self, schema: StructType) -> TankOptions:
-        options = TankOptions.from_raw(self.options, mode="write")
+    def batch_writer(self, options: TankOptions) -> TankBatchWriter:
+        return TankBatchWriter(options)
+
+    def stream_writer(self, options: TankOptions) -> TankStreamWriter:
+        return TankStreamWriter(options)
+
+    def check_sink(self, schema: StructType, options: TankOptions) -> None:
         check_sink_schema(schema, options)
-        return options
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        return TankBatchWriter(self._write_options(schema))
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return TankStreamWriter(self._write_options(schema))

@@ -34,6 +34,7 @@ from tubespark.spark.writers import (
     SentCommitMessage,
     StampedBatchWriter,
     StampedStreamWriter,
+    StampedWriter,
     check_sink_columns,
     task_index,
 )
@@ -68,18 +69,25 @@ def check_sink_reachable(options: TankOptions) -> None:
             client.partitions(topic)
 
 
-def _bytes(value: object) -> bytes | None:
+def _bytes(value: bytes | bytearray | memoryview | str | None) -> bytes | None:
+    """A binary or string column's value (what Arrow's ``to_pylist`` gives) as bytes."""
     if value is None or isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode()
-    return bytes(value)  # type: ignore[call-overload]
+    return bytes(value)
 
 
 def _epoch_ms(when: datetime) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
+
+
+_Key = tuple[str, int]
+"""A bundle's key: topic, partition."""
+_Extra = tuple[bytes | None, int]
+"""What a record keeps besides its value: its key and its timestamp (ms)."""
 
 
 class BundledSend:
@@ -89,8 +97,8 @@ class BundledSend:
         self.options = options
         self.producer = Producer(options.broker, options.client_settings(), max_in_flight=options.max_in_flight,
                                  retries=options.send_retries)
-        self.bundler = Bundler(max_rows=options.bundle_max_rows, linger_s=options.bundle_linger_ms / 1000,
-                               max_open=4096)
+        self.bundler: Bundler[_Key, _Extra] = Bundler(max_rows=options.bundle_max_rows,
+                                                      linger_s=options.bundle_linger_ms / 1000, max_open=4096)
         self.partition_counts: dict[str, int] = {}
         self.next_partition = task_index()
         self.bundles = 0
@@ -148,13 +156,13 @@ class BundledSend:
         self.next_partition += 1
         return self.next_partition % count
 
-    def _ship(self, closed: list[Bundle]) -> None:
+    def _ship(self, closed: list[Bundle[_Key, _Extra]]) -> None:
         """Encode closed bundles and send them, one Produce request per topic and distinct partitions."""
         while closed:
             batch: dict[str, dict[int, bytes]] = {}
-            rest: list[Bundle] = []
+            rest: list[Bundle[_Key, _Extra]] = []
             for bundle in closed:
-                topic, partition = bundle.key  # type: ignore[misc]
+                topic, partition = bundle.key
                 if partition in batch.setdefault(topic, {}):
                     rest.append(bundle)  # a partition appears once per request (docs/tank/protocol.md#produce)
                     continue
@@ -178,14 +186,14 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TankOptions) -> Sen
     return SentCommitMessage(task_index(), rows, sent_bytes)
 
 
-class _TankSink:
+class _TankSink(StampedWriter):
     """What the batch and the stream sink share: a reachable broker checked on the driver, and the send."""
 
     broker = "TANK"
     options: TankOptions
 
     def __init__(self, options: TankOptions) -> None:
-        super().__init__(options)  # type: ignore[call-arg]  # the Stamped*Writer next in the MRO
+        super().__init__(options)  # the Stamped*Writer next in the MRO
         check_sink_reachable(options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:

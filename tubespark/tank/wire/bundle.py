@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from tubespark.formats.common import Budget, snappy_compress, snappy_decompress
 from tubespark.formats.errors import PayloadFormatError
-from tubespark.tank.wire.codes import BundleFormatError, TankProtocolError
-from tubespark.tank.wire.primitives import U64, TruncatedFieldError, decode_varint, encode_varint
+from tubespark.tank.errors import BundleFormatError, TankProtocolError, TruncatedFieldError
+from tubespark.tank.wire.primitives import U64, decode_varint, encode_varint
 
 CODEC_MASK = 0x03
 CODEC_NONE = 0
@@ -59,8 +59,9 @@ def should_compress(values: Sequence[bytes], keys: Sequence[bytes | None] | None
     total = 0
     for i, value in enumerate(values):
         total += len(value)
-        if keys is not None and keys[i] is not None:
-            total += len(keys[i])  # type: ignore[arg-type]
+        key = keys[i] if keys is not None else None
+        if key is not None:
+            total += len(key)
         if total > SNAPPY_AUTO_BYTES:
             return True
     return False

@@ -1,14 +1,16 @@
 """TANK's message ids and error codes, and the typed errors they become.
 
 docs/tank/protocol.md#message-types, #fetch, #produce. Callers branch on the error classes and their
-``retriable`` flag (the shared hierarchy of :mod:`tubespark.errors`), never on the numbers.
+``retriable`` flag (the shared kinds of :mod:`tubespark.errors` and TANK's own in
+:mod:`tubespark.tank.errors`), never on the numbers.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 
-from tubespark.errors import BadRequestError, BrokerError, MessageFormatError, ServerBusyError, UnknownTopicError
+from tubespark.errors import BadRequestError, BrokerError, ServerBusyError, UnknownTopicError
+from tubespark.tank.errors import LeaderMovedError
 
 
 class MsgType(IntEnum):
@@ -71,38 +73,6 @@ PRODUCE_MESSAGES = {
 CREATE_MESSAGES = {1: "already exists", 2: "system error", 4: "bad config", 5: "read-only broker",
                    10: "invalid request (no partitions or a bad name)", 11: "unsupported"}
 CREATE_EXISTS = 1
-
-
-class TankProtocolError(MessageFormatError):
-    """Bytes that break docs/tank/protocol.md (a frame, a response, a bundle). The stream is unusable."""
-
-
-class BundleFormatError(TankProtocolError):
-    """A bundle or message inside a complete bundle that cannot be decoded (bad flags, overruns, Snappy)."""
-
-
-class LeaderMovedError(ServerBusyError):
-    """Another node leads the partition (0xFC); ``address`` is where to go. Retriable there."""
-
-    def __init__(self, code: int, message: str, *, address: str, context: str = "", broker: str = "") -> None:
-        super().__init__(code, f"{message}; the leader is {address}", context=context, broker=broker)
-        self.address = address
-
-
-class BoundaryFaultError(BrokerError):
-    """A fetch asked for a sequence number below the first available one or above high-water mark + 1.
-
-    ``first_available`` and ``high_water_mark`` are the broker's; the reader decides whether that is
-    data loss (retention removed what it planned to read) or a plan made against another broker.
-    """
-
-    def __init__(self, *, first_available: int, high_water_mark: int, requested: int, context: str = "",
-                 broker: str = "") -> None:
-        super().__init__(FETCH_BOUNDARY, f"sequence number {requested} is outside the partition's "
-                         f"[{first_available}, {high_water_mark + 1}]", context=context, broker=broker)
-        self.first_available = first_available
-        self.high_water_mark = high_water_mark
-        self.requested = requested
 
 
 def fetch_error(code: int, context: str, *, leader: str | None = None, broker: str = "") -> BrokerError:

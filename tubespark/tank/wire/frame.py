@@ -12,7 +12,8 @@ from typing import Protocol
 
 from tubespark.core.framed_io import Reader
 from tubespark.errors import FrameTooLargeError
-from tubespark.tank.wire.codes import RESPONSE_TYPES, MsgType, TankProtocolError
+from tubespark.tank.errors import TankProtocolError
+from tubespark.tank.wire.codes import RESPONSE_TYPES, MsgType
 from tubespark.tank.wire.primitives import U32
 
 HEADER_BYTES = 5
@@ -51,7 +52,8 @@ def response_request_id(msg_id: int, payload: bytes) -> int:
 class TankRequest(Protocol):
     """A request the connection can send: its frame type and its payload for a given request id."""
 
-    msg_id: int
+    @property
+    def msg_id(self) -> int: ...  # read-only: the requests are frozen dataclasses
 
     def payload(self, request_id: int) -> bytes: ...
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from tubespark.tank.wire.codes import TankProtocolError
+from tubespark.tank.errors import TankProtocolError, TruncatedFieldError
 
 U8 = struct.Struct("<B")
 U16 = struct.Struct("<H")
@@ -61,11 +61,6 @@ def encode_str8(text: str | bytes, what: str = "string") -> bytes:
     if len(data) > 0xFF:
         raise TankProtocolError(f"{what} is {len(data)} bytes; a str8 holds at most 255")
     return bytes((len(data),)) + data
-
-
-class TruncatedFieldError(TankProtocolError):
-    """A field runs past the end of the bytes at hand. Inside a complete payload that is a broken
-    payload; at the end of a fetch chunk it is the cut last bundle the protocol allows."""
 
 
 class Cursor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tubespark.tank.errors import TankProtocolError, TruncatedFieldError
 from tubespark.tank.wire.codes import (
     CLIENT_VERSION,
     FETCH_BOUNDARY,
@@ -24,19 +25,8 @@ from tubespark.tank.wire.codes import (
     UNKNOWN_TOPIC_MARK,
     WHOLE_TOPIC_CODES,
     MsgType,
-    TankProtocolError,
 )
-from tubespark.tank.wire.primitives import (
-    U8,
-    U16,
-    U32,
-    U64,
-    UINT64_MAX,
-    Cursor,
-    TruncatedFieldError,
-    encode_str8,
-    encode_varint,
-)
+from tubespark.tank.wire.primitives import U8, U16, U32, U64, UINT64_MAX, Cursor, encode_str8, encode_varint
 
 MAX_FETCH_SIZE = 64 * 1024 * 1024
 """The broker caps a partition's fetch size and a request's min bytes here (docs/tank/protocol.md#fetch)."""

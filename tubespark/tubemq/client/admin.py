@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from tubespark.errors import AdminApiError
+from tubespark.tubemq.errors import AdminApiError
 
 DEFAULT_HTTP_TIMEOUT_S = 10.0
 ADMIN_USER = "tubespark"

@@ -8,6 +8,7 @@ Business errors come back as typed exceptions from :mod:`tubespark.errors`, so c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -15,14 +16,16 @@ from typing import Generic, TypeVar
 from google.protobuf.message import Message
 
 from tubespark.errors import BrokerConnectionError, TubeSparkError
-from tubespark.tubemq.client.common import ClientSettings, check
+from tubespark.tubemq.client.common import ClientSettings, Reply, check
 from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
+from tubespark.tubemq.wire.fetch import Columns, FetchReply, parse_fetch_reply
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import MessageColumns, ReceivedMessage, decode_columns
+from tubespark.tubemq.wire.message import ReceivedMessage
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
 M = TypeVar("M", bound=Message)
+R = TypeVar("R", bound=Reply)
 
 FILTERED_READS_FROM_MEMORY = 303
 
@@ -41,29 +44,34 @@ class Fetch:
 
     start: int
     max_offset: int
-    messages: list[bpb.TransferedMessage]
+    reply: FetchReply
 
-    def columns(self, verify: bool = True) -> MessageColumns:
+    @property
+    def messages(self) -> Sequence[bpb.TransferedMessage]:
+        return self.reply.messages
+
+    def columns(self, verify: bool = True) -> Columns:
         """The batch's messages as columns, each with its index offset: ``start + 28*k`` for the k-th.
 
         Exact when the batch's records are contiguous in the store; otherwise (several partitions in
         one store, a filter skipped records) a lower bound that still increases within the partition.
+        Decoded by the compiled twin when there is one (see :mod:`tubespark.tubemq.wire.fetch`).
         """
-        return decode_columns(self.messages, self.start, verify=verify, step=INDEX_RECORD_SIZE)
+        return self.reply.columns(self.start, verify=verify, step=INDEX_RECORD_SIZE)
 
     def decode(self, verify: bool = True) -> list[ReceivedMessage]:
         """:meth:`columns` as one :class:`ReceivedMessage` per message."""
         return self.columns(verify).messages()
 
 
-class PendingCall(Generic[M]):
+class PendingCall(Generic[R]):
     """A call sent to a broker whose answer is awaited later: :meth:`result` or :meth:`cancel`."""
 
-    def __init__(self, client: BrokerClient, part: PartitionRef, method: Method, future: Future[M], what: str) -> None:
+    def __init__(self, client: BrokerClient, part: PartitionRef, method: Method, future: Future[R], what: str) -> None:
         self._client, self._part, self._method, self._future, self._what = client, part, method, future, what
-        self._deadline = time.monotonic() + client.settings.call_timeout_s
+        self._deadline = time.monotonic() + client.settings.request_timeout_s
 
-    def result(self) -> M:
+    def result(self) -> R:
         """The checked response (typed errors as the blocking calls raise them); waits until the call's
         timeout, counted from when it was sent."""
         address = self._part.broker.address
@@ -83,13 +91,13 @@ class PendingCall(Generic[M]):
 class PendingFetch:
     """A GetMessage in flight (see :meth:`BrokerClient.fetch_async`)."""
 
-    def __init__(self, call: PendingCall[bpb.GetMessageResponseB2C]) -> None:
+    def __init__(self, call: PendingCall[FetchReply]) -> None:
         self._call = call
 
     def result(self) -> Fetch:
         """The batch; NoDataError (404) when the group's position reached the index max."""
         response = self._call.result()
-        return Fetch(response.currOffset, response.maxOffset, list(response.messages))
+        return Fetch(response.currOffset, response.maxOffset, response)
 
     def cancel(self) -> None:
         self._call.cancel()
@@ -108,17 +116,17 @@ class BrokerClient:
         address = part.broker.address
         try:
             return self.pool.get(address).call(method, ServiceType.BROKER_READ, request, response_cls,
-                                                 self.settings.call_timeout_s)
+                                                 self.settings.request_timeout_s)
         except BrokerConnectionError:
             self.pool.drop(address)
             raise
 
-    def _send(self, part: PartitionRef, method: Method, request: Message, response_cls: type[M],
-              what: str) -> PendingCall[M]:
+    def _send(self, part: PartitionRef, method: Method, request: Message, parse: Callable[[bytes], R],
+              what: str) -> PendingCall[R]:
         address = part.broker.address
         try:
-            future = self.pool.get(address).call_async(method, ServiceType.BROKER_READ, request, response_cls,
-                                                       self.settings.call_timeout_s)
+            future = self.pool.get(address).call_async_parsed(method, ServiceType.BROKER_READ, request, parse,
+                                                              self.settings.request_timeout_s)
         except BrokerConnectionError:
             self.pool.drop(address)
             raise
@@ -187,7 +195,7 @@ class BrokerClient:
         request = bpb.GetMessageRequestC2B(clientId=self.client_id, partitionId=part.partition_id,
                                            groupName=group, topicName=part.topic,
                                            lastPackConsumed=last_consumed, manualCommitOffset=manual_commit)
-        return PendingFetch(self._send(part, Method.GET_MESSAGE, request, bpb.GetMessageResponseB2C,
+        return PendingFetch(self._send(part, Method.GET_MESSAGE, request, parse_fetch_reply,
                                        f"fetch {part.key} for group {group}"))
 
     def commit(self, part: PartitionRef, group: str, *, consumed: bool = True) -> Position:

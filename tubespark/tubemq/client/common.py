@@ -12,21 +12,49 @@ import socket
 import ssl
 import time
 import urllib.parse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
-from google.protobuf.message import Message
-
-from tubespark import __version__
-from tubespark.errors import NoMasterAvailableError
-from tubespark.tubemq.net.connection import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, ConnectionPool
+from tubespark.core.settings import ConnectionSettings
+from tubespark.tubemq.errors import NoMasterAvailableError
+from tubespark.tubemq.net.connection import ConnectionPool
 from tubespark.tubemq.net.master import MasterChannel
 from tubespark.tubemq.wire.errcodes import ErrCode, error_for_code
 from tubespark.tubemq.wire.formats import DEFAULT_BROKER_PORT, DEFAULT_BROKER_TLS_PORT
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+from tubespark.version import __version__
 
 CLIENT_VERSION = f"tubespark-{__version__}"
 _counter = itertools.count(1)
+
+
+class Reply(Protocol):
+    """What every TubeMQ response message says about its outcome (protos/*.proto): :func:`check` reads it."""
+
+    @property
+    def success(self) -> bool: ...
+
+    @property
+    def errCode(self) -> int: ...  # noqa: N802 - the proto field's name
+
+
+R = TypeVar("R", bound=Reply)
+
+
+class MasterRequest(Protocol):
+    """A request to the master: it carries a signature when the cluster needs credentials."""
+
+    @property
+    def authInfo(self) -> mpb.MasterCertificateInfo: ...  # noqa: N802 - the proto field's name
+
+
+class BrokerRequest(Protocol):
+    """A request to a broker: it carries the master's visit token (and a signed token with credentials)."""
+
+    @property
+    def authInfo(self) -> bpb.AuthorizedInfo: ...  # noqa: N802 - the proto field's name
 
 
 @dataclass(frozen=True)
@@ -55,16 +83,15 @@ class Credentials:
 
 
 @dataclass(frozen=True)
-class ClientSettings:
+class ClientSettings(ConnectionSettings):
     """Timeouts and security shared by producers and consumers. Every network wait is bounded by these.
 
-    These field defaults are the only defaults of the three settings: the data source options
+    The two timeouts every broker shares come from :class:`~tubespark.core.settings.ConnectionSettings`.
+    These field defaults are the only defaults of the settings: the data source options
     (``connectTimeoutMs``, ``requestTimeoutMs``, ``heartbeatIntervalMs``) take theirs from here. The
     heartbeat stays well below the servers' 30 s session timeout, so one lost heartbeat is harmless.
     """
 
-    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S  # 3 s, the same value the bare connections use
-    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S  # 10 s
     heartbeat_interval_s: float = 3.0
     # A master group needs its ZooKeeper session timeout plus the selector period to elect the next
     # active master (30 s + 5 s on a default server); a client that meets only standbys waits that long.
@@ -78,24 +105,30 @@ class ClientSettings:
         return DEFAULT_BROKER_TLS_PORT if self.ssl_context is not None else DEFAULT_BROKER_PORT
 
     def connection_pool(self) -> ConnectionPool:
-        return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.call_timeout_s,
+        return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.request_timeout_s,
                               ssl_context=self.ssl_context)
 
-    def master_channel(self, masters: str | list[str]) -> MasterChannel:
+    def master_channel(self, masters: str | Sequence[str]) -> MasterChannel:
         return MasterChannel(masters, connect_timeout_s=self.connect_timeout_s,
-                             call_timeout_s=self.call_timeout_s, ssl_context=self.ssl_context)
+                             request_timeout_s=self.request_timeout_s, ssl_context=self.ssl_context)
 
-    def add_master_auth(self, request: Message) -> None:
+    def add_master_auth(self, request: MasterRequest) -> None:
         """Sign a request to the master (``authInfo``) when the cluster needs credentials."""
         if self.credentials is not None:
             request.authInfo.CopyFrom(self.credentials.master_cert())
 
-    def add_broker_auth(self, request: Message, visit_token: int) -> None:
-        """Set a broker request's ``authInfo``: the master's visit token and, with credentials, a signed token."""
+    def broker_auth(self, visit_token: int) -> tuple[int, str] | None:
+        """A broker request's ``authInfo`` as (visit token, signed token): the master's visit token and, with
+        credentials, a signed token; None when the request carries none."""
         if self.credentials is None and not visit_token:
-            return
-        token = self.credentials.broker_token() if self.credentials else ""
-        request.authInfo.CopyFrom(bpb.AuthorizedInfo(visitAuthorizedToken=visit_token, authAuthorizedToken=token))
+            return None
+        return visit_token, self.credentials.broker_token() if self.credentials else ""
+
+    def add_broker_auth(self, request: BrokerRequest, visit_token: int) -> None:
+        """Set a broker request's ``authInfo`` (see :meth:`broker_auth`)."""
+        auth = self.broker_auth(visit_token)
+        if auth is not None:
+            request.authInfo.CopyFrom(bpb.AuthorizedInfo(visitAuthorizedToken=auth[0], authAuthorizedToken=auth[1]))
 
 
 def during_election(exc: BaseException) -> bool:
@@ -111,7 +144,7 @@ CHECK_TOPIC = ("check the `topic` option, or deploy the topic on the cluster fir
 _CREDENTIALS_HINT = "authentication refused: see the auth.user / auth.password options and docs/tubemq/auth.md"
 
 
-def check(response: Message, context: str) -> Message:
+def check(response: R, context: str) -> R:
     """Raise the typed TubeMQ error for ``success=false`` (or a non-200 errCode) responses."""
     if not response.success or response.errCode not in (0, ErrCode.SUCCESS):
         if response.errCode == ErrCode.CERTIFICATE_FAILURE:
@@ -125,7 +158,7 @@ def local_ip() -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
+            return str(s.getsockname()[0])  # (host, port) for AF_INET
     except OSError:
         return "127.0.0.1"
 

@@ -21,18 +21,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import (
-    AuthError,
-    NotRegisteredError,
-    PartitionOccupiedError,
-    TlsError,
-    TubeSparkError,
-    UnknownTopicError,
-)
+from tubespark.errors import AuthError, TlsError, TubeSparkError, UnknownTopicError
 from tubespark.tubemq.client.broker import BrokerClient, Position
 from tubespark.tubemq.client.common import (
     CHECK_TOPIC,
@@ -42,6 +35,7 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
+from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef, parse_subscribe_info, subscribe_info
@@ -81,7 +75,7 @@ class GroupSession:
             group (a pull consumer that handed it to its caller) instead of discarding it.
     """
 
-    def __init__(self, masters: str | list[str], group: str, topics: Iterable[str], *,
+    def __init__(self, masters: str | Sequence[str], group: str, topics: Iterable[str], *,
                  settings: ClientSettings | None = None, filters: dict[str, list[str]] | None = None,
                  read_status: ReadStatus = ReadStatus.FROM_STORED_OR_MIN, client_id: str | None = None,
                  listener: AssignmentListener | None = None, release_consumed: bool = False) -> None:
@@ -151,12 +145,6 @@ class GroupSession:
         authorisation or TLS error), if any: a partition kept pending for it would stall the owner silently."""
         with self._lock:
             return self._refusal
-
-    @property
-    def events_applied(self) -> int:
-        """How many rebalance events this member has carried out."""
-        with self._lock:
-            return self._events_applied
 
     def wait_for_assignment(self, timeout_s: float = 60.0) -> dict[str, PartitionRef]:
         """Block until the master's first rebalance event was carried out (or the timeout); the assignment.
@@ -264,7 +252,7 @@ class GroupSession:
         except TubeSparkError as exc:  # the master counts this member until its session times out
             log.warning("member %s could not leave group %s: %s", self.client_id, self.group, exc)
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.settings.call_timeout_s * 2)
+            self._thread.join(timeout=self.settings.request_timeout_s * 2)
         self._master.close()
         self.brokers.close()
 

@@ -7,16 +7,17 @@ every partition of a topic and the broker that serves it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
-from tubespark.errors import AdminApiError, UnknownTopicError
+from tubespark.errors import UnknownTopicError
 from tubespark.tubemq.client.admin import MasterAdmin
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.wire.formats import PartitionRef
 
 
-def topic_partitions(masters: str | list[str], topics: Iterable[str], settings: ClientSettings | None = None, *,
+def topic_partitions(masters: str | Sequence[str], topics: Iterable[str], settings: ClientSettings | None = None, *,
                      timeout_s: float = 60.0, missing_ok: bool = False) -> dict[str, tuple[PartitionRef, ...]]:
     """``{topic: partitions}`` the master lists now (those of brokers that serve); raises UnknownTopicError
     for topics with no partition, unless ``missing_ok`` (then they map to ``()`` after ``timeout_s``)."""

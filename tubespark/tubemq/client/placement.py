@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tubespark.errors import AdminApiError
 from tubespark.tubemq.client.admin import MasterAdmin
+from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.wire.constants import PARTITION_STORE_BASE
 from tubespark.tubemq.wire.formats import PartitionRef
 

@@ -23,17 +23,15 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
 from tubespark.errors import (
     BrokerConnectionError,
     MessageFormatError,
     MessageTooLargeError,
-    NoMasterAvailableError,
-    NotRegisteredError,
     RpcTimeoutError,
     TubeSparkError,
     UnknownTopicError,
@@ -47,13 +45,14 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
+from tubespark.tubemq.errors import NoMasterAvailableError, NotRegisteredError
 from tubespark.tubemq.net.connection import wait
-from tubespark.tubemq.wire.constants import Method, ServiceType
+from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import BrokerInfo, PartitionRef, TopicLayout
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
-from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
+from tubespark.tubemq.wire.send import SendAnswer, SendRequest, parse_send_answer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class _InFlight:
     another broker's partition; otherwise the caller named it and it stays.
     """
 
-    request: bpb.SendMessageRequestP2B
+    request: SendRequest
     partition: PartitionRef
     future: Future[SendResult] | None
     placed: bool = False
@@ -96,7 +95,7 @@ class Producer:
         shield_s: how long a broker that failed a send is left out when the producer places messages.
     """
 
-    def __init__(self, masters: str | list[str], settings: ClientSettings | None = None, *,
+    def __init__(self, masters: str | Sequence[str], settings: ClientSettings | None = None, *,
                  max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None,
                  shield_s: float = DEFAULT_SHIELD_S) -> None:
         self.settings = settings or ClientSettings()
@@ -115,7 +114,7 @@ class Producer:
         self._broker_checksum = -1
         self._visit_token = 0
         self._cluster_max_msg_size = DEFAULT_MAX_MSG_SIZE
-        self._round_robin: dict[str, itertools.count] = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
         self._pool = self.settings.connection_pool()
         self._slots: dict[str, threading.BoundedSemaphore] = {}
         self._in_flight: list[_InFlight] = []
@@ -355,12 +354,12 @@ class Producer:
         def attempt() -> SendResult:
             if record.future is None:
                 if record.placed:
-                    record.partition = self.choose_partition(record.request.topicName, record.key_hash)
-                    record.request.partitionId = record.partition.partition_id
+                    record.partition = self.choose_partition(record.request.topic, record.key_hash)
+                    record.request = replace(record.request, partition_id=record.partition.partition_id)
                 record.future = self._transmit(record.request, record.partition)
             part = record.partition
             try:
-                result = wait(record.future, self.settings.call_timeout_s * 2, f"send to {part.key}")
+                result = wait(record.future, self.settings.request_timeout_s * 2, f"send to {part.key}")
             except TubeSparkError as exc:
                 record.future = None
                 # Reconnect rather than reuse a broken socket. A call that only timed out leaves the
@@ -376,7 +375,7 @@ class Producer:
         return call_with_retry(attempt, RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0),
                                what=f"send to {record.partition.key}")
 
-    def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> bpb.SendMessageRequestP2B:
+    def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> SendRequest:
         """Encode ``message`` once (payload, flag, CRC) into the request every (re-)send reuses.
 
         Refuses an empty or oversized message before anything is sent.
@@ -389,34 +388,26 @@ class Producer:
         if len(payload) > limit:
             raise MessageTooLargeError(f"message of {len(payload)} bytes exceeds topic {topic!r}'s maximum of "
                                        f"{limit} bytes")
-        request = bpb.SendMessageRequestP2B(clientId=self.client_id, topicName=topic,
-                                            partitionId=part.partition_id, data=payload, flag=flag,
-                                            checkSum=checksum(payload), sentAddr=self._sent_addr)
-        if message.msg_type:
-            request.msgType = message.msg_type
-        if message.msg_time:
-            request.msgTime = message.msg_time
-        return request
+        return SendRequest(self.client_id, topic, part.partition_id, payload, flag, checksum(payload), self._sent_addr,
+                           message.msg_type or "", message.msg_time or "")
 
-    def _transmit(self, request: bpb.SendMessageRequestP2B, part: PartitionRef, *,
-                  defer: bool = False) -> Future[SendResult]:
-        self.settings.add_broker_auth(request, self._visit_token)
+    def _transmit(self, request: SendRequest, part: PartitionRef, *, defer: bool = False) -> Future[SendResult]:
         address = part.broker.address
         result: Future[SendResult] = Future()
         slot = self._slot(address)
         if not slot.acquire(blocking=False):
             self._send_deferred(address)  # the answers that free a slot may belong to deferred requests
-            acquired = slot.acquire(timeout=self.settings.call_timeout_s)
+            acquired = slot.acquire(timeout=self.settings.request_timeout_s)
         else:
             acquired = True
         if not acquired:
             result.set_exception(BrokerConnectionError(f"broker {address} did not acknowledge in-flight sends "
-                                                     f"within {self.settings.call_timeout_s}s"))
+                                                     f"within {self.settings.request_timeout_s}s"))
             return result
         try:
-            inner = self._pool.get(address).call_async(Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
-                                                         request, bpb.SendMessageResponseB2P,
-                                                         self.settings.call_timeout_s, defer=defer)
+            envelope = request.envelope(max(1, int(self.settings.request_timeout_s * 1000)),
+                                        self.settings.broker_auth(self._visit_token))
+            inner = self._pool.get(address).call_encoded_async(envelope, parse_send_answer, defer=defer)
             if defer:
                 with self._lock:
                     self._deferred.add(address)
@@ -425,7 +416,7 @@ class Producer:
             result.set_exception(exc)
             return result
 
-        def done(fut: Future) -> None:
+        def done(fut: Future[SendAnswer]) -> None:
             slot.release()
             try:
                 response = check(fut.result(), f"send to {part.key}")

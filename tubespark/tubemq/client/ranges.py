@@ -22,8 +22,9 @@ auto-commit fetch would fold it in and skip it), so a failed fetch is never simp
 reader drops what it had fetched but not yielded yet, registers the read group again at the end of
 the last batch it yielded (a batch boundary the broker reported) and fetches from there. Nothing is
 yielded twice and nothing is skipped. Tries are bounded by one :class:`RetryPolicy` (``retry_s``, with
-backoff) per batch; after that :class:`RangeReadError` names the broker, the partition, the range and
-how far the read got.
+backoff) per batch; after that :class:`~tubespark.errors.RangeReadError` (not retriable: the budget was
+the retry) names the broker, the partition, the range and how far the read got, with the last fault as
+its cause, whatever kind of retriable fault it was (a lost connection, a busy broker, a stale holder).
 """
 
 from __future__ import annotations
@@ -34,17 +35,13 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
-from tubespark.errors import (
-    BrokerConnectionError,
-    DataLossError,
-    NoDataError,
-    PartitionOccupiedError,
-    TubeSparkError,
-)
+from tubespark.errors import DataLossError, NoDataError, RangeReadError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
+from tubespark.tubemq.errors import PartitionOccupiedError
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
+from tubespark.tubemq.wire.fetch import Columns
 from tubespark.tubemq.wire.formats import PartitionRef
-from tubespark.tubemq.wire.message import MessageColumns, ReceivedMessage
+from tubespark.tubemq.wire.message import ReceivedMessage
 
 log = logging.getLogger(__name__)
 
@@ -93,28 +90,6 @@ def _release(broker: BrokerClient, part: PartitionRef, group: str) -> None:
         log.debug("releasing %s for %s failed: %s", part.key, group, exc)
 
 
-class RangeReadError(BrokerConnectionError):
-    """A range read gave up on a broker it could not talk to (reset, silent, too slow, garbled answers).
-
-    Raised after the whole retry budget. The message names the broker address, the partition key, the
-    planned ``[start, end)`` and the offset below which every message was already yielded
-    (``reached``); ``__cause__`` is the last fault. Still ``retriable``: a later read (Spark's task
-    retry, a restarted query) succeeds once the broker is healthy. A business error that persists
-    (busy, occupied) keeps its own type and gets the same text as a note.
-    """
-
-    def __init__(self, message: str, *, broker: str, partition: str, start: int, end: int, reached: int,
-                 messages: int, tries: int) -> None:
-        super().__init__(message)
-        self.broker = broker
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.reached = reached
-        self.messages = messages
-        self.tries = tries
-
-
 @dataclass
 class _Cursor:
     """Where one range read stands: everything of ``[start, next_offset)`` was yielded, and only that.
@@ -129,7 +104,7 @@ class _Cursor:
     end: int
     next_offset: int
     pending: Fetch | None = None
-    decoded: MessageColumns | None = None
+    decoded: Columns | None = None
     open: bool = False
     done: bool = False
     yielded: int = 0
@@ -175,7 +150,7 @@ class RangeReader:
         for columns in self.read_columns(part, start, end):
             yield columns.messages()
 
-    def read_columns(self, part: PartitionRef, start: int, end: int) -> Iterator[MessageColumns]:
+    def read_columns(self, part: PartitionRef, start: int, end: int) -> Iterator[Columns]:
         """Like :meth:`read_batches`, each fetch's messages as columns (the Spark read's fast path).
 
         Each step to the next batch is retried on retriable faults for ``retry_s``, resuming at the end
@@ -195,7 +170,7 @@ class RangeReader:
         finally:
             _release(self.broker, part, self.read_group)
 
-    def _next_batch(self, cursor: _Cursor) -> MessageColumns | None:
+    def _next_batch(self, cursor: _Cursor) -> Columns | None:
         """The next batch (``None`` at the end), retrying faults; RangeReadError once they persist."""
         started = time.monotonic()
         try:
@@ -210,14 +185,11 @@ class RangeReader:
                     f"[{cursor.start}, {cursor.end}) were planned, every message below {cursor.next_offset} was "
                     f"read ({cursor.yielded} messages); gave up after {cursor.faults} faults in "
                     f"{time.monotonic() - started:.1f}s (retry budget {self.retry_s:g}s)")
-            if not isinstance(exc, BrokerConnectionError):
-                exc.add_note(text)
-                raise
             raise RangeReadError(f"{text}: {type(exc).__name__}: {exc}", broker=part.broker.address,
                                  partition=part.key, start=cursor.start, end=cursor.end, reached=cursor.next_offset,
                                  messages=cursor.yielded, tries=cursor.faults) from exc
 
-    def _step(self, cursor: _Cursor) -> MessageColumns | None:
+    def _step(self, cursor: _Cursor) -> Columns | None:
         """One try at the next batch. A failure forgets the registration and the unyielded batch, so the
         next try registers again at ``cursor.next_offset``: the end of what was yielded."""
         try:
@@ -248,7 +220,7 @@ class RangeReader:
                                 f"{position}; the partition was truncated or recreated")
         cursor.open, cursor.pending, cursor.decoded = True, None, None
 
-    def _advance(self, cursor: _Cursor) -> MessageColumns | None:
+    def _advance(self, cursor: _Cursor) -> Columns | None:
         if cursor.done:
             return None
         if not cursor.open:
@@ -260,9 +232,9 @@ class RangeReader:
                 # The position reached the index max. Commit to learn where the pending batch ended.
                 batch_end = self.broker.commit(part, self.read_group).offset
                 if cursor.pending is not None:
-                    batch = self._emit(cursor, batch_end)
+                    last = self._emit(cursor, batch_end)
                     cursor.done = batch_end >= end
-                    return batch
+                    return last
                 if batch_end >= end:
                     cursor.done = True
                     return None
@@ -300,7 +272,7 @@ class RangeReader:
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 
-    def _emit(self, cursor: _Cursor, batch_end: int) -> MessageColumns:
+    def _emit(self, cursor: _Cursor, batch_end: int) -> Columns:
         """Cut the pending batch at ``batch_end``/``end``; from now on the read resumes at ``batch_end``."""
         assert cursor.pending is not None
         messages = cursor.decoded if cursor.decoded is not None else cursor.pending.columns(self.verify_checksums)
@@ -319,8 +291,8 @@ class RangeReader:
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 
-    def _cut(self, part: PartitionRef, batch: Fetch, messages: MessageColumns, batch_end: int,
-             end: int) -> MessageColumns:
+    def _cut(self, part: PartitionRef, batch: Fetch, messages: Columns, batch_end: int,
+             end: int) -> Columns:
         """The ``messages`` of ``batch`` (which spans ``[batch.start, batch_end)``) that lie below ``end``."""
         if batch_end <= end:
             return messages

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import ssl
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
 
@@ -28,12 +29,13 @@ __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_CONNECT_TIMEOUT_S", "Connection", 
            "wait"]
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 
-def _response_decoder(response_cls: type[M], payload: bytes) -> M:
-    """Response envelope -> ``response_cls``; raises RpcError for an exception, ProtobufDecodeError for garbage."""
+def _response_decoder(parse: Callable[[bytes], T], payload: bytes) -> T:
+    """Response envelope -> ``parse(data)``; raises RpcError for an exception, ProtobufDecodeError for garbage."""
     _method, data = decode_response(payload)
-    return parse_message(response_cls, data)
+    return parse(data)
 
 
 class Connection:
@@ -64,8 +66,20 @@ class Connection:
         ``timeout_s`` also goes into the envelope: the server drops a request older than that. ``defer``:
         see :meth:`tubespark.core.framed.FramedConnection.call_async`.
         """
+        return self.call_async_parsed(method, service_type, request, functools.partial(parse_message, response_cls),
+                                      timeout_s, defer=defer)
+
+    def call_async_parsed(self, method: int, service_type: int, request: Message, parse: Callable[[bytes], T],
+                          timeout_s: float = DEFAULT_CALL_TIMEOUT_S, *, defer: bool = False) -> Future[T]:
+        """:meth:`call_async` with the response message's bytes handed to ``parse`` (on the reader thread)
+        instead of a protobuf class: a wire decoder of its own, e.g. the fetch's compiled one."""
         payload = encode_request(method, service_type, request, max(1, int(timeout_s * 1000)))
-        return self._framed.call_async(payload, functools.partial(_response_decoder, response_cls), defer=defer)
+        return self.call_encoded_async(payload, parse, defer=defer)
+
+    def call_encoded_async(self, envelope: bytes, parse: Callable[[bytes], T], *, defer: bool = False) -> Future[T]:
+        """Send a request whose envelope the caller encoded (the SendMessage twins: ``wire/send.py``); its
+        timeout is the one inside the envelope."""
+        return self._framed.call_async(envelope, functools.partial(_response_decoder, parse), defer=defer)
 
     def send_deferred(self) -> None:
         """Write the deferred requests now."""

@@ -13,22 +13,13 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+from collections.abc import Sequence
 from typing import TypeVar
 
 from google.protobuf.message import Message
 
-from tubespark.errors import (
-    BadTokenError,
-    BrokerConnectionError,
-    CodecError,
-    NoMasterAvailableError,
-    NotAMasterError,
-    RpcError,
-    RpcTimeoutError,
-    StandbyMasterError,
-    TlsError,
-    TruncatedFrameError,
-)
+from tubespark.errors import BrokerConnectionError, CodecError, RpcTimeoutError, TlsError, TruncatedFrameError
+from tubespark.tubemq.errors import BadTokenError, NoMasterAvailableError, NotAMasterError, RpcError, StandbyMasterError
 from tubespark.tubemq.net.connection import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -78,7 +69,7 @@ def explain_failure(exc: BaseException) -> tuple[str, bool]:
     return str(exc), False
 
 
-def parse_master_list(masters: str | list[str]) -> list[str]:
+def parse_master_list(masters: str | Sequence[str]) -> list[str]:
     """``host:port,host:port`` -> a de-duplicated, sorted address list (the Java client's order)."""
     items = masters.split(",") if isinstance(masters, str) else list(masters)
     addresses = sorted({a.strip() for a in items if a.strip()})
@@ -92,12 +83,12 @@ def parse_master_list(masters: str | list[str]) -> list[str]:
 class MasterChannel:
     """A connection to whichever master is active right now."""
 
-    def __init__(self, masters: str | list[str], *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+    def __init__(self, masters: str | Sequence[str], *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+                 request_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.addresses = parse_master_list(masters)
         self.connect_timeout_s = connect_timeout_s
-        self.call_timeout_s = call_timeout_s
+        self.request_timeout_s = request_timeout_s
         self._ssl = ssl_context
         self._index = 0
         self._conn: Connection | None = None
@@ -120,7 +111,7 @@ class MasterChannel:
                         self._conn = Connection.open(address, connect_timeout_s=self.connect_timeout_s,
                                                      ssl_context=self._ssl)
                     return self._conn.call(method, ServiceType.MASTER, request, response_cls,
-                                           self.call_timeout_s)
+                                           self.request_timeout_s)
                 except (BrokerConnectionError, StandbyMasterError, CodecError) as exc:
                     standby = standby or isinstance(exc, StandbyMasterError)
                     # CodecError: the reply was garbage and the connection is gone, a local failure like a

@@ -30,7 +30,7 @@ from tubespark.tubemq.client.ranges import Bounds, probe_bounds
 from tubespark.tubemq.spark.availability import served_partitions, settle_unavailable
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.partition import QueueRange, read_range
+from tubespark.tubemq.spark.read_task import QueueRange, read_range
 from tubespark.tubemq.spark.topics import subscribed_topics
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -121,5 +121,5 @@ class TubeBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return list(self.plan())
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(partition, self.options)

@@ -22,16 +22,28 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tubespark.spark.offsets import BatchOffsets
 from tubespark.spark.offsets import parse_offsets as shared_parse_offsets
 from tubespark.spark.planning import backlog_between
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 
-try:
-    from pyspark.sql.streaming import StreamingQueryListener
-except ImportError:  # pragma: no cover - the pure helpers below work without pyspark
-    StreamingQueryListener = object  # type: ignore[assignment,misc]
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+        StreamingQueryListener,
+    )
+
+    from tubespark.tubemq.client.common import ClientSettings
+else:
+    try:
+        from pyspark.sql.streaming import StreamingQueryListener
+    except ImportError:  # pragma: no cover - the pure helpers below work without pyspark
+        StreamingQueryListener = object
 
 
 def parse_offsets(raw: Any) -> dict[str, int] | None:
@@ -40,8 +52,7 @@ def parse_offsets(raw: Any) -> dict[str, int] | None:
     ``None`` for anything that is not a tubemq offset (another source's format, empty, unparsable).
     """
     offsets = shared_parse_offsets(raw, is_key=lambda key: key.count(":") >= 2)
-    # the stream reader's "<key>#skip" and "<key>#from" entries are marks, not partitions
-    return None if offsets is None else {key: value for key, value in offsets.items() if "#" not in key}
+    return None if offsets is None else BatchOffsets.parse(offsets).positions  # marks are no partitions
 
 
 def backlog_messages(end: Mapping[str, int], latest: Mapping[str, int]) -> dict[str, int]:
@@ -170,7 +181,7 @@ class LagHistory:
                 for s in self.samples(query_id) for key, count in (s.backlog.items() or [("", 0)])]
 
 
-class LagListener(StreamingQueryListener):  # type: ignore[misc,valid-type]
+class LagListener(StreamingQueryListener):
     """Records per-partition backlog and throughput of every tubemq query of a session.
 
         listener = LagListener()
@@ -182,19 +193,19 @@ class LagListener(StreamingQueryListener):  # type: ignore[misc,valid-type]
     def __init__(self, history: LagHistory | None = None) -> None:
         self.history = history or LagHistory()
 
-    def onQueryStarted(self, event: Any) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
-    def onQueryProgress(self, event: Any) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
         sample = sample_from_progress(progress)
         if sample is not None:
             self.history.add(str(getattr(progress, "id", "")), sample)
 
-    def onQueryIdle(self, event: Any) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event: Any) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         pass
 
 
@@ -241,7 +252,7 @@ def parse_admin_offsets(answer: Mapping[str, Any], topic: str) -> dict[int, int]
 
 
 def group_lag(master: str, group: str, topics: Iterable[str], *, broker_web: Mapping[int, str] | str | None = None,
-              settings: Any = None) -> list[PartitionLag]:
+              settings: ClientSettings | None = None) -> list[PartitionLag]:
     """Each partition's ``[min, max)`` and, with ``broker_web``, the group's committed offset.
 
     ``broker_web``: the brokers' HTTP admin base URL (``http://host:8081``), one string for every broker

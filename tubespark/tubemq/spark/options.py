@@ -6,8 +6,11 @@ is the parsed, typed, frozen result with one attribute per option, named by the 
 (``master`` -> ``masters``, ``topic`` -> ``topics``) and the ``tubemq.`` prefix is dropped
 (``tubemq.tlsEnable`` -> ``tls_enable``). Option names are case-insensitive, like Spark's option map.
 
-Timeout defaults come from :class:`~tubespark.tubemq.client.common.ClientSettings`' field defaults, so
-each setting has one default. Parsing happens before any network call; see :mod:`tubespark.core.options`.
+The options every broker shares (``topic``, ``startingOffsets``, the admission options, timeouts, ...)
+and those TubeMQ shares with some (``commitToGroup``, ``verifyChecksums``, ``bundle*``) are defined once in
+:mod:`tubespark.spark.options`; :data:`TERMS` says what they need to know of TubeMQ. Timeout defaults come
+from :class:`~tubespark.tubemq.client.common.ClientSettings`' field defaults, so each setting has one
+default. Parsing happens before any network call; see :mod:`tubespark.core.options`.
 """
 
 from __future__ import annotations
@@ -15,41 +18,40 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from tubespark.core.options import (
     BOTH,
     READ,
-    WRITE,
     OptionSpec,
-    ParsedOptions,
     choice,
     comma_list,
     parse_attribute_name,
     parse_bool,
-    parse_byte_size,
-    parse_duration_ms,
     parse_host_ports,
     parse_local_directory,
-    parse_non_negative_ms,
     parse_positive_int,
     parse_text,
-    render_table,
 )
 from tubespark.core.tls import client_context
 from tubespark.errors import MessageFormatError, OptionError
-from tubespark.spark.offsets import (
-    EARLIEST,
-    LATEST,
-    OffsetSpec,
-    parse_offset_spec,
-    parse_timestamp,
-    parse_timestamp_map,
+from tubespark.spark.offsets import EARLIEST, LATEST, parse_timestamp, parse_timestamp_map
+from tubespark.spark.options import (
+    BUNDLE_COMPRESSION,
+    BUNDLE_LINGER_MS,
+    BUNDLE_MAX_BYTES,
+    BUNDLE_MAX_ROWS,
+    COMMIT_TO_GROUP,
+    VERIFY_CHECKSUMS,
+    BrokerTerms,
+    SharedOptions,
+    every_broker_specs,
+    own_option_table,
 )
 from tubespark.tubemq.client.common import ClientSettings, Credentials
 from tubespark.tubemq.wire.formats import PartitionRef
 
-__all__ = ["EARLIEST", "LATEST", "OPTIONS", "PROTECTED", "TubeMQOptions", "option_table"]
+__all__ = ["EARLIEST", "LATEST", "OPTIONS", "PROTECTED", "TERMS", "TubeMQOptions", "option_table"]
 
 _GROUP_RE = re.compile(r"^[a-zA-Z][\w-]+$")
 _TOPIC_RE = re.compile(r"^[a-zA-Z]\w+$")
@@ -108,14 +110,6 @@ def is_partition_key(key: str) -> bool:
     return canonical and broker_id >= 0 and partition_id >= 0 and bool(_TOPIC_RE.match(topic))
 
 
-def _starting(name: str, value: str) -> OffsetSpec:
-    return parse_offset_spec(name, value, allow=("earliest", "latest", "group"), check_key=is_partition_key)
-
-
-def _ending(name: str, value: str) -> OffsetSpec:
-    return parse_offset_spec(name, value, allow=("latest",), check_key=is_partition_key)
-
-
 def _timestamps(name: str, value: str) -> dict[str, int]:
     return parse_timestamp_map(name, value, check_key=is_partition_key)
 
@@ -166,17 +160,35 @@ def _heartbeat_ms(name: str, value: str) -> int:
     return period
 
 
-def _setting_ms(field_name: str) -> str:
-    """The default of a ``ClientSettings`` field in seconds, as option text in milliseconds."""
-    default = {f.name: f.default for f in fields(ClientSettings)}[field_name]
-    return str(round(float(default) * 1000))  # type: ignore[arg-type]
+_INLONGMSG = "With `payloadFormat=inlongmsg` (InLong bundles of records)."
 
+TERMS = BrokerTerms(
+    "TubeMQ", "brokerId:topic:partitionId", '{"1:mytopic:0": 280}', is_partition_key, _topics, ClientSettings,
+    start_words=("earliest", "latest", "group"),
+    defaults={"bundleMaxRows": "500", "bundleCompression": "snappy"},
+    parsers={"bundleMaxBytes": _bundle_bytes, "bundleCompression": choice(*BUNDLE_COMPRESSIONS)},
+    notes={
+        "startingOffsets": "Also `group`: the group's committed offsets on the brokers.",
+        "maxInFlight": "SendMessage requests, per broker connection.",
+        "bundleMaxRows": _INLONGMSG,
+        "bundleMaxBytes": f"{_INLONGMSG} At least {MIN_BUNDLE_BYTES}; unset or larger: the topic's max message "
+                          "size minus 1 KiB of headroom.",
+        "bundleLingerMs": _INLONGMSG,
+        "bundleCompression": f"{_INLONGMSG} `snappy` or `none`.",
+    },
+)
+"""What the shared options (:mod:`tubespark.spark.options`) need to know of TubeMQ."""
 
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("master", None, parse_host_ports, "TubeMQ master RPC addresses, `host:port[,host:port]`.", True,
                BOTH, attr="masters"),
-    OptionSpec("topic", None, _topics, "Topic(s) to read, comma separated. For writing, the default topic "
-               "(a `topic` column is used when this is absent).", False, BOTH, attr="topics"),
+    *every_broker_specs(TERMS),
+    COMMIT_TO_GROUP.spec(TERMS),
+    VERIFY_CHECKSUMS.spec(TERMS),
+    BUNDLE_MAX_ROWS.spec(TERMS),
+    BUNDLE_MAX_BYTES.spec(TERMS),
+    BUNDLE_LINGER_MS.spec(TERMS),
+    BUNDLE_COMPRESSION.spec(TERMS),
     OptionSpec("topicPattern", None, _pattern, "Reading: every topic whose whole name matches this regular "
                "expression (like Kafka's `subscribePattern`), instead of `topic`. Topics come from the masters' "
                "web API (`masterWebUrl`); a stream picks up a new matching topic within `topicRefreshIntervalMs`, "
@@ -189,12 +201,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
                "group's members; committed offsets are stored for it on the brokers. Required for streaming "
                "reads."),
-    OptionSpec("startingOffsets", "latest", _starting, "Where a new query starts: `earliest`, `latest`, `group` "
-               "(the group's committed offsets on the brokers) or JSON `{\"brokerId:topic:partitionId\": offset}` "
-               "with -2 = earliest, -1 = latest. A restarted query resumes from its checkpoint instead. "
-               "Batch reads default to `earliest`."),
-    OptionSpec("endingOffsets", "latest", _ending, "Batch reads only: where to stop, `latest` or JSON as above "
-               "(-1 = latest)."),
     OptionSpec("startingTimestamp", None, parse_timestamp, "Start every partition at its first message whose "
                "`msgTime` minute is at or after this time (epoch ms; see [Reading by time](#reading-by-time)). "
                "Wins over `startingOffsetsByTimestamp` and `startingOffsets`."),
@@ -209,50 +215,23 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "to its latest offset. Wins over `endingOffsetsByTimestamp` and `endingOffsets`."),
     OptionSpec("endingOffsetsByTimestamp", None, _timestamps, "Batch reads: JSON `{\"brokerId:topic:partitionId\": "
                "epoch ms}`, an end time per partition (as `endingTimestamp`); others follow `endingOffsets`."),
-    OptionSpec("maxRecordsPerPartition", None, parse_positive_int, "Batch reads: split a partition's range into "
-               "Spark tasks of at most this many messages, so a backfill uses every core."),
-    OptionSpec("maxOffsetsPerTrigger", None, parse_positive_int, "Most messages per micro-batch, shared across "
-               "partitions in proportion to their backlog. Unset: everything available."),
-    OptionSpec("minOffsetsPerTrigger", None, parse_positive_int, "Fewest new messages a micro-batch waits for "
-               "(no tiny batches from a trickle), until `maxTriggerDelay` has passed since the last batch. "
-               "`Trigger.AvailableNow` never waits: its last batch takes what is left."),
-    OptionSpec("maxTriggerDelay", "15m", parse_duration_ms, "With `minOffsetsPerTrigger`: the longest a query waits "
-               "for that many messages before it reads what there is (`30s`, `15m`, `1h`; a bare number is ms).",
-               attr="max_trigger_delay_ms"),
-    OptionSpec("maxBytesPerTrigger", None, parse_byte_size, "Most bytes of message values per micro-batch (`64m`, "
-               "`1g`, or a number of bytes), shared like `maxOffsetsPerTrigger`, which it composes with (the "
-               "smaller wins). Estimated from a sample of each partition's next messages; a batch reads at "
-               "least one message."),
     OptionSpec("streamIds", "", _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
                "comma separated. Filtered on the broker."),
-    OptionSpec("failOnDataLoss", "true", parse_bool, "Fail the query when data it planned to read is gone "
-               "(retention removed it, a partition vanished). `false`: log it and go on."),
     OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads (and `backfill "
                "export`): partitions the master's configuration puts on a broker that does not serve them now (down, "
                "stopped, offline; the web API of `masterWebUrl` says). `fail`: fail before reading anything, naming "
                "each broker and its partitions. `skip`: read the other partitions and log, as a warning, which were "
                "left out. When no web API answers and `masterWebUrl` is unset, the read cannot check and logs a "
                "warning saying so."),
-    OptionSpec("commitToGroup", "true", parse_bool, "When a micro-batch commits, store its end offsets as the "
-               "group's offsets on the brokers, so TubeMQ's admin tools show the group's lag."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
                "message's attributes."),
-    OptionSpec("verifyChecksums", "true", parse_bool, "Check every message's CRC. A mismatch fails the task."),
     OptionSpec("dedupAttribute", None, parse_attribute_name,
                "Writing: stamp every message with this attribute holding a stable id (write or query+batch, task, "
                "row), so replays of a retried task can be recognised. Reading: the attribute `dedupe` looks at.",
                False, BOTH),
     OptionSpec("dedupe", "false", parse_bool, "Drop messages whose `dedupAttribute` id was already read in the "
                "same task (replays from a retried tubespark write task). Needs `dedupAttribute`."),
-    OptionSpec("maxInFlight", "64", parse_positive_int, "Writing: SendMessage requests awaiting acknowledgement "
-               "per broker connection.", False, WRITE),
-    OptionSpec("sendRetries", "3", parse_positive_int, "Writing: re-sends of a message after a retriable error "
-               "before the task fails.", False, WRITE),
-    OptionSpec("connectTimeoutMs", _setting_ms("connect_timeout_s"), parse_positive_int, "TCP connect timeout.",
-               False, BOTH),
-    OptionSpec("requestTimeoutMs", _setting_ms("call_timeout_s"), parse_positive_int,
-               "Time to wait for any one request's answer.", False, BOTH),
-    OptionSpec("heartbeatIntervalMs", _setting_ms("heartbeat_interval_s"), _heartbeat_ms,
+    OptionSpec("heartbeatIntervalMs", ClientSettings.default_ms("heartbeat_interval_s"), _heartbeat_ms,
                "Heartbeat period to the master and brokers (keep well below the server's 30 s session timeout).",
                False, BOTH),
     OptionSpec("assignmentTimeoutMs", "60000", parse_positive_int, "How long the driver waits for the master to "
@@ -269,17 +248,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("skippedBundlesPath", None, parse_local_directory, "With `ignoreParseErrors=true`: a directory "
                "the executors write and the driver reads (local path; a shared mount on a cluster). Each task that "
                "skipped messages writes one JSON file named by its range; `skipped_bundles(path)` in "
-               "`tubespark.tubemq.spark.partition` sums them and a streaming driver logs the total."),
-    OptionSpec("bundleMaxBytes", None, _bundle_bytes, "Writing with `payloadFormat=inlongmsg`: most bytes of "
-               "records (before compression) in one bundle. Unset or larger: the topic's max message size "
-               "minus 1 KiB of headroom.", False, WRITE),
-    OptionSpec("bundleMaxRows", "500", parse_positive_int, "Writing with `payloadFormat=inlongmsg`: most rows in "
-               "one bundle.", False, WRITE),
-    OptionSpec("bundleLingerMs", "200", parse_non_negative_ms, "Writing with `payloadFormat=inlongmsg`: a bundle open "
-               "this long is sent when the next rows arrive, full or not (the end of a task sends every bundle).",
-               False, WRITE),
-    OptionSpec("bundleCompression", "snappy", choice(*BUNDLE_COMPRESSIONS), "Writing with `payloadFormat="
-               "inlongmsg`: `snappy` or `none` for each bundle's records.", False, WRITE),
+               "`tubespark.tubemq.spark.read_task` sums them and a streaming driver logs the total."),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
     OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS: `master` then lists the masters' TLS "
@@ -309,11 +278,12 @@ PROTECTED = {
 
 
 @dataclass(frozen=True)
-class TubeMQOptions(ParsedOptions):
+class TubeMQOptions(SharedOptions):
     """Validated ``tubemq`` options, one typed attribute per entry of :data:`OPTIONS`, defaults filled in.
 
     Build with ``TubeMQOptions.from_raw(spark_options, mode="read" | "write")``. Options that do not
-    apply to the mode hold their default. Plain values only: pickled to executors as is.
+    apply to the mode hold their default. Plain values only: pickled to executors as is. The attributes
+    of the options every broker shares come from :class:`~tubespark.spark.options.SharedOptions`.
     """
 
     SPECS = OPTIONS
@@ -321,35 +291,22 @@ class TubeMQOptions(ParsedOptions):
     SOURCE = "tubemq"
 
     masters: tuple[str, ...]
-    topics: tuple[str, ...] | None
     topic_pattern: re.Pattern[str] | None
     master_web_urls: tuple[str, ...] | None
     topic_refresh_interval_ms: int
     group: str | None
-    starting_offsets: OffsetSpec
-    ending_offsets: OffsetSpec
     starting_timestamp: int | None
     starting_offsets_by_timestamp: dict[str, int] | None
     starting_offsets_by_timestamp_strategy: str
     ending_timestamp: int | None
     ending_offsets_by_timestamp: dict[str, int] | None
-    max_records_per_partition: int | None
-    max_offsets_per_trigger: int | None
-    min_offsets_per_trigger: int | None
-    max_trigger_delay_ms: int
-    max_bytes_per_trigger: int | None
     stream_ids: tuple[str, ...]
-    fail_on_data_loss: bool
     on_unavailable_partitions: str
     commit_to_group: bool
     include_attributes: bool
     verify_checksums: bool
     dedup_attribute: str | None
     dedupe: bool
-    max_in_flight: int
-    send_retries: int
-    connect_timeout_ms: int
-    request_timeout_ms: int
     heartbeat_interval_ms: int
     assignment_timeout_ms: int
     payload_format: str
@@ -369,8 +326,7 @@ class TubeMQOptions(ParsedOptions):
     tls_verify_hostname: bool
 
     def check(self, mode: str) -> None:
-        if mode == WRITE and self.topics and len(self.topics) > 1:
-            raise OptionError("option topic: the sink writes to one topic; use a 'topic' column to write to several")
+        super().check(mode)
         if self.dedupe and not self.dedup_attribute:
             raise OptionError("option dedupe=true needs dedupAttribute (the attribute the writer stamped)")
         if self.skipped_bundles_path and not (self.ignore_parse_errors and self.inlongmsg):
@@ -378,10 +334,6 @@ class TubeMQOptions(ParsedOptions):
         if mode == READ and bool(self.topics) == bool(self.topic_pattern):
             raise OptionError("reading needs exactly one of the options topic (names) and topicPattern (a regular "
                               "expression)")
-        if (self.min_offsets_per_trigger and self.max_offsets_per_trigger
-                and self.min_offsets_per_trigger > self.max_offsets_per_trigger):
-            raise OptionError(f"option minOffsetsPerTrigger={self.min_offsets_per_trigger} is above "
-                              f"maxOffsetsPerTrigger={self.max_offsets_per_trigger}")
         if self.auth_password and not self.auth_user:
             raise OptionError("option auth.password is set but auth.user is not")
         self._check_tls()
@@ -425,11 +377,11 @@ class TubeMQOptions(ParsedOptions):
         credentials = Credentials(self.auth_user, self.auth_password or "") if self.auth_user else None
         context = self.ssl_context()
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
-                              call_timeout_s=self.request_timeout_ms / 1000,
+                              request_timeout_s=self.request_timeout_ms / 1000,
                               heartbeat_interval_s=self.heartbeat_interval_ms / 1000,
                               credentials=credentials, ssl_context=context)
 
 
 def option_table(mode: str | None = None) -> str:
-    """Markdown table of the options (the README embeds it)."""
-    return render_table(OPTIONS, mode)
+    """Markdown table of TubeMQ's own options (the README embeds it; the shared ones have their own table)."""
+    return own_option_table(OPTIONS, mode)

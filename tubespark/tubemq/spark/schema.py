@@ -24,7 +24,8 @@ from pyspark.sql.types import (
 
 from tubespark.formats import Record
 from tubespark.spark.arrow import arrow_schema_for, record_batch
-from tubespark.tubemq.wire.message import RESERVED_ATTRIBUTES, MessageColumns, ReceivedMessage, parse_msg_time
+from tubespark.tubemq.wire.fetch import Columns, PackedColumns
+from tubespark.tubemq.wire.message import RESERVED_ATTRIBUTES, ReceivedMessage, parse_msg_time
 
 STREAM_ID_ATTRIBUTES = ("streamId", "inlongStreamId", "iname")
 """Where a record's stream id is, first match wins (InLong's names: ``streamId`` as InLongMsg v4's parser and
@@ -55,13 +56,16 @@ def arrow_schema(include_attributes: bool, inlongmsg: bool = False) -> pa.Schema
     return arrow_schema_for(read_schema(include_attributes, inlongmsg))
 
 
-def to_record_batch(columns: MessageColumns, *, topic: str, partition_key: str, broker_id: int, partition_id: int,
+def to_record_batch(columns: Columns, *, topic: str, partition_key: str, broker_id: int, partition_id: int,
                     schema: pa.Schema) -> pa.RecordBatch:
     """One Arrow batch for the messages of one fetch, built column by column.
 
     Why this shape: per-row Python work is what limits a Python source, so the columns the fetch shares
     (topic, partition, broker) are Arrow repeats, and ``msgTime`` is parsed once per distinct minute.
     """
+    if isinstance(columns, PackedColumns):
+        return _packed_record_batch(columns, topic=topic, partition_key=partition_key, broker_id=broker_id,
+                                    partition_id=partition_id, schema=schema)
     n = len(columns)
     times = {text: _micros(parse_msg_time(text)) for text in set(columns.msg_times)}
     arrays = [
@@ -78,9 +82,44 @@ def to_record_batch(columns: MessageColumns, *, topic: str, partition_key: str, 
         user: dict[int, list[tuple[str, str]]] = {}
         for attributes in columns.attributes:
             if id(attributes) not in user:
-                user[id(attributes)] = [(k, v) for k, v in attributes.items() if k not in RESERVED_ATTRIBUTES]
+                user[id(attributes)] = _user_attributes(attributes)
         arrays.append(pa.array([user[id(attributes)] for attributes in columns.attributes],
                                schema.field("attributes").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _user_attributes(attributes: Mapping[str, str]) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in attributes.items() if k not in RESERVED_ATTRIBUTES]
+
+
+def _packed_record_batch(columns: PackedColumns, *, topic: str, partition_key: str, broker_id: int,
+                         partition_id: int, schema: pa.Schema) -> pa.RecordBatch:
+    """:func:`to_record_batch` for the compiled twin's buffers: no Python work per row.
+
+    The value, offset and text-index buffers become Arrow arrays as they are; msgTime, streamId and the
+    attributes are built once per distinct attribute text of the fetch and spread over the rows with
+    Arrow's ``take`` (same values as the per-row path: the same parse functions on the same texts).
+    """
+    n = len(columns)
+    value = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(columns.value_offset_buffer),
+                                                   pa.py_buffer(columns.value_buffer)])
+    offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(columns.offset_buffer)])
+    index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.text_index_buffer)])
+    times = pa.array([_micros(parse_msg_time(text)) for text in columns.text_msg_times], schema.field("msgTime").type)
+    stream_ids = pa.array([msg_type or None for msg_type in columns.text_msg_types], pa.string())
+    arrays = [
+        value,
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition_key, pa.string()), n),
+        pa.repeat(pa.scalar(broker_id, pa.int32()), n),
+        pa.repeat(pa.scalar(partition_id, pa.int32()), n),
+        offsets,
+        times.take(index),
+        stream_ids.take(index),
+    ]
+    if len(schema) > len(arrays):
+        user = pa.array([_user_attributes(a) for a in columns.text_attributes], schema.field("attributes").type)
+        arrays.append(user.take(index))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -136,8 +175,8 @@ def bundle_record_batch(decoded: Sequence[tuple[ReceivedMessage, Sequence[Record
             if with_attributes:
                 attributes.append(list(merged.items()))
     n = len(values)
-    columns: list[list] = [values, [topic] * n, [partition_key] * n, [broker_id] * n, [partition_id] * n, offsets,
-                           times, stream_ids, indexes]
+    columns: list[Sequence[object]] = [values, [topic] * n, [partition_key] * n, [broker_id] * n,
+                                       [partition_id] * n, offsets, times, stream_ids, indexes]
     if with_attributes:
         columns.append(attributes)
     return record_batch(schema, columns)

@@ -46,6 +46,7 @@ from tubespark.spark.writers import (
     SentCommitMessage,
     StampedBatchWriter,
     StampedStreamWriter,
+    StampedWriter,
     check_sink_columns,
     task_index,
 )
@@ -70,13 +71,13 @@ def check_sink_schema(schema: StructType, options: TubeMQOptions) -> None:
     check_sink_columns(schema, _ALLOWED, broker="TubeMQ", topic_option=bool(options.topics))
 
 
-_producers: dict[tuple, Producer] = {}
+_producers: dict[Hashable, Producer] = {}  # by what makes a cluster's producer
 
 
 def _producer(options: TubeMQOptions) -> Producer:
     """One producer per cluster per executor process: Python workers are reused across tasks."""
     settings = options.client_settings()
-    key = (tuple(options.masters), settings.connect_timeout_s, settings.call_timeout_s, settings.credentials,
+    key = (tuple(options.masters), settings.connect_timeout_s, settings.request_timeout_s, settings.credentials,
            options.tls_enable, options.tls_ca_file, options.max_in_flight, options.send_retries)
     producer = _producers.get(key)
     if producer is None:
@@ -110,11 +111,11 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
     published: set[str] = set()
     rows = sent_bytes = 0
     for batch in batches:
-        values, topics = column_values(batch, "value"), column_values(batch, "topic")
+        values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
         stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
         attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
         for i, value in enumerate(values):
-            topic = fixed_topic or topics[i]
+            topic = fixed_topic or (topics[i] if topics else None)
             if not topic:
                 raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
             if topic not in published:
@@ -151,6 +152,10 @@ BUNDLE_HEADROOM = 1024
 """Bytes of a topic's max message size left for the TubeMQ attributes of a bundle (``msgEnType``, msgType,
 msgTime) when ``bundleMaxBytes`` is unset or larger."""
 
+_BundleKey = tuple[str, str, str | None, str | None, tuple[tuple[str, str], ...]]
+"""A bundle's key: topic, partition index (-1: the producer picks), streamId, msgTime minute, the row's
+own attributes (sorted): rows that differ in any of them cannot share an InLong group."""
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _BUNDLE_ATTRIBUTES = {ATTR_MSG_EN_TYPE: str(MSG_EN_TYPE_INLONGMSG)}
@@ -173,10 +178,11 @@ class BundledSend:
         self.dedup_attribute = options.dedup_attribute if stamp is not None else None
         self.stamp = stamp
         self.compress = options.bundle_compression == "snappy"
-        self.bundler = Bundler(max_rows=options.bundle_max_rows, linger_s=options.bundle_linger_ms / 1000)
+        self.bundler: Bundler[_BundleKey, dict[str, str]] = Bundler(max_rows=options.bundle_max_rows,
+                                                                    linger_s=options.bundle_linger_ms / 1000)
         self.limits: dict[str, int] = {}  # topic -> payload limit of a bundle
-        self.key_hashes: dict[Hashable, int | None] = {}  # bundle key -> the route hash its bundles are sent by
-        self.shared: dict[Hashable, dict[str, str]] = {}  # key -> the attributes its records share (checked)
+        self.key_hashes: dict[_BundleKey, int | None] = {}  # bundle key -> the route hash its bundles are sent by
+        self.shared: dict[_BundleKey, dict[str, str]] = {}  # key -> the attributes its records share (checked)
         self.bundles = 0
 
     def _limit(self, topic: str) -> int:
@@ -207,7 +213,7 @@ class BundledSend:
         return rows, sent_bytes
 
     def _add(self, row: int, data: bytes, topic: str | None, stream_id: str | None, when: datetime | str | None,
-             user_attributes: list | None, route: str | None) -> None:
+             user_attributes: list[tuple[str, str]] | None, route: str | None) -> None:
         if not topic:
             raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option)")
         limit = self._limit(topic)
@@ -254,9 +260,9 @@ class BundledSend:
             raise PayloadEncodeError(f"row {row} of this task cannot be put in an InLong bundle: {exc}") from exc
         return attrs
 
-    def _ship(self, bundles: list[Bundle]) -> None:
+    def _ship(self, bundles: list[Bundle[_BundleKey, dict[str, str]]]) -> None:
         for bundle in bundles:
-            key: tuple[str, str, str | None, str | None, tuple] = bundle.key  # type: ignore[assignment]
+            key = bundle.key
             topic, _target, stream_id, minute, _own = key
             limit = self.limits[topic]
             describe = f"row {{}} of this task (topic {topic!r})".format
@@ -289,14 +295,14 @@ def check_sink_reachable(options: TubeMQOptions) -> None:
         producer.close()
 
 
-class _TubeSink:
+class _TubeSink(StampedWriter):
     """What the batch and the stream sink share: a reachable cluster checked on the driver, and the send."""
 
     broker = "TubeMQ"
     options: TubeMQOptions
 
     def __init__(self, options: TubeMQOptions) -> None:
-        super().__init__(options)  # type: ignore[call-arg]  # the Stamped*Writer next in the MRO
+        super().__init__(options)  # the Stamped*Writer next in the MRO
         check_sink_reachable(options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:

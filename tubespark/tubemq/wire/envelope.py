@@ -17,7 +17,8 @@ from typing import Protocol, TypeVar, cast
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from tubespark.errors import ProtobufDecodeError, RpcError, StandbyMasterError
+from tubespark.tubemq.errors import ProtobufDecodeError, RpcError, StandbyMasterError
+from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCOL_VERSION
 from tubespark.tubemq.wire.pb import rpc_pb2
 
@@ -183,7 +184,16 @@ def encode_exception(exception_name: str, text: str, *, fatal: bool = False) -> 
 
 
 def decode_response(payload: bytes) -> tuple[int, bytes]:
-    """Return ``(method, data)`` of a successful response; raise :class:`RpcError` for an exception."""
+    """Return ``(method, data)`` of a successful response; raise :class:`RpcError` for an exception.
+
+    The compiled twin (:mod:`~tubespark.tubemq.wire.twin`) takes the common case, a success in the usual
+    encoding; everything else, exceptions and garbage included, is decided here.
+    """
+    compiled = twin.native()
+    if compiled is not None:
+        decoded: tuple[int, bytes] | None = compiled.decode_response(payload)
+        if decoded is not None:
+            return decoded
     conn, header = rpc_pb2.RpcConnHeader(), rpc_pb2.ResponseHeader()
     pos = _read_delimited(payload, 0, conn)
     if conn.flag != FLAG_RESPONSE:

@@ -8,17 +8,8 @@ from __future__ import annotations
 
 import enum
 
-from tubespark.errors import (
-    AuthError,
-    BadRequestError,
-    BrokerError,
-    GroupConflictError,
-    NoDataError,
-    NotRegisteredError,
-    PartitionOccupiedError,
-    ServerBusyError,
-    UnknownTopicError,
-)
+from tubespark.errors import AuthError, BadRequestError, BrokerError, NoDataError, ServerBusyError, UnknownTopicError
+from tubespark.tubemq.errors import GroupConflictError, NotRegisteredError, PartitionOccupiedError
 
 
 class ErrCode(enum.IntEnum):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import struct
 
 from tubespark.core.framed_io import BytesReader, Reader
-from tubespark.errors import BadTokenError, FrameTooLargeError
+from tubespark.errors import FrameTooLargeError
+from tubespark.tubemq.errors import BadTokenError
 from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME
 
 _HEAD = struct.Struct(">III")

@@ -193,7 +193,8 @@ class Transfered(Protocol):
 
 _new = object.__new__
 _ATTR_CACHE_MAX = 1024  # distinct attribute texts remembered within one batch
-_NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+NO_ATTRIBUTES: Mapping[str, str] = MappingProxyType({})
+"""The attributes of a message without an attribute prefix (one shared, read-only mapping)."""
 
 
 @dataclass(frozen=True)
@@ -295,7 +296,7 @@ def decode_columns(messages: Iterable[Transfered], start: int, *, verify: bool =
             msg_times.append(known[2])
         else:
             data.append(payload)
-            attributes.append(_NO_ATTRIBUTES)
+            attributes.append(NO_ATTRIBUTES)
             msg_types.append("")
             msg_times.append("")
     offsets: Sequence[int] = range(start, start + step * len(ids), step) if step else [-1] * len(ids)

@@ -1,4 +1,8 @@
-"""A pull consumer for a server-balanced group, on top of :class:`GroupSession`.
+"""A pull consumer for a server-balanced group, on top of :class:`GroupSession`: a test helper.
+
+The connector reads through exact ranges and never consumes this way; the integration tests use it to
+watch what a plain group member gets from the master (rebalances, authorisation), so it lives here and
+not in the package.
 
 It fetches from the partitions the master assigned to this member, one partition at a time, round
 robin. Progress is committed the TubeMQ way: each fetch confirms the previous batch of that partition

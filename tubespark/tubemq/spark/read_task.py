@@ -18,19 +18,23 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.errors import CodecError, DataLossError, UnknownTopicError
+from tubespark.core.native import announce
+from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.spark.dedupe import ReplayFilter
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
+from tubespark.tubemq.errors import BundleParseError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
+from tubespark.tubemq.wire.twin import HOT_PATH
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +56,6 @@ class QueueRange(InputPartition):
     @property
     def ref(self) -> PartitionRef:
         return PartitionRef(self.broker_id, self.topic, self.partition_id, self.host, self.port)
-
-
-class BundleParseError(CodecError):
-    """A message read with ``payloadFormat=inlongmsg`` is not a valid InLong bundle (``ignoreParseErrors=false``)."""
 
 
 _KEEP_DETAILS = 100  # skipped offsets / errors kept per task in its summary
@@ -117,7 +117,7 @@ class SkippedBundles:
 
     total: int
     by_partition: Mapping[str, int]
-    ranges: list[dict]
+    ranges: list[dict[str, Any]]
 
 
 def skipped_bundles(path: str) -> SkippedBundles:
@@ -136,10 +136,11 @@ def skipped_bundles(path: str) -> SkippedBundles:
     return SkippedBundles(sum(by_partition.values()), by_partition, ranges)
 
 
-def read_range(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
+def read_range(task: InputPartition, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
+    announce("TubeMQ wire hot path", HOT_PATH)
     if options.inlongmsg:
         yield from _read_bundles(task, options)
         return

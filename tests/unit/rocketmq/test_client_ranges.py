@@ -1,0 +1,127 @@
+"""How a RocketMQ range read fails: the errors' one meaning of ``retriable`` (tubespark/errors.py).
+
+A fault that may pass (no name server answers, a busy server) is retried for ``retry_s`` and then fails
+as the shared, retriable :class:`RangeReadError` naming the queue, the range and where it stood, with
+the last fault as its cause (before, the bare last fault escaped). A fault no retry can fix (an unknown
+topic) fails at once with its own type. The name server here is a few lines over the production codec:
+a real one cannot be made to answer "busy" on demand.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.doubles.fakepeer import closed_port_address
+from tubespark.errors import RangeReadError, ServerBusyError, UnknownTopicError
+from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient
+from tubespark.rocketmq.client.ranges import RangeReader
+from tubespark.rocketmq.errors import NoNameServerAvailableError
+from tubespark.rocketmq.wire import codes
+from tubespark.rocketmq.wire.frame import FLAG_RESPONSE, Command, decode_command, encode_command
+from tubespark.rocketmq.wire.route import MessageQueue
+
+MQ = MessageQueue("events", "broker-a", 0)
+FAST = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.5)
+
+
+class AnsweringNameServer:
+    """Answers every request with response ``code`` (and a remark), on 127.0.0.1."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+        self.requests = 0
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.2)
+        self._stop = threading.Event()
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(0.2)
+        with conn:
+            buffer = b""
+            while not self._stop.is_set():
+                try:
+                    chunk = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                buffer += chunk
+                while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
+                    size = struct.unpack(">i", buffer[:4])[0]
+                    frame, buffer = buffer[4:4 + size], buffer[4 + size:]
+                    request = decode_command(frame)
+                    self.requests += 1
+                    answer = Command(self.code, remark=f"scripted answer {self.code}", flag=FLAG_RESPONSE)
+                    conn.sendall(encode_command(answer, request.opaque))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.close()
+
+
+@pytest.fixture
+def busy_name_server() -> Iterator[AnsweringNameServer]:
+    server = AnsweringNameServer(codes.SYSTEM_BUSY)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def topic_less_name_server() -> Iterator[AnsweringNameServer]:
+    server = AnsweringNameServer(codes.TOPIC_NOT_EXIST)
+    yield server
+    server.close()
+
+
+def _read(namesrv: str, retry_s: float) -> list[object]:
+    client = RocketMQClient([namesrv], FAST)
+    try:
+        return list(RangeReader(client, "tubespark_test", retry_s=retry_s).read(MQ, 3, 10))
+    finally:
+        client.close()
+
+
+def test_no_name_server_fails_as_a_retriable_range_read_error_after_the_budget() -> None:
+    started = time.monotonic()
+    with pytest.raises(RangeReadError, match=r"events:broker-a:0: reading \[3, 10\) failed at 3") as error:
+        _read(closed_port_address(), retry_s=1.0)
+    assert 1.0 <= time.monotonic() - started < 4
+    exc = error.value
+    assert exc.retriable and isinstance(exc.__cause__, NoNameServerAvailableError)
+    assert (exc.partition, exc.start, exc.end, exc.reached) == ("events:broker-a:0", 3, 10, 3)
+    assert exc.tries is not None and exc.tries >= 2
+
+
+def test_a_busy_server_fails_the_same_way_naming_its_answer(busy_name_server: AnsweringNameServer) -> None:
+    with pytest.raises(RangeReadError, match="scripted answer 2") as error:
+        _read(busy_name_server.address, retry_s=0.8)
+    assert isinstance(error.value.__cause__, ServerBusyError) and error.value.retriable
+    assert busy_name_server.requests >= 2, "retried before giving up"
+
+
+def test_an_unknown_topic_fails_at_once_with_its_own_type(topic_less_name_server: AnsweringNameServer) -> None:
+    started = time.monotonic()
+    with pytest.raises(UnknownTopicError) as error:
+        _read(topic_less_name_server.address, retry_s=30.0)
+    assert time.monotonic() - started < 5 and not error.value.retriable
+    assert topic_less_name_server.requests == 1

@@ -1,0 +1,174 @@
+"""The twins of the sink's wire path and of the response envelope give the same bytes, fields and errors.
+
+``SendRequest.envelope`` (compiled ``encode_send`` vs protobuf + ``encode_request``) must be byte-identical
+for every field combination; ``parse_send_answer`` and ``decode_response`` must give the same values or the
+same typed error, for real answers, every error case and the fuzz corpus of test_fuzz_decoders.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.core.test_fuzz_decoders import ENVELOPE_RESPONSE_SEEDS, FUZZ, byte_inputs, survives
+from tubespark.errors import TubeSparkError
+from tubespark.tubemq.errors import ProtobufDecodeError, RpcError
+from tubespark.tubemq.wire import send, twin
+from tubespark.tubemq.wire.constants import Method
+from tubespark.tubemq.wire.envelope import decode_request, decode_response, encode_exception, encode_response
+from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
+from tubespark.tubemq.wire.send import SendRequest, parse_send_answer
+
+NATIVE = twin.loaded()
+TWINS_FUZZ = settings(FUZZ, deadline=timedelta(milliseconds=500))
+"""FUZZ's inputs and example count; each example runs both twins (and the memory tracing of ``survives``), so
+its deadline is five times the 100 ms one decoder gets."""
+CLIENT = "producer_10.0.0.1-4242-1700000000000-1-tubespark-0.1.0"
+
+
+def both(call: Callable[[], object]) -> tuple[object, object]:
+    """``call()``'s outcome with the compiled twin (where loaded) and with the pure-Python one."""
+    def outcome() -> object:
+        try:
+            return "ok", call()
+        except (TubeSparkError, ValueError, TypeError) as exc:
+            return "error", type(exc), str(exc)
+
+    compiled = outcome()
+    with twin.pure_python():
+        pure = outcome()
+    return compiled, pure
+
+
+REQUESTS = {
+    "plain": SendRequest(CLIENT, "orders", 3, b"x" * 100, 0, 12345, 0x0A000001),
+    "attributes": SendRequest(CLIENT, "orders", 0, b"\x00\x00\x00\x05a=b,cbody", 1, 7, -1062731519, "s",
+                              "202401021530"),
+    "negatives": SendRequest(CLIENT, "t" * 64, -1, b"", -5, -(2**31), -(2**31), "", "202401021530"),
+    "unicode": SendRequest("c\u00e9\U0001f600", "topic_\u00fc", 2**31 - 1, bytes(range(256)) * 400, 2**31 - 1,
+                           2**31 - 1, 2**31 - 1, "stream \u3000", ""),
+    "nul bytes": SendRequest("a\x00b", "t\x00", 1, b"\x00", 0, 0, 0, "\x00", "\x00"),
+}
+AUTHS = [None, (0, ""), (123456789012, ""), (-1, "user 1700000000000 42 c2lnbmF0dXJl")]
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+@pytest.mark.parametrize("auth", AUTHS)
+@pytest.mark.parametrize("timeout_ms", [1, 10_000, 2**40])
+def test_request_envelopes_are_byte_identical(name: str, auth: tuple[int, str] | None, timeout_ms: int) -> None:
+    request = REQUESTS[name]
+    compiled, pure = both(lambda: request.envelope(timeout_ms, auth))
+    assert compiled == pure and compiled[0] == "ok"
+    decoded = decode_request(pure[1])
+    assert decoded.method == Method.SEND_MESSAGE and decoded.timeout_ms == timeout_ms
+    assert bpb.SendMessageRequestP2B.FromString(decoded.request) == request.message(auth)
+
+
+@pytest.mark.parametrize("request_", [
+    SendRequest(CLIENT, "t", 2**31, b"x", 0, 0, 0),  # out of int32 range: protobuf refuses it
+    SendRequest(CLIENT, "t", 0, b"x", 0, 0, 0, "\udcff"),  # not encodable as UTF-8
+    SendRequest(CLIENT, "t", 0, b"x", 0, 0, 0),  # a timeout of 0: the server would drop it
+], ids=["partition out of range", "surrogate msgType", "zero timeout"])
+def test_requests_the_compiled_twin_refuses_fail_as_in_python(request_: SendRequest) -> None:
+    timeout = 0 if request_.topic == "t" and request_.partition_id == 0 and request_.msg_type == "" else 1000
+    compiled, pure = both(lambda: request_.envelope(timeout))
+    assert compiled == pure and compiled[0] == "error"
+
+
+ANSWERS = {
+    "ok": bpb.SendMessageResponseB2P(success=True, errCode=200, errMsg="OK", messageId=2**40, appendTime=17,
+                                     appendOffset=28 * 10**9),
+    "minimal": bpb.SendMessageResponseB2P(success=True, errCode=200, errMsg=""),
+    "busy": bpb.SendMessageResponseB2P(success=False, errCode=503, errMsg="server busy \u00e9", requireAuth=True),
+    "negative": bpb.SendMessageResponseB2P(success=False, errCode=-1, errMsg="x", messageId=-5, appendOffset=-1),
+}
+BAD_ANSWERS = {
+    "no errMsg": bpb.SendMessageResponseB2P(success=True, errCode=200).SerializePartialToString(),
+    "errMsg not UTF-8": bpb.SendMessageResponseB2P(success=True, errCode=200, errMsg="").SerializeToString()[:-1]
+    + b"\x02\xff\xfe",
+    "truncated": ANSWERS["ok"].SerializeToString()[:-2],
+    "garbage": b"\xff\xff\xff",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS))
+def test_answers_parse_alike(name: str) -> None:
+    data = ANSWERS[name].SerializeToString()
+    compiled, pure = both(lambda: parse_send_answer(data))
+    assert compiled == pure and compiled[0] == "ok"
+    if NATIVE is not None:
+        assert NATIVE.decode_send_answer(data) is not None  # taken by the compiled code itself
+
+
+@pytest.mark.parametrize("name", sorted(BAD_ANSWERS))
+def test_bad_answers_fail_alike(name: str) -> None:
+    compiled, pure = both(lambda: parse_send_answer(BAD_ANSWERS[name]))
+    assert compiled == pure and compiled[0] == "error" and compiled[1] is ProtobufDecodeError
+
+
+ENVELOPES = [
+    encode_response(Method.SEND_MESSAGE, ANSWERS["ok"].SerializeToString()),
+    encode_response(Method.GET_MESSAGE, b""),
+    encode_response(Method.GET_MESSAGE, bytes(range(256)) * 1000),
+    encode_exception("org.apache.inlong.tubemq.corerpc.exception.StandbyException", "standby"),
+    encode_exception("java.lang.RuntimeException", "boom", fatal=True),
+    encode_response(Method.SEND_MESSAGE, b"x") + b"trailing bytes are ignored",
+]
+
+
+@pytest.mark.parametrize("index", range(len(ENVELOPES)))
+def test_response_envelopes_decode_alike(index: int) -> None:
+    compiled, pure = both(lambda: decode_response(ENVELOPES[index]))
+    assert compiled == pure
+    if index < 3 and NATIVE is not None:
+        assert NATIVE.decode_response(ENVELOPES[index]) is not None
+    if index in (3, 4):
+        assert issubclass(compiled[1], RpcError)
+
+
+@TWINS_FUZZ
+@given(byte_inputs([*ENVELOPE_RESPONSE_SEEDS, *ENVELOPES]))
+def test_fuzz_response_envelopes_decode_alike(data: bytes) -> None:
+    survives(lambda: decode_response(data), len(data))
+    compiled, pure = both(lambda: decode_response(data))
+    assert compiled == pure
+
+
+@TWINS_FUZZ
+@given(byte_inputs([a.SerializeToString() for a in ANSWERS.values()] + list(BAD_ANSWERS.values())))
+def test_fuzz_answers_parse_alike(data: bytes) -> None:
+    survives(lambda: parse_send_answer(data), len(data))
+    compiled, pure = both(lambda: parse_send_answer(data))
+    assert compiled == pure
+
+
+@TWINS_FUZZ
+@given(st.text(max_size=40), st.text(max_size=70), st.integers(-(2**31), 2**31 - 1), st.binary(max_size=300),
+       st.integers(-(2**31), 2**31 - 1), st.text(max_size=12), st.text(max_size=12),
+       st.one_of(st.none(), st.tuples(st.integers(-(2**63), 2**63 - 1), st.text(max_size=30))))
+def test_fuzz_request_envelopes_are_byte_identical(client: str, topic: str, partition: int, data: bytes, flag: int,
+                                                   msg_type: str, msg_time: str,
+                                                   auth: tuple[int, str] | None) -> None:
+    request = SendRequest(client, topic, partition, data, flag, flag ^ 5, -flag - 1 if flag > -(2**31) else 0,
+                          msg_type, msg_time)
+    compiled, pure = both(lambda: request.envelope(30_000, auth))
+    assert compiled == pure
+
+
+def test_the_compiled_twin_encodes_requests_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No silent fallback: with the pure-Python encoder out of reach, every request still encodes."""
+    if NATIVE is None:
+        assert twin.HOT_PATH.startswith("pure-python")
+        return
+
+    def unreachable(*args: object) -> bytes:
+        raise AssertionError("the pure-Python encoder ran")
+
+    monkeypatch.setattr(send, "encode_request", unreachable)
+    for request in REQUESTS.values():
+        for auth in AUTHS:
+            assert decode_request(request.envelope(1000, auth)).method == Method.SEND_MESSAGE

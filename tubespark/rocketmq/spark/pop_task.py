@@ -1,0 +1,88 @@
+"""What an executor does for one pop task: pop a round of messages and leave their receipts for the driver."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import InputPartition
+
+from tubespark.rocketmq.client.pop import PopConsumer, Popped, pop_until
+from tubespark.rocketmq.spark.clients import shared_client
+from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.schema import read_schema, to_record_batch
+from tubespark.rocketmq.wire.headers import INIT_MODE_MAX, INIT_MODE_MIN
+from tubespark.spark.arrow import arrow_schema_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PopTask(InputPartition):
+    """One task of a pop micro-batch: pop up to the limit and leave the receipts under ``receipts_dir``."""
+
+    batch: int
+    index: int
+    receipts_dir: str
+
+
+def receipt_file(receipts_dir: str, index: int, task_attempt_id: int) -> Path:
+    """Named by Spark's task attempt id, which grows with every attempt the application starts, so sorting
+    puts a task's latest attempt last, also across a stage Spark runs again (whose attempt numbers start
+    from 0 again)."""
+    return Path(receipts_dir) / f"part-{index:05d}-attempt-{task_attempt_id:020d}.json"
+
+
+def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatch]:
+    """Executor side: pop, yield rows with their receipts, then record the receipts for the driver's ack.
+
+    The receipt file is written only after Spark took every row of the task, and per attempt: the driver
+    acks the last attempt of each task only, so rows of a failed attempt are never acked (they reappear).
+    "Last" is the one whose rows Spark kept as long as no two attempts of a task run at once, which is
+    why speculative execution (``spark.speculation``, off by default) must stay off for pop reads.
+    """
+    assert options.topics and options.group
+    schema = arrow_schema_for(read_schema(options.include_properties, pop=True))
+    client = shared_client(options)
+    init_mode = INIT_MODE_MAX if options.starting_offsets == "latest" else INIT_MODE_MIN
+    receipts: list[dict[str, str]] = []
+    per_topic = max(1, options.pop_max_messages // len(options.topics))
+    for topic in options.topics:
+        consumer = PopConsumer(client, options.group, topic, invisible_ms=options.pop_invisible_time_ms,
+                               poll_ms=options.pop_poll_ms, init_mode=init_mode,
+                               verify_crc=options.verify_checksums)
+        popped = pop_until(consumer, per_topic, deadline_s=options.pop_invisible_time_ms / 1000 / 2)
+        by_broker: dict[str, list[Popped]] = {}
+        for item in popped:
+            by_broker.setdefault(item.broker_name, []).append(item)
+        for broker, items in sorted(by_broker.items()):
+            receipts.extend({"topic": topic, "receipt": item.receipt} for item in items)
+            yield to_record_batch([i.message for i in items], broker_name=broker, schema=schema,
+                                  receipts=[i.receipt for i in items])
+    context = TaskContext.get()
+    target = receipt_file(task.receipts_dir, task.index, context.taskAttemptId() if context else 0)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".receipts-", dir=target.parent)
+    with os.fdopen(fd, "w") as out:
+        json.dump(receipts, out)
+    os.replace(tmp, target)
+    log.info("pop task %d of batch %d: %d messages; receipts in %s", task.index, task.batch, len(receipts), target)
+
+
+def last_attempt_receipts(receipts_dir: Path) -> dict[str, list[str]]:
+    """``{topic: [receipt...]}`` of the last attempt of every task of one batch."""
+    last: dict[str, Path] = {}
+    for file in sorted(receipts_dir.glob("part-*-attempt-*.json")):
+        last[file.name.split("-attempt-")[0]] = file  # sorted: the highest attempt wins
+    out: dict[str, list[str]] = {}
+    for file in last.values():
+        for item in json.loads(file.read_text()):
+            out.setdefault(item["topic"], []).append(item["receipt"])
+    return out

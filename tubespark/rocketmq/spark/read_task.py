@@ -1,0 +1,46 @@
+"""What an executor does for one pull task: every message of an exact ``[start, end)`` queue range."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from tubespark.rocketmq.client.ranges import RangeReader
+from tubespark.rocketmq.spark.clients import shared_client
+from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.schema import read_schema, to_record_batch
+from tubespark.rocketmq.wire.route import MessageQueue
+from tubespark.spark.arrow import arrow_schema_for
+
+READ_GROUP = "tubespark_read"
+"""The group pulls name when the user gave none (a pull needs one; reading commits nothing for it)."""
+
+
+@dataclass(frozen=True)
+class PullRange(InputPartition):
+    """Read ``[start, end)`` of one queue. Small and picklable."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    start: int
+    end: int
+
+    @property
+    def mq(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+
+def read_range(task: PullRange, options: RocketMQOptions) -> Iterator[pa.RecordBatch]:
+    """Executor side: every message of the task's range, in order, one Arrow batch per pull."""
+    schema = arrow_schema_for(read_schema(options.include_properties))
+    reader = RangeReader(shared_client(options), options.group or READ_GROUP,
+                         fail_on_data_loss=options.fail_on_data_loss, verify_crc=options.verify_checksums,
+                         retry_s=options.failover_timeout_ms / 1000)
+    for messages in reader.read(task.mq, task.start, task.end):
+        yield to_record_batch(messages, broker_name=task.broker_name, schema=schema)
+
+

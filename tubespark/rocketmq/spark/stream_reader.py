@@ -1,0 +1,131 @@
+"""The ``rocketmq`` pull stream reader: the shared engine over RocketMQ's message queues.
+
+The driver plans one Spark partition per message queue with new data, offsets
+``{"topic:brokerName:queueId": offset}`` in Spark's checkpoint (the source of truth: a restart resumes
+there, exactly once with an idempotent sink); :class:`tubespark.spark.stream_engine.StreamEngine` plans
+them and owns the read limits. It follows the route each trigger: a queue whose broker does not answer
+plans nothing this trigger; a group whose master died is read from the acting master the name server puts
+in its place, and from the master again when it returns. An offset never moves back: when the member
+serving a queue reports a max offset below the query's (an acting slave that had not replicated
+everything), the queue waits until the data is there again. A queue added to a topic joins at its min
+offset. The committed batch's end is stored as the group's offsets (``group`` + ``commitToGroup``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from tubespark.errors import TubeSparkError
+from tubespark.rocketmq.client.client import RocketMQClient, all_queues
+from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.read_task import PullRange, read_range
+from tubespark.rocketmq.wire.route import MessageQueue
+from tubespark.spark.offsets import EARLIEST, Offsets, resolve_offset, wanted_offset
+from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
+from tubespark.spark.stream_engine import StreamEngine, Survey
+
+log = logging.getLogger(__name__)
+
+
+class _NeverBack(BoundsPolicy):
+    """A serving member behind the query's offset is waited for: an acting slave catches up, data returns."""
+
+    def above(self, key: str, start: int, bounds: Bounds) -> Resolution:
+        log.warning("queue %s: the broker serving it reports max offset %d, below this query's %d (a slave acting "
+                    "for its master may lag); waiting, the offset does not move back", key, bounds.high, start)
+        return Resolution(None, f"its serving broker is at {bounds.high}, behind this query's {start}")
+
+
+class PullStreamReader(StreamEngine):
+    """Streaming pull reads of the ``rocketmq`` format."""
+
+    source = "rocketmq"
+    policy = _NeverBack()
+
+    def __init__(self, options: RocketMQOptions) -> None:
+        super().__init__(options)
+        self.options: RocketMQOptions = options
+        self._client: RocketMQClient | None = None
+        self._stored: Offsets = {}
+
+    @property
+    def client(self) -> RocketMQClient:
+        if self._client is None:
+            self._client = RocketMQClient(list(self.options.namesrvs), self.options.client_settings())
+        return self._client
+
+    def _queues(self) -> list[MessageQueue]:
+        return all_queues(self.client, self.options.topics or (), refresh=True)
+
+    def start_offsets(self) -> Offsets:
+        opts = self.options
+        queues = self._queues()
+        bounds = self.client.bounds(queues)
+        offsets: Offsets = {}
+        for mq in queues:
+            low, high = bounds[mq.key]
+            wanted = wanted_offset(opts.starting_offsets, mq.key, default=EARLIEST)
+            if wanted == "group":
+                stored = self.client.consumer_offset(opts.group or "", mq)
+                offsets[mq.key] = low if stored is None else max(low, min(stored, high))
+            else:
+                offsets[mq.key] = resolve_offset(opts.starting_offsets, mq.key, earliest=low, latest=high,
+                                                 default=EARLIEST)
+        return offsets
+
+    def survey(self, start: Offsets) -> Survey:
+        queues = self._queues()
+        found = self.client.bounds(queues, follow=False)  # a dead broker plans nothing this trigger
+        survey = Survey(bounds={key: Bounds(low, high) for key, (low, high) in found.items()})
+        routed = {mq.key for mq in queues}
+        for key in start:
+            if key not in routed:
+                survey.unavailable[key] = "the name server routes no broker to it now"
+            elif key not in found:
+                survey.unavailable[key] = "its broker did not answer"
+        for key, (low, _high) in found.items():
+            if key not in start:
+                log.info("queue %s joined the topic; reading it from offset %d", key, low)
+                survey.joined[key] = low
+        return survey
+
+    def available_now_target(self) -> Offsets:
+        return {key: high for key, (_low, high) in self.client.bounds(self._queues()).items()}
+
+    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
+        tasks: list[InputPartition] = []
+        for key, (low, high) in ranges.items():
+            mq = MessageQueue.parse_key(key)
+            tasks.append(PullRange(mq.topic, mq.broker_name, mq.queue_id, low, high))
+        return tasks
+
+    def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, PullRange):
+            raise TypeError(f"a rocketmq pull task is a PullRange, not {type(partition).__name__}")
+        return read_range(partition, self.options)
+
+    def store_offsets(self, offsets: Offsets) -> None:
+        """Store a committed batch's end as the group's offsets (best effort: the checkpoint rules)."""
+        group = self.options.group
+        if not group or not self.options.commit_to_group:
+            return
+        for key, offset in sorted(offsets.items()):
+            if self._stored.get(key) == offset:
+                continue
+            try:
+                self.client.commit_offset(group, MessageQueue.parse_key(key), offset)
+                self._stored[key] = offset
+            except TubeSparkError as exc:
+                log.warning("could not store offset %d of %s for group %s: %s", offset, key, group, exc)
+
+    def unavailable_timeout_s(self) -> float:
+        return self.options.failover_timeout_ms / 1000
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,145 @@
+"""What every broker's data source shares: the PySpark version guard, option parsing and its error path.
+
+A broker's ``source.py`` is a short declaration: its format name, its options class, and which reader and
+writer classes serve each of Spark's calls (:class:`BrokerDataSource`). Options are parsed before any
+network call, so a typo fails at once naming the option and the value; a stream's option error reaches
+Spark through :class:`OptionErrorStreamReader`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+from tubespark.spark.compat import require_supported_pyspark
+
+require_supported_pyspark()  # before the PySpark imports below, which an older PySpark fails with an ImportError
+
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
+
+from tubespark.errors import OptionError  # noqa: E402
+
+BATCH_READ_DEFAULTS = {"startingOffsets": "earliest"}
+"""A backfill starts at the beginning unless told."""
+
+
+class BrokerDataSource(DataSource):
+    """A broker as a Spark source and sink. Subclasses set the class attributes below; nothing else."""
+
+    format: ClassVar[str]
+    options_class: ClassVar[Any]
+    """A ``ParsedOptions`` subclass with ``from_raw(raw, mode=, required=, defaults=)``."""
+    stream_required: ClassVar[tuple[str, ...]] = ()
+    """Options a stream needs beyond a batch read (``load()`` cannot check them: Spark calls ``schema()``
+    for both)."""
+    read_required: ClassVar[tuple[str, ...]] = ()
+
+    # --- what each broker declares: the classes serving Spark's calls, given parsed options -------------
+
+    def read_schema(self, options: Any) -> StructType:
+        raise NotImplementedError
+
+    def stream_reader(self, options: Any) -> DataSourceStreamReader:
+        raise NotImplementedError
+
+    def batch_reader(self, options: Any) -> DataSourceReader:
+        raise NotImplementedError
+
+    def batch_writer(self, options: Any) -> DataSourceWriter:
+        raise NotImplementedError
+
+    def stream_writer(self, options: Any) -> DataSourceStreamWriter:
+        raise NotImplementedError
+
+    def check_sink(self, schema: StructType, options: Any) -> None:
+        """Fail a write on the driver, before any task runs, when the columns cannot be sent."""
+        raise NotImplementedError
+
+    # --- Spark's calls -------------------------------------------------------------------------------
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.format
+
+    def _options(self, mode: str, required: tuple[str, ...] = (), defaults: Mapping[str, str] | None = None) -> Any:
+        return self.options_class.from_raw(self.options, mode=mode, required=required,
+                                           defaults=dict(defaults) if defaults else None)
+
+    def schema(self) -> StructType:
+        return self.read_schema(self._options("read", self.read_required))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        try:
+            options = self._options("read", self.read_required + self.stream_required)
+        except OptionError as exc:
+            return OptionErrorStreamReader(exc)
+        return self.stream_reader(options)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return self.batch_reader(self._options("read", self.read_required, BATCH_READ_DEFAULTS))
+
+    def _write_options(self, schema: StructType) -> Any:
+        options = self._options("write")
+        self.check_sink(schema, options)
+        return options
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:  # Spark's error for the default mode suggests Overwrite, so users reach for it
+            raise OptionError(f"mode('overwrite') is not supported by format('{self.format}'): a topic only "
+                              f"takes new messages, nothing it holds can be replaced. Write with "
+                              f"mode('append'): the rows are added to the topic")
+        return self.batch_writer(self._write_options(schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return self.stream_writer(self._write_options(schema))
+
+
+class OptionErrorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream reader of a query whose options are wrong: every call raises the :class:`OptionError`.
+
+    Raising from ``streamReader()`` itself reads badly: PySpark 4.3's driver-side source runner then
+    calls ``stop()`` on a reader it never got, and the user's last line is ``UnboundLocalError: cannot
+    access local variable 'reader'`` chained after ours. Handing the error to the first call Spark
+    makes (``getDefaultReadLimit``, ``initialOffset``, ``prepareForTriggerAvailableNow`` ...) fails the
+    query at the same moment, before any network call, with the option's message as its last line.
+    Every method Spark calls is here, so whatever it calls first raises.
+    """
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, int]:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        raise self.error
+
+    def reportLatestOffset(self) -> dict[str, int] | None:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[object, ...]]:
+        raise self.error
+
+    def commit(self, end: dict[str, int]) -> None:
+        raise self.error
+
+    def stop(self) -> None:
+        """Nothing was opened."""

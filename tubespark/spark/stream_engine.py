@@ -1,0 +1,296 @@
+"""The one stream reader of every broker: read limits, Trigger.AvailableNow, offsets, pickling, tasks.
+
+A broker's stream reader derives from :class:`StreamEngine` and answers a narrow set of questions (the
+``survey`` of its partitions each trigger, where a new query starts, the read tasks of a range, how to
+read one on an executor); everything Spark asks goes through the engine, so every broker has the same
+admission options (``maxOffsetsPerTrigger``, ``maxBytesPerTrigger``, ``minOffsetsPerTrigger`` with
+``maxTriggerDelay``), the same AvailableNow behaviour and the same offset marks. The rules of one plan are
+the pure :func:`tubespark.spark.planning.plan_batch`.
+
+Spark 4.x runs a Python stream reader in a long-lived driver-side process (``initialOffset``,
+``latestOffset``, ``partitions``, ``commit``) and calls ``read()`` on executors against a pickled copy
+made at query start: the copy carries the options and :meth:`StreamEngine.task_state`, never a socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from tubespark.errors import AvailableNowIncompleteError, DataLossError
+from tubespark.spark.offsets import BatchOffsets, Offsets
+from tubespark.spark.planning import Admission, Bounds, BoundsPolicy, Loss, Plan, plan_batch
+
+log = logging.getLogger(__name__)
+
+SIZE_SAMPLE = 16
+"""Messages read at a partition's next offset to estimate its message size (``maxBytesPerTrigger``)."""
+
+
+@dataclass
+class Survey:
+    """A broker's view of the query's partitions this trigger (see :func:`plan_batch` for each field)."""
+
+    bounds: dict[str, Bounds] = field(default_factory=dict)
+    joined: dict[str, int] = field(default_factory=dict)
+    jumps: dict[str, int] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    """Partitions the query should read but cannot this trigger (why): a Trigger.AvailableNow run waits for
+    them. A partition of the start that is in none of these fields is parked: it keeps its offset."""
+    gone: dict[str, str] = field(default_factory=dict)
+    """Partitions removed for good (a deleted topic, a partition the configuration no longer has): why."""
+
+
+class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark's stream reader API over a broker's :meth:`survey`; subclasses implement the hooks below.
+
+    The options object must carry ``max_offsets_per_trigger``, ``max_bytes_per_trigger``,
+    ``min_offsets_per_trigger``, ``max_trigger_delay_ms`` and ``fail_on_data_loss`` (the shared specs).
+    """
+
+    source: ClassVar[str] = "stream"
+    """The format name, for logs."""
+    record_size: ClassVar[int] = 1
+    """Offset units per message (TubeMQ counts bytes of 28-byte index records)."""
+    policy: BoundsPolicy = BoundsPolicy()
+    """How a start outside its partition's bounds is handled (a broker may set its own per trigger)."""
+
+    def __init__(self, options: Any) -> None:
+        self.options = options
+        self._initial: Offsets | None = None
+        self._target: Offsets | None = None
+        self._latest: Offsets = {}
+        self._sizes: dict[str, tuple[int, float]] = {}  # key -> (offset sampled at, mean message bytes)
+        self._last_batch_at = time.monotonic()  # minOffsetsPerTrigger waits at most maxTriggerDelay from here
+        self.data_losses: list[Loss] = []
+        """Every loss logged with failOnDataLoss=false."""
+        self._lock = threading.RLock()  # reentrant: a SIGTERM hook may call stop() in a thread holding it
+
+    # --- the broker's hooks ------------------------------------------------------------------------
+
+    def start_offsets(self) -> Offsets:
+        """A new query's partitions and where each starts (``startingOffsets`` resolved); a partition whose
+        start cannot be known yet may be left out and joined later through :attr:`Survey.joined`."""
+        raise NotImplementedError
+
+    def survey(self, start: Offsets) -> Survey:
+        """The partitions of ``start`` (and any joining) as the broker sees them now."""
+        raise NotImplementedError
+
+    def available_now_target(self) -> Offsets:
+        """Each partition's end now: a Trigger.AvailableNow run reads up to it and stops."""
+        raise NotImplementedError
+
+    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
+        """The Spark tasks reading ``{key: (low, high)}`` exactly."""
+        raise NotImplementedError
+
+    def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the rows of one task."""
+        raise NotImplementedError
+
+    def store_offsets(self, offsets: Offsets) -> None:
+        """Store a committed batch's end on the broker (group offsets), best effort; none by default."""
+
+    def close(self) -> None:
+        """Release the driver's connections."""
+
+    def task_state(self) -> dict[str, Any]:
+        """What executors need besides the options (restored by :meth:`restore_task_state`)."""
+        return {}
+
+    def restore_task_state(self, state: dict[str, Any]) -> None:
+        """Take back what :meth:`task_state` gave."""
+
+    def unavailable_timeout_s(self) -> float:
+        """How long a Trigger.AvailableNow run waits for a partition it cannot read yet before failing."""
+        return float(getattr(self.options, "assignment_timeout_ms", 60_000)) / 1000
+
+    def wait_for_change(self, timeout_s: float) -> None:
+        """Block until the broker's view may have changed (at most ``timeout_s``)."""
+        time.sleep(timeout_s)
+
+    def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
+        """Value sizes of the messages in ``[low, high)``: by default the executors' read path, run here."""
+        tasks = self.read_tasks({key: (low, high)})
+        return [size for task in tasks for batch in self.read_partition(task)
+                for size in pc.binary_length(batch.column("value")).to_pylist() if size is not None]
+
+    # --- pickling: executors get the options and the task state, never sockets or threads ----------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "task": self.task_state()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["options"])  # type: ignore[misc]  # rebuilds the driver-free reader
+        self.restore_task_state(state["task"])
+
+    # --- Spark's calls -------------------------------------------------------------------------------
+
+    def initialOffset(self) -> Offsets:
+        """A new query's start, worked out once per process: Spark asks on every trigger until the first
+        batch has data, and data arriving in between must not be skipped (``latest``)."""
+        if self._initial is None:
+            self._initial = dict(self.start_offsets())
+            log.info("%s stream starts at %s", self.source, self._initial)
+        return dict(self._initial)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """The limit Spark hands back to :meth:`latestOffset`; any limit but ``ReadAllAvailable`` means the
+        options' admission applies (Trigger.Once passes ``ReadAllAvailable`` to lift it)."""
+        opts = self.options
+        if opts.max_offsets_per_trigger:
+            return ReadMaxRows(opts.max_offsets_per_trigger)
+        if opts.max_bytes_per_trigger:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
+        if opts.min_offsets_per_trigger:
+            return ReadMinRows(opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        if isinstance(limit, ReadAllAvailable):
+            admission = Admission()
+        else:
+            opts = self.options
+            max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else opts.max_offsets_per_trigger
+            admission = Admission(max_rows=max_rows, max_bytes=opts.max_bytes_per_trigger,
+                                  min_rows=opts.min_offsets_per_trigger, max_delay_s=opts.max_trigger_delay_ms / 1000)
+        with self._lock:
+            return self._next_end(start, admission)
+
+    def reportLatestOffset(self) -> Offsets | None:
+        return dict(self._latest) or None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an AvailableNow run: what the partitions hold now, nothing after. A partition
+        without a target yet (its broker did not answer) gets one when it first answers."""
+        with self._lock:
+            self._target = dict(self.available_now_target())
+        log.info("AvailableNow run of the %s stream reads up to %s", self.source, self._target)
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
+        previous = BatchOffsets.parse(start).positions
+        return list(self.read_tasks(BatchOffsets.parse(end).ranges(previous)))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self.read_partition(partition)
+
+    def commit(self, end: Offsets) -> None:
+        """Spark committed a batch ending at ``end``: store it on the broker where the broker keeps offsets."""
+        self.store_offsets(BatchOffsets.parse(end).positions)
+
+    def stop(self) -> None:
+        with self._lock:
+            self.close()
+
+    # --- planning ------------------------------------------------------------------------------------
+
+    def _next_end(self, raw_start: Offsets, admission: Admission) -> Offsets:
+        start = BatchOffsets.parse(raw_start).positions
+        plan = self._plan_until_readable(start, admission)
+        if not plan.moves(start):
+            return raw_start  # the very same offsets: Spark plans no (empty) batch
+        self._last_batch_at = time.monotonic()
+        starts = dict(plan.starts)
+        if raw_start == self._initial:  # batch 0 of a new query carries its start (replays read the same)
+            for key, offset in start.items():
+                starts.setdefault(key, offset)
+        return BatchOffsets(plan.end, starts).to_spark()
+
+    def _plan_until_readable(self, start: Offsets, admission: Admission) -> Plan:
+        plan, stuck = self._plan_once(start, admission)
+        if self._target is None or plan.moves(start) or not stuck:
+            return plan
+        # Trigger.AvailableNow would end here with a partition below its target: wait for it instead
+        timeout_s = self.unavailable_timeout_s()
+        deadline = time.monotonic() + timeout_s
+        log.info("AvailableNow run of the %s stream waits up to %.0f s for %s", self.source, timeout_s, stuck)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                detail = "; ".join(f"{key}: {why}" for key, why in sorted(stuck.items()))
+                raise AvailableNowIncompleteError(
+                    f"Trigger.AvailableNow cannot finish: partition(s) of this query still cannot be read after "
+                    f"{timeout_s:.0f} s and are below the run's target, so finishing would skip their data: "
+                    f"{detail}. Run it again once they can be read (a stale registration timed out, the broker "
+                    f"is back), or wait longer")
+            self.wait_for_change(min(remaining, 1.0))
+            plan, stuck = self._plan_once(start, admission)
+            if plan.moves(start) or not stuck:
+                return plan
+
+    def _plan_once(self, start: Offsets, admission: Admission) -> tuple[Plan, dict[str, str]]:
+        """The plan, and the partitions below their AvailableNow target that could not be planned (why)."""
+        # Spark plans the next batch only after the one ending at ``start`` completed, so ``start`` is
+        # committed: store it now rather than wait for commit(), which lags a batch and never comes for
+        # the last batch of an AvailableNow run or before an idle period.
+        self.store_offsets(start)
+        survey = self.survey(start)
+        kept = dict(start)
+        for key, why in sorted(survey.gone.items()):
+            kept.pop(key, None)
+            self._vanished(key, start.get(key), why)
+        target = self._target
+        if target is not None:
+            for key, found in survey.bounds.items():
+                target.setdefault(key, found.high)
+        for key, found in survey.bounds.items():
+            self._latest[key] = found.high
+        plan = plan_batch(kept, survey.bounds, admission=admission, policy=self.policy, joined=survey.joined,
+                          jumps=survey.jumps, unavailable=survey.unavailable, target=target,
+                          since_last_batch_s=time.monotonic() - self._last_batch_at, sizes=self._estimate_sizes,
+                          record_size=self.record_size)
+        for loss in plan.losses:
+            self._lost(loss)
+        stuck = {} if target is None else {key: why for key, why in survey.unavailable.items()
+                                           if key not in target or plan.end.get(key, -1) < target[key]}
+        return plan, stuck
+
+    def _estimate_sizes(self, begin: Mapping[str, int], backlog: Mapping[str, int]) -> dict[str, float]:
+        """Mean value bytes of the next messages of each partition with a backlog (``maxBytesPerTrigger``);
+        a partition that cannot be sampled keeps its last estimate."""
+        for key, count in sorted(backlog.items()):
+            if not count or self._sizes.get(key, (-1, 0.0))[0] == begin[key]:
+                continue
+            high = begin[key] + min(count, SIZE_SAMPLE) * self.record_size
+            try:
+                sizes = self.sample_sizes(key, begin[key], high)
+            except Exception as exc:  # noqa: BLE001  # an estimate only: the batch is planned without it
+                log.info("cannot sample the message size of %s: %s", key, exc)
+                continue
+            if sizes:
+                self._sizes[key] = (begin[key], sum(sizes) / len(sizes))
+        return {key: self._sizes[key][1] for key in backlog if key in self._sizes}
+
+    def _vanished(self, key: str, offset: int | None, why: str) -> None:
+        """A partition this query was reading is gone for good."""
+        at = "" if offset is None else f" at offset {offset}"
+        message = f"partition {key} vanished{at} ({why})"
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{message}; data written to it after that cannot be read. Set "
+                                f"failOnDataLoss=false to go on without it")
+        log.warning("%s; failOnDataLoss=false: going on without it", message)
+
+    def _lost(self, loss: Loss) -> None:
+        message = f"partition {loss.key}: {loss.why}"
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{message}. Set failOnDataLoss=false to continue from offset {loss.resumes_at}")
+        self.data_losses.append(loss)
+        log.warning("%s; failOnDataLoss=false: continuing from offset %d (data loss event %d)", message,
+                    loss.resumes_at, len(self.data_losses))

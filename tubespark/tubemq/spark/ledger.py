@@ -1,0 +1,144 @@
+"""What a TubeMQ stream knows about each partition of its group, and the rules for where one starts.
+
+The master assigns partitions to the group's members; a partition the query knows is in one of the
+states of :class:`PartitionState`, kept here explicitly rather than spread over the reader. The start
+rules (README "Where each partition starts"):
+
+(a) a partition in the checkpoint Spark restarts from resumes at the checkpoint's offset (the engine's);
+(b) a new query's initial partitions, those the master assigns in its first rebalance (including ones a
+    stale registration still occupies on the broker, held later), start at ``startingOffsets``;
+(c) a partition assigned by a later rebalance starts at the group's committed offset (at-least-once: at
+    most the batch in flight at the hand-over is read twice);
+(d) a partition this query held, lost and got back resumes at the group's committed offset when that is
+    ahead of the query's own last end, else at its own;
+(e) ``startingOffsets=group`` uses the group's committed offsets for the initial partitions.
+
+Nothing here talks to a broker: the reader passes what the group session reports and a resolver for
+``startingOffsets``, so the rules are tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from tubespark.spark.offsets import Offsets
+
+log = logging.getLogger(__name__)
+
+
+class PartitionState(enum.Enum):
+    """Where a partition of the query stands this trigger."""
+
+    UNRESOLVED = "its start is not known yet"  # initial partition (rule b) whose startingOffsets awaits its broker
+    NOT_HELD = "assigned, not registered on its broker yet"
+    HELD = "held: readable"
+    OFFLINE = "its broker is offline"
+    REVOKED = "assigned to another member of the group"
+
+
+@dataclass
+class Entry:
+    state: PartitionState
+    initial: bool = False
+    """Of the new query's first assignment and never held yet: it keeps its ``startingOffsets`` start even
+    while the master moves it away (rule b)."""
+    own_end: int | None = None
+    """REVOKED: where this query had got to when it lost the partition (rule d)."""
+    why: str = ""
+
+
+Resolver = Callable[[str], "int | None"]
+"""Where a new query starts a partition (``startingOffsets``, a start time); ``None``: not known yet."""
+
+
+class PartitionLedger:
+    """The query's partitions by key, with the start rules as methods."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Entry] = {}
+        self._awaiting_first = False  # a new query that saw no assignment yet: the first one is initial
+
+    def state(self, key: str) -> PartitionState | None:
+        entry = self.entries.get(key)
+        return None if entry is None else entry.state
+
+    def mark(self, key: str, state: PartitionState, why: str = "") -> None:
+        entry = self.entries.setdefault(key, Entry(state))
+        entry.state, entry.why = state, why or state.value
+        if state is PartitionState.HELD:
+            entry.initial = False
+
+    # --- rule (b)/(e): a new query -----------------------------------------------------------------
+
+    def start_query(self, assigned: Iterable[str], held: Iterable[str], resolve: Resolver) -> Offsets:
+        """A new query's initial partitions and their starts; unresolved ones are resolved when they join."""
+        held = set(held)
+        offsets: Offsets = {}
+        assigned = sorted(assigned)
+        self._awaiting_first = not assigned
+        for key in assigned:
+            start = resolve(key)
+            self.entries[key] = Entry(PartitionState.HELD if key in held else PartitionState.NOT_HELD,
+                                      initial=key not in held)
+            if start is None:
+                self.mark(key, PartitionState.UNRESOLVED)
+            else:
+                offsets[key] = start
+        return offsets
+
+    def first_assignment(self, assigned: Iterable[str], start: Offsets) -> None:
+        """The master's first assignment arrived after ``initialOffset``: its partitions are still initial."""
+        if not self._awaiting_first:
+            return
+        assigned = [key for key in assigned if key not in start]
+        if assigned:
+            self._awaiting_first = False
+            for key in assigned:
+                self.entries[key] = Entry(PartitionState.UNRESOLVED, initial=True)
+
+    # --- partitions joining the query (rules b-e) ------------------------------------------------
+
+    def join_offset(self, key: str, stored_offset: int | None, resolve: Resolver) -> int | None:
+        """Where a partition not in the offsets yet starts: ``startingOffsets`` for an initial one (rule b),
+        else the group's committed offset (rule c); ``None`` while that cannot be known."""
+        entry = self.entries.get(key)
+        if entry is not None and entry.state is PartitionState.UNRESOLVED:
+            first, rule = resolve(key), "startingOffsets (initial partition)"
+        elif stored_offset is None:
+            return None
+        else:
+            first, rule = stored_offset, "the group's committed offset (assigned by a later rebalance)"
+        if first is not None:
+            self.mark(key, PartitionState.NOT_HELD if stored_offset is None else PartitionState.HELD)
+            log.info("partition %s joins the query at offset %d: %s", key, first, rule)
+        return first
+
+    # --- rule (d): lost and regained ------------------------------------------------------------
+
+    def keeps_start(self, key: str) -> bool:
+        """An unassigned partition whose offset stays as it is without asking the master: an initial one
+        never held (rule b) or one already known to be with another member (rule d)."""
+        entry = self.entries.get(key)
+        return entry is not None and (entry.initial or entry.state is PartitionState.REVOKED)
+
+    def revoke(self, key: str, offset: int) -> None:
+        self.entries[key] = Entry(PartitionState.REVOKED, own_end=offset)
+        log.info("partition %s is no longer assigned to this query at offset %d", key, offset)
+
+    def regain(self, key: str, own: int, stored_offset: int) -> int | None:
+        """A partition held again: the group's offset when another member read on past ``own`` (rule d)."""
+        entry = self.entries.get(key)
+        if entry is None or entry.state is not PartitionState.REVOKED:
+            return None
+        self.mark(key, PartitionState.HELD)
+        if stored_offset > own:
+            log.info("partition %s is back, and its group read on to %d: resuming there, not at this query's %d",
+                     key, stored_offset, own)
+            return stored_offset
+        return None
+
+    def forget(self, key: str) -> None:
+        self.entries.pop(key, None)

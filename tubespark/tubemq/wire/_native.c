@@ -1,0 +1,760 @@
+/* The compiled twin of TubeMQ's hot wire paths (tubespark/tubemq/wire/twin.py selects it at import): a fetch's
+ * answer to columns (fetch.py), a successful response envelope (envelope.py), a SendMessage request and its
+ * answer (send.py).
+ *
+ * Why it exists: decoding a GetMessageResponseB2C message by message in Python (protobuf objects, a CRC
+ * call, a bytes slice and five list appends per message) cost about 2.3 us per 100-byte row, most of a
+ * Spark read's CPU. Here one pass over the response bytes writes the columns of the read schema straight
+ * into flat buffers Arrow takes as they are (docs/performance/hotpath.md).
+ *
+ * What it does NOT decide: every answer it gives is one the pure-Python path gives too, and anything the
+ * pure-Python path would reject, or that this code is not sure about (a field with an unexpected wire
+ * type, a group, an over-long varint, a checksum mismatch, a bad attribute prefix, a missing required
+ * field, an error text that is not UTF-8), makes it return None: the caller then runs the pure-Python
+ * decoder on the same bytes, which raises the one typed error with its one text. So error semantics live
+ * in one place (message.py, envelope.py) and this file only ever takes the well-formed fast lane.
+ *
+ * Wire facts: protobuf encoding of broker_service.proto's GetMessageResponseB2C and TransferedMessage
+ * (docs/tubemq/protocol.md), the payload layout and checksum of docs/tubemq/protocol.md "Message payload".
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------- CRC-32 (IEEE) */
+/* The checksum TubeMQ puts in TransferedMessage.checkSum: zlib's CRC-32 of the payload, masked to 31 bits.
+ * Slicing-by-8 tables, built once at import. */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = crc_table[0][n];
+        for (int t = 1; t < 8; t++) {
+            c = crc_table[0][c & 0xFF] ^ (c >> 8);
+            crc_table[t][n] = c;
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* Carry-less multiplication folding (Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"):
+ * 64 bytes a step, 4-8x the table's speed on 1 KiB payloads. The constants are powers of x modulo the
+ * reflected IEEE polynomial: x^(4*128+-32) for the 4-lane fold (R1, R2), x^(128+-32) for the 1-lane fold
+ * (R3, R4), x^64 for the 64->32 bit fold (R5), and the polynomial with its Barrett constant. */
+#include <immintrin.h>
+#define HAVE_CLMUL 1
+
+__attribute__((target("pclmul,sse4.1"))) static inline __m128i fold16(__m128i x, __m128i data, __m128i k) {
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x11), _mm_clmulepi64_si128(x, k, 0x00)), data);
+}
+
+/* The CRC register after ``len`` bytes (len >= 64, a multiple of 16), from register ``crc``. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(uint32_t crc, const unsigned char *p,
+                                                                     Py_ssize_t len) {
+    const __m128i r2r1 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i r4r3 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i r5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL); /* Barrett u, P */
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)p), x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32)), x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    p += 64;
+    len -= 64;
+    while (len >= 64) {
+        x1 = fold16(x1, _mm_loadu_si128((const __m128i *)p), r2r1);
+        x2 = fold16(x2, _mm_loadu_si128((const __m128i *)(p + 16)), r2r1);
+        x3 = fold16(x3, _mm_loadu_si128((const __m128i *)(p + 32)), r2r1);
+        x4 = fold16(x4, _mm_loadu_si128((const __m128i *)(p + 48)), r2r1);
+        p += 64;
+        len -= 64;
+    }
+    x1 = fold16(x1, x2, r4r3);
+    x1 = fold16(x1, x3, r4r3);
+    x1 = fold16(x1, x4, r4r3);
+    while (len >= 16) {
+        x1 = fold16(x1, _mm_loadu_si128((const __m128i *)p), r4r3);
+        p += 16;
+        len -= 16;
+    }
+    /* 128 -> 64 bits (R4 times the low half), then 64 -> 32 (R5), then Barrett's reduction */
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), _mm_clmulepi64_si128(x1, r4r3, 0x10));
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 4), _mm_clmulepi64_si128(_mm_and_si128(x1, mask32), r5, 0x00));
+    __m128i t = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, mask32), poly, 0x10), mask32);
+    x1 = _mm_xor_si128(x1, _mm_clmulepi64_si128(t, poly, 0x00));
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+
+static int have_clmul;
+#endif
+
+static uint32_t crc32_ieee(const unsigned char *p, Py_ssize_t len) {
+    uint32_t c = 0xFFFFFFFFu;
+#ifdef HAVE_CLMUL
+    if (have_clmul && len >= 64) {
+        Py_ssize_t n = len & ~(Py_ssize_t)15;
+        c = crc32_clmul(c, p, n);
+        p += n;
+        len -= n;
+    }
+#endif
+    while (len && ((uintptr_t)p & 7)) {
+        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+        len--;
+    }
+    while (len >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+#if PY_BIG_ENDIAN
+        lo = __builtin_bswap32(lo);
+        hi = __builtin_bswap32(hi);
+#endif
+        lo ^= c;
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
+            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
+            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        len -= 8;
+    }
+    while (len--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* ------------------------------------------------------------------------------------ protobuf reading */
+
+typedef struct {
+    const unsigned char *p;
+    const unsigned char *end;
+} Cursor;
+
+/* A varint of at most 10 bytes whose value fits 64 bits; 0 for anything else (the caller gives up). */
+static int read_varint(Cursor *c, uint64_t *out) {
+    uint64_t value = 0;
+    for (int i = 0; i < 10; i++) {
+        if (c->p >= c->end) return 0;
+        unsigned char b = *c->p++;
+        if (i == 9 && b > 1) return 0;
+        value |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A tag of at most 5 bytes, field number >= 1; 0 for anything else. */
+static int read_tag(Cursor *c, uint32_t *field, uint32_t *wire_type) {
+    const unsigned char *start = c->p;
+    uint64_t tag;
+    if (!read_varint(c, &tag) || c->p - start > 5 || tag > 0xFFFFFFFFu || (tag >> 3) == 0) return 0;
+    *field = (uint32_t)(tag >> 3);
+    *wire_type = (uint32_t)(tag & 7);
+    return 1;
+}
+
+static int read_length(Cursor *c, const unsigned char **data, Py_ssize_t *len) {
+    uint64_t n;
+    if (!read_varint(c, &n) || n > (uint64_t)(c->end - c->p)) return 0;
+    *data = c->p;
+    *len = (Py_ssize_t)n;
+    c->p += n;
+    return 1;
+}
+
+/* Skip an unknown field of wire type 0, 1, 2 or 5; groups (3, 4) and the rest are not taken. */
+static int skip_field(Cursor *c, uint32_t wire_type) {
+    uint64_t v;
+    const unsigned char *d;
+    Py_ssize_t n;
+    switch (wire_type) {
+    case 0: return read_varint(c, &v);
+    case 1: if (c->end - c->p < 8) return 0; c->p += 8; return 1;
+    case 2: return read_length(c, &d, &n);
+    case 5: if (c->end - c->p < 4) return 0; c->p += 4; return 1;
+    default: return 0;
+    }
+}
+
+typedef struct {
+    int64_t message_id;
+    int32_t checksum;
+    int32_t flag;
+    const unsigned char *payload;
+    Py_ssize_t payload_len;
+} Transfered;
+
+/* One TransferedMessage: every field required; the last of a repeated field wins, as protobuf merges. */
+static int read_message(const unsigned char *data, Py_ssize_t len, Transfered *m) {
+    Cursor c = {data, data + len};
+    int seen = 0;
+    while (c.p < c.end) {
+        uint32_t field, wt;
+        uint64_t v;
+        if (!read_tag(&c, &field, &wt)) return 0;
+        if (field == 1 || field == 2 || field == 4) {
+            if (wt != 0 || !read_varint(&c, &v)) return 0;
+            if (field == 1) m->message_id = (int64_t)v;
+            else if (field == 2) m->checksum = (int32_t)(uint32_t)v;
+            else m->flag = (int32_t)(uint32_t)v;
+            seen |= 1 << field;
+        } else if (field == 3) {
+            if (wt != 2 || !read_length(&c, &m->payload, &m->payload_len)) return 0;
+            seen |= 1 << 3;
+        } else if (!skip_field(&c, wt)) {
+            return 0;
+        }
+    }
+    return seen == ((1 << 1) | (1 << 2) | (1 << 3) | (1 << 4));
+}
+
+typedef struct {
+    int success;
+    int32_t err_code;
+    const unsigned char *err_msg;
+    Py_ssize_t err_msg_len;
+    int64_t curr_offset;
+    int64_t max_offset;
+    Py_ssize_t count;
+} Header;
+
+/* GetMessageResponseB2C's fields, every message checked (not decoded); 0 when not sure. */
+static int read_header(const unsigned char *data, Py_ssize_t len, Header *h) {
+    Cursor c = {data, data + len};
+    int seen = 0;
+    memset(h, 0, sizeof(*h));
+    while (c.p < c.end) {
+        uint32_t field, wt;
+        uint64_t v;
+        const unsigned char *d;
+        Py_ssize_t n;
+        if (!read_tag(&c, &field, &wt)) return 0;
+        switch (field) {
+        case 1: case 2: case 5: case 6: case 7: case 8: case 9: case 10:
+            if (wt != 0 || !read_varint(&c, &v)) return 0;
+            if (field == 1) h->success = v != 0;
+            else if (field == 2) h->err_code = (int32_t)(uint32_t)v;
+            else if (field == 5) h->curr_offset = (int64_t)v;
+            else if (field == 10) h->max_offset = (int64_t)v;
+            seen |= 1 << field;
+            break;
+        case 3:
+            if (wt != 2 || !read_length(&c, &h->err_msg, &h->err_msg_len)) return 0;
+            break;
+        case 4: {
+            Transfered m;
+            if (wt != 2 || !read_length(&c, &d, &n) || !read_message(d, n, &m)) return 0;
+            h->count++;
+            break;
+        }
+        default:
+            if (!skip_field(&c, wt)) return 0;
+        }
+    }
+    return (seen & 6) == 6; /* success and errCode are required */
+}
+
+/* ------------------------------------------------------------------------------------- scan_fetch */
+
+PyDoc_STRVAR(scan_fetch_doc,
+"scan_fetch(data) -> (success, errCode, errMsg, currOffset, maxOffset, count) | None\n\n"
+"Check a GetMessageResponseB2C's structure (every message included) and return its header fields;\n"
+"None when the pure-Python parser must decide (it raises the typed error for garbage).");
+
+static PyObject *scan_fetch(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    Header h;
+    PyObject *msg, *result = NULL;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (!read_header(buf.buf, buf.len, &h)) {
+        PyBuffer_Release(&buf);
+        Py_RETURN_NONE;
+    }
+    msg = PyUnicode_DecodeUTF8((const char *)h.err_msg, h.err_msg_len, "strict");
+    if (msg == NULL) {
+        PyBuffer_Release(&buf);
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    result = Py_BuildValue("(NiNLLn)", PyBool_FromLong(h.success), (int)h.err_code, msg,
+                           (long long)h.curr_offset, (long long)h.max_offset, h.count);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------ decode_fetch */
+
+/* Distinct attribute texts of one fetch: an open-addressing table of (offset, length) into the response. */
+typedef struct {
+    const unsigned char *text;
+    Py_ssize_t len;
+    uint32_t hash;
+    int32_t index;
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask;
+    int32_t count;
+    const unsigned char **texts;
+    Py_ssize_t *lens;
+    size_t capacity;
+} TextTable;
+
+static uint32_t hash_text(const unsigned char *p, Py_ssize_t n) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+static int table_init(TextTable *t) {
+    memset(t, 0, sizeof(*t));
+    t->mask = 63;
+    t->slots = PyMem_Calloc(t->mask + 1, sizeof(Slot));
+    t->capacity = 16;
+    t->texts = PyMem_Malloc(t->capacity * sizeof(*t->texts));
+    t->lens = PyMem_Malloc(t->capacity * sizeof(*t->lens));
+    return t->slots && t->texts && t->lens;
+}
+
+static void table_free(TextTable *t) {
+    PyMem_Free(t->slots);
+    PyMem_Free(t->texts);
+    PyMem_Free(t->lens);
+}
+
+static int table_grow(TextTable *t) {
+    size_t size = (t->mask + 1) * 2;
+    Slot *slots = PyMem_Calloc(size, sizeof(Slot));
+    if (!slots) return 0;
+    for (size_t i = 0; i <= t->mask; i++) {
+        Slot *s = &t->slots[i];
+        if (!s->index) continue;
+        size_t j = s->hash & (size - 1);
+        while (slots[j].index) j = (j + 1) & (size - 1);
+        slots[j] = *s;
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->mask = size - 1;
+    return 1;
+}
+
+/* Index (>= 1) of ``text`` among the fetch's distinct texts, adding it when new; -1 when out of memory. */
+static int32_t table_index(TextTable *t, const unsigned char *text, Py_ssize_t len) {
+    uint32_t h = hash_text(text, len);
+    size_t j = h & t->mask;
+    for (;;) {
+        Slot *s = &t->slots[j];
+        if (!s->index) break;
+        if (s->hash == h && s->len == len && memcmp(s->text, text, (size_t)len) == 0) return s->index;
+        j = (j + 1) & t->mask;
+    }
+    if ((size_t)t->count >= t->capacity) {
+        size_t cap = t->capacity * 2;
+        const unsigned char **texts = PyMem_Realloc(t->texts, cap * sizeof(*texts));
+        if (!texts) return -1;
+        t->texts = texts;
+        Py_ssize_t *lens = PyMem_Realloc(t->lens, cap * sizeof(*lens));
+        if (!lens) return -1;
+        t->lens = lens;
+        t->capacity = cap;
+    }
+    t->texts[t->count] = text;
+    t->lens[t->count] = len;
+    t->count++;
+    Slot *s = &t->slots[j];
+    s->text = text;
+    s->len = len;
+    s->hash = h;
+    s->index = t->count; /* 0 marks an empty slot; index 0 of the result means "no attribute prefix" */
+    if ((size_t)t->count * 2 > t->mask && !table_grow(t)) return -1;
+    return t->count;
+}
+
+static uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+PyDoc_STRVAR(decode_fetch_doc,
+"decode_fetch(data, start, step, verify[, count]) -> tuple | None\n\n"
+"The messages of a GetMessageResponseB2C as flat little-endian buffers:\n"
+"(count, message_ids int64[n], offsets int64[n], value_offsets int32[n+1], values, text_index int32[n],\n"
+"texts). Row k's offset is start + step*k (-1 for every row when step is 0); text_index[k] is 0 for a\n"
+"message without attribute prefix, else 1 + the position in ``texts`` (each distinct attribute text\n"
+"once, as bytes). None when the pure-Python decoder must decide: a structure it is not sure of, a\n"
+"checksum mismatch (with verify), a bad attribute length. ``count``: what scan_fetch said of the same\n"
+"bytes, which spares checking their structure twice.");
+
+static PyObject *decode_fetch(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    long long start, step;
+    int verify;
+    Header h;
+    PyObject *ids = NULL, *offsets = NULL, *value_offsets = NULL, *values = NULL, *index = NULL, *texts = NULL;
+    PyObject *result = NULL;
+    TextTable table;
+    int table_ok = 0;
+
+    Py_ssize_t n = -1;
+    if (!PyArg_ParseTuple(args, "y*LLp|n", &buf, &start, &step, &verify, &n)) return NULL;
+    if (n < 0) { /* not scanned yet (scan_fetch gives the count of the same bytes): check the structure */
+        if (!read_header(buf.buf, buf.len, &h)) goto fallback;
+        n = h.count;
+    }
+    ids = PyBytes_FromStringAndSize(NULL, n * 8);
+    offsets = PyBytes_FromStringAndSize(NULL, n * 8);
+    value_offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    values = PyBytes_FromStringAndSize(NULL, buf.len); /* every body lies in the response: an upper bound */
+    index = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!ids || !offsets || !value_offsets || !values || !index) goto error;
+    if (!(table_ok = table_init(&table))) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    int64_t *id_out = (int64_t *)PyBytes_AS_STRING(ids);
+    int64_t *offset_out = (int64_t *)PyBytes_AS_STRING(offsets);
+    int32_t *vo_out = (int32_t *)PyBytes_AS_STRING(value_offsets);
+    unsigned char *value_out = (unsigned char *)PyBytes_AS_STRING(values);
+    int32_t *index_out = (int32_t *)PyBytes_AS_STRING(index);
+    Py_ssize_t written = 0, k = 0;
+    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
+    const unsigned char *last_text = NULL; /* one producer's messages share a text: compare before hashing */
+    Py_ssize_t last_len = -1;
+    int32_t last_index = 0;
+    vo_out[0] = 0;
+    while (c.p < c.end) {
+        uint32_t field = 0, wt = 0;
+        const unsigned char *d = NULL;
+        Py_ssize_t len = 0;
+        Transfered m;
+        /* read_header checked the whole structure already; these checks only keep the compiler sure */
+        if (!read_tag(&c, &field, &wt)) goto fallback;
+        if (field != 4) {
+            if (!skip_field(&c, wt)) goto fallback;
+            continue;
+        }
+        if (!read_length(&c, &d, &len) || !read_message(d, len, &m) || k >= n) goto fallback;
+        if (verify && (int32_t)(crc32_ieee(m.payload, m.payload_len) & 0x7FFFFFFFu) != m.checksum) goto fallback;
+        const unsigned char *body = m.payload;
+        Py_ssize_t body_len = m.payload_len;
+        int32_t text_index = 0;
+        if (m.flag & 1) { /* MSG_FLAG_HAS_ATTRIBUTES */
+            if (m.payload_len < 4) goto fallback;
+            uint32_t attr_len = be32(m.payload);
+            if (attr_len > 0x7FFFFFFFu || (Py_ssize_t)attr_len > m.payload_len - 4) goto fallback;
+            if ((Py_ssize_t)attr_len == last_len && memcmp(last_text, m.payload + 4, attr_len) == 0) {
+                text_index = last_index;
+            } else {
+                text_index = table_index(&table, m.payload + 4, (Py_ssize_t)attr_len);
+                if (text_index < 0) {
+                    PyErr_NoMemory();
+                    goto error;
+                }
+                last_text = m.payload + 4;
+                last_len = (Py_ssize_t)attr_len;
+                last_index = text_index;
+            }
+            body = m.payload + 4 + attr_len;
+            body_len = m.payload_len - 4 - (Py_ssize_t)attr_len;
+        }
+        memcpy(value_out + written, body, (size_t)body_len);
+        written += body_len;
+        id_out[k] = m.message_id;
+        offset_out[k] = step ? (int64_t)start + (int64_t)step * (int64_t)k : -1;
+        index_out[k] = text_index;
+        k++;
+        vo_out[k] = (int32_t)written;
+    }
+    if (k != n) goto fallback; /* a count that is not this answer's */
+    if (_PyBytes_Resize(&values, written) < 0) goto error;
+    texts = PyList_New(table.count);
+    if (!texts) goto error;
+    for (int32_t i = 0; i < table.count; i++) {
+        PyObject *text = PyBytes_FromStringAndSize((const char *)table.texts[i], table.lens[i]);
+        if (!text) goto error;
+        PyList_SET_ITEM(texts, i, text);
+    }
+    result = Py_BuildValue("(nNNNNNN)", n, ids, offsets, value_offsets, values, index, texts);
+    ids = offsets = value_offsets = values = index = texts = NULL;
+    goto done;
+
+fallback:
+    result = Py_None;
+    Py_INCREF(result);
+    goto done;
+error:
+    result = NULL;
+done:
+    Py_XDECREF(ids);
+    Py_XDECREF(offsets);
+    Py_XDECREF(value_offsets);
+    Py_XDECREF(values);
+    Py_XDECREF(index);
+    Py_XDECREF(texts);
+    if (table_ok) table_free(&table);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------- response envelope */
+
+/* One varint-delimited message: [start, start+len) of the envelope, or 0. */
+static int read_delimited(Cursor *c, Cursor *message) {
+    const unsigned char *d;
+    Py_ssize_t n;
+    if (!read_length(c, &d, &n)) return 0;
+    message->p = d;
+    message->end = d + n;
+    return 1;
+}
+
+/* The varint fields ``wanted`` (a bit per field number < 32) of a message without length-delimited fields
+ * of interest; other fields are skipped. 0 when not sure. */
+static int read_varints(Cursor m, uint32_t wanted, uint64_t *values, uint32_t *seen) {
+    *seen = 0;
+    while (m.p < m.end) {
+        uint32_t field, wt;
+        if (!read_tag(&m, &field, &wt)) return 0;
+        if (field < 32 && (wanted >> field) & 1) {
+            if (wt != 0 || !read_varint(&m, &values[field])) return 0;
+            *seen |= 1u << field;
+        } else if (!skip_field(&m, wt)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(decode_response_doc,
+"decode_response(payload) -> (method, data) | None\n\n"
+"A successful response envelope (RpcConnHeader flag 1, ResponseHeader SUCCESS, RspResponseBody); None for\n"
+"anything else (an RPC exception, garbage, an unusual encoding): envelope.py decides those.");
+
+static PyObject *decode_response(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len}, conn, header, body;
+    uint64_t values[32];
+    uint32_t seen;
+    const unsigned char *data = NULL;
+    Py_ssize_t data_len = 0;
+    int have_method = 0, have_data = 0;
+    uint64_t method = 0;
+    if (!read_delimited(&c, &conn) || !read_varints(conn, 1u << 1, values, &seen) || !(seen & 2) ||
+        (int32_t)(uint32_t)values[1] != 1)
+        goto fallback; /* RpcConnHeader.flag: 1 = response */
+    if (!read_delimited(&c, &header) || !read_varints(header, (1u << 1) | (1u << 2) | (1u << 3), values, &seen) ||
+        !(seen & 2) || values[1] != 0)
+        goto fallback; /* ResponseHeader.status: SUCCESS (0) only */
+    if (!read_delimited(&c, &body)) goto fallback;
+    while (body.p < body.end) { /* RspResponseBody: method = 1 (int32), data = 2 (bytes), both required */
+        uint32_t field, wt;
+        if (!read_tag(&body, &field, &wt)) goto fallback;
+        if (field == 1) {
+            if (wt != 0 || !read_varint(&body, &method)) goto fallback;
+            have_method = 1;
+        } else if (field == 2) {
+            if (wt != 2 || !read_length(&body, &data, &data_len)) goto fallback;
+            have_data = 1;
+        } else if (!skip_field(&body, wt)) {
+            goto fallback;
+        }
+    }
+    if (!have_method || !have_data) goto fallback;
+    result = Py_BuildValue("(iy#)", (int)(int32_t)(uint32_t)method, (const char *)data, data_len);
+    PyBuffer_Release(&buf);
+    return result;
+fallback:
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------------- SendMessage */
+
+static Py_ssize_t varint_len(uint64_t v) {
+    Py_ssize_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static unsigned char *put_varint(unsigned char *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (unsigned char)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (unsigned char)v;
+    return p;
+}
+
+static unsigned char *put_bytes(unsigned char *p, uint32_t field, const char *d, Py_ssize_t n) {
+    *p++ = (unsigned char)(field << 3 | 2);
+    p = put_varint(p, (uint64_t)n);
+    memcpy(p, d, (size_t)n);
+    return p + n;
+}
+
+static unsigned char *put_int(unsigned char *p, uint32_t field, int64_t v) {
+    *p++ = (unsigned char)(field << 3);
+    return put_varint(p, (uint64_t)v); /* int32 and int64 alike: negative values sign-extended to 10 bytes */
+}
+
+#define BYTES_LEN(n) (1 + varint_len((uint64_t)(n)) + (n))
+#define INT_LEN(v) (1 + varint_len((uint64_t)(int64_t)(v)))
+
+PyDoc_STRVAR(encode_send_doc,
+"encode_send(client_id, topic, partition_id, data, flag, checksum, sent_addr, msg_type, msg_time,\n"
+"            visit_token, auth_token, method, service_type, protocol_ver, timeout_ms) -> bytes\n\n"
+"The request envelope of one SendMessage call, byte for byte what envelope.encode_request makes of a\n"
+"SendMessageRequestP2B with these fields (msg_type, msg_time: None = unset; visit_token None = no\n"
+"authInfo). Raises OverflowError / UnicodeEncodeError / TypeError where the caller must ask the\n"
+"pure-Python encoder.");
+
+static PyObject *encode_send(PyObject *self, PyObject *args) {
+    const char *client, *topic, *msg_type, *msg_time, *auth_token;
+    Py_ssize_t client_len, topic_len, msg_type_len, msg_time_len, auth_token_len;
+    int partition, flag, checksum, sent_addr, method, service_type, protocol_ver;
+    long long timeout;
+    PyObject *visit_obj, *out;
+    Py_buffer data;
+    long long visit = 0;
+    if (!PyArg_ParseTuple(args, "s#s#iy*iiiz#z#Oz#iiiL", &client, &client_len, &topic, &topic_len, &partition,
+                          &data, &flag, &checksum, &sent_addr, &msg_type, &msg_type_len, &msg_time, &msg_time_len,
+                          &visit_obj, &auth_token, &auth_token_len, &method, &service_type, &protocol_ver, &timeout))
+        return NULL;
+    int auth = visit_obj != Py_None;
+    if (auth) {
+        visit = PyLong_AsLongLong(visit_obj);
+        if (visit == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&data);
+            return NULL;
+        }
+        if (!auth_token) auth_token = "", auth_token_len = 0;
+    }
+    Py_ssize_t auth_len = auth ? INT_LEN(visit) + BYTES_LEN(auth_token_len) : 0;
+    Py_ssize_t inner = BYTES_LEN(client_len) + BYTES_LEN(topic_len) + INT_LEN(partition) + BYTES_LEN(data.len) +
+                       INT_LEN(flag) + INT_LEN(checksum) + INT_LEN(sent_addr) +
+                       (msg_type ? BYTES_LEN(msg_type_len) : 0) + (msg_time ? BYTES_LEN(msg_time_len) : 0) +
+                       (auth ? BYTES_LEN(auth_len) : 0);
+    Py_ssize_t header = INT_LEN(service_type) + INT_LEN(protocol_ver);
+    Py_ssize_t body = INT_LEN(method) + INT_LEN(timeout) + BYTES_LEN(inner);
+    Py_ssize_t total = 3 + 1 + header + varint_len((uint64_t)body) + body;
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    *p++ = 2; /* RpcConnHeader{flag = 0 (request)}, delimited */
+    *p++ = 0x08;
+    *p++ = 0;
+    *p++ = (unsigned char)header; /* RequestHeader{serviceType, protocolVer}: a few bytes */
+    p = put_int(p, 1, service_type);
+    p = put_int(p, 2, protocol_ver);
+    p = put_varint(p, (uint64_t)body); /* RequestBody{method, timeout, request} */
+    p = put_int(p, 1, method);
+    p = put_int(p, 2, timeout);
+    *p++ = 3 << 3 | 2;
+    p = put_varint(p, (uint64_t)inner); /* SendMessageRequestP2B, fields in number order */
+    p = put_bytes(p, 1, client, client_len);
+    p = put_bytes(p, 2, topic, topic_len);
+    p = put_int(p, 3, partition);
+    p = put_bytes(p, 4, data.buf, data.len);
+    p = put_int(p, 5, flag);
+    p = put_int(p, 6, checksum);
+    p = put_int(p, 7, sent_addr);
+    if (msg_type) p = put_bytes(p, 8, msg_type, msg_type_len);
+    if (msg_time) p = put_bytes(p, 9, msg_time, msg_time_len);
+    if (auth) {
+        *p++ = 10 << 3 | 2;
+        p = put_varint(p, (uint64_t)auth_len); /* AuthorizedInfo{visitAuthorizedToken, authAuthorizedToken} */
+        p = put_int(p, 1, visit);
+        p = put_bytes(p, 2, auth_token, auth_token_len);
+    }
+    PyBuffer_Release(&data);
+    if (p != (unsigned char *)PyBytes_AS_STRING(out) + total || header >= 0x80) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "encode_send: size mismatch");
+        return NULL;
+    }
+    return out;
+}
+
+PyDoc_STRVAR(decode_send_answer_doc,
+"decode_send_answer(data) -> (success, errCode, errMsg, messageId, appendTime, appendOffset) | None\n\n"
+"A SendMessageResponseB2P's fields; None where the pure-Python parser must decide.");
+
+static PyObject *decode_send_answer(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
+    uint64_t values[8] = {0};
+    uint32_t seen = 0;
+    const unsigned char *msg = NULL;
+    Py_ssize_t msg_len = 0;
+    while (c.p < c.end) {
+        uint32_t field, wt;
+        if (!read_tag(&c, &field, &wt)) goto fallback;
+        if (field == 3) {
+            if (wt != 2 || !read_length(&c, &msg, &msg_len)) goto fallback;
+            seen |= 1u << 3;
+        } else if (field >= 1 && field <= 7) {
+            if (wt != 0 || !read_varint(&c, &values[field])) goto fallback;
+            seen |= 1u << field;
+        } else if (!skip_field(&c, wt)) {
+            goto fallback;
+        }
+    }
+    if ((seen & 0xE) != 0xE) goto fallback; /* success, errCode, errMsg are required */
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)msg, msg_len, "strict");
+    if (!text) {
+        PyBuffer_Release(&buf);
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(NiNLLL)", PyBool_FromLong(values[1] != 0), (int)(int32_t)(uint32_t)values[2], text,
+                         (long long)values[5], (long long)values[6], (long long)values[7]);
+fallback:
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------------------- module */
+
+static PyMethodDef methods[] = {
+    {"scan_fetch", scan_fetch, METH_O, scan_fetch_doc},
+    {"decode_fetch", decode_fetch, METH_VARARGS, decode_fetch_doc},
+    {"decode_response", decode_response, METH_O, decode_response_doc},
+    {"encode_send", encode_send, METH_VARARGS, encode_send_doc},
+    {"decode_send_answer", decode_send_answer, METH_O, decode_send_answer_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "Compiled twin of TubeMQ's hot wire paths; selected by tubespark.tubemq.wire.twin.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    crc_init();
+#ifdef HAVE_CLMUL
+    __builtin_cpu_init();
+    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+    return PyModule_Create(&module);
+}

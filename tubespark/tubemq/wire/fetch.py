@@ -1,0 +1,181 @@
+"""A fetch's answer (GetMessageResponseB2C) from bytes to columns: the read's hot path, in two twins.
+
+The pure-Python twin parses the answer with protobuf and decodes its messages with
+:func:`~tubespark.tubemq.wire.message.decode_columns` into :class:`MessageColumns` (lists). The compiled
+twin (``_native.c``, selected at import by :mod:`~tubespark.tubemq.wire.twin`) walks the same bytes once
+and gives :class:`PackedColumns`: flat buffers Arrow takes without copying (value offsets and bytes,
+message ids, offsets) plus each distinct attribute text of the fetch once, which this module decodes
+with the same Python functions as the other twin (a producer's messages share one text, so that is a
+handful per fetch).
+
+One behaviour, two speeds: whenever the compiled code is not sure (garbage, an unusual encoding, a
+checksum mismatch, a bad attribute prefix, attributes that are not UTF-8) it answers None and the
+pure-Python twin decodes the same bytes, so every error is raised by one piece of code with one type and
+one text. ``tests/unit/tubemq/test_fetch_twins.py`` runs both over the same inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from tubespark.tubemq.wire import twin
+from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE
+from tubespark.tubemq.wire.envelope import parse_message
+from tubespark.tubemq.wire.message import (
+    NO_ATTRIBUTES,
+    MessageColumns,
+    ReceivedMessage,
+    decode_attributes,
+    decode_columns,
+)
+from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
+
+
+@dataclass(frozen=True)
+class PackedColumns:
+    """A fetch's messages as the compiled twin leaves them: little-endian buffers, ``count`` rows.
+
+    Row ``k``: message id ``int64`` at ``k`` of ``id_buffer``; offset ``int64`` at ``k`` of
+    ``offset_buffer``; value bytes ``value_buffer[vo[k]:vo[k+1]]`` with ``vo`` the ``int32`` array
+    ``value_offset_buffer``; attribute text ``text_index[k]`` (``int32``) into ``text_attributes``,
+    ``text_msg_types`` and ``text_msg_times`` (entry 0: no attribute prefix). The buffers may hold more
+    rows than ``count`` (:meth:`head` only lowers the count). As with :class:`MessageColumns`, rows with
+    the same text share one attributes mapping: read it, never change it.
+    """
+
+    count: int
+    id_buffer: bytes
+    offset_buffer: bytes
+    value_offset_buffer: bytes
+    value_buffer: bytes
+    text_index_buffer: bytes
+    text_attributes: Sequence[Mapping[str, str]]
+    text_msg_types: Sequence[str]
+    text_msg_times: Sequence[str]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def head(self, count: int) -> PackedColumns:
+        """The first ``count`` rows (the buffers are shared)."""
+        return replace(self, count=max(0, min(count, self.count)))
+
+    @functools.cached_property
+    def unpacked(self) -> MessageColumns:
+        """The same rows as :class:`MessageColumns` (for the paths that need Python objects per row)."""
+        n = self.count
+        ids = memoryview(self.id_buffer).cast("q")[:n].tolist()
+        offsets = memoryview(self.offset_buffer).cast("q")[:n].tolist()
+        bounds = memoryview(self.value_offset_buffer).cast("i")[:n + 1].tolist()
+        values = self.value_buffer
+        data = [values[bounds[k]:bounds[k + 1]] for k in range(n)]
+        index = memoryview(self.text_index_buffer).cast("i")[:n].tolist()
+        attrs, types, times = self.text_attributes, self.text_msg_types, self.text_msg_times
+        return MessageColumns(ids, data, [attrs[i] for i in index], [types[i] for i in index],
+                              [times[i] for i in index], offsets)
+
+    # MessageColumns' interface, through the unpacked rows
+
+    @property
+    def message_ids(self) -> list[int]:
+        return self.unpacked.message_ids
+
+    @property
+    def attributes(self) -> list[Mapping[str, str]]:
+        return self.unpacked.attributes
+
+    def without_ids(self, drop: set[int]) -> MessageColumns:
+        return self.unpacked.without_ids(drop)
+
+    def where(self, keep: list[bool]) -> MessageColumns | PackedColumns:
+        return self if all(keep) else self.unpacked.where(keep)
+
+    def messages(self) -> list[ReceivedMessage]:
+        return self.unpacked.messages()
+
+
+Columns = MessageColumns | PackedColumns
+"""What a fetch decodes to: lists from the pure-Python twin, buffers from the compiled one."""
+
+
+def _decode_texts(texts: list[bytes]) -> tuple[list[Mapping[str, str]], list[str], list[str]] | None:
+    """Each distinct attribute text as decode_columns decodes it; None when one is not UTF-8 (the
+    pure-Python twin then raises, naming the first message that carries it)."""
+    attributes: list[Mapping[str, str]] = [NO_ATTRIBUTES]
+    msg_types, msg_times = [""], [""]
+    for text in texts:
+        try:
+            decoded = decode_attributes(text.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        attributes.append(decoded)
+        msg_types.append(decoded.get(ATTR_MSG_TYPE, ""))
+        msg_times.append(decoded.get(ATTR_MSG_TIME, ""))
+    return attributes, msg_types, msg_times
+
+
+def decode_packed(data: bytes, start: int, *, verify: bool = True, step: int = 0,
+                  count: int = -1) -> PackedColumns | None:
+    """The compiled twin on a GetMessageResponseB2C's bytes; None when it is absent or not sure. ``count``:
+    the messages the compiled :func:`parse_fetch_reply` counted in the same bytes (-1: not scanned)."""
+    compiled = twin.native()
+    if compiled is None:
+        return None
+    packed = compiled.decode_fetch(data, start, step, verify, count)
+    if packed is None:
+        return None
+    count, ids, offsets, value_offsets, values, index, texts = packed
+    decoded = _decode_texts(texts)
+    if decoded is None:
+        return None
+    return PackedColumns(count, ids, offsets, value_offsets, values, index, *decoded)
+
+
+class FetchReply:
+    """A GetMessageResponseB2C as the read needs it: the fields :func:`~tubespark.tubemq.client.common.check`
+    and the reader look at, and the messages, decoded only when asked (:meth:`columns`).
+
+    Made by :func:`parse_fetch_reply` on the connection's reader thread, which has checked the whole
+    structure by then: garbage fails the call there (and closes the connection) in both twins.
+    """
+
+    def __init__(self, success: bool, err_code: int, err_msg: str, curr_offset: int, max_offset: int, *,
+                 data: bytes | None = None, count: int = -1, proto: bpb.GetMessageResponseB2C | None = None) -> None:
+        self.success = success
+        self.errCode = err_code
+        self.errMsg = err_msg
+        self.currOffset = curr_offset
+        self.maxOffset = max_offset
+        self._data = data
+        self._count = count  # messages in data, as the compiled scan counted them (-1: not scanned)
+        self._proto = proto
+
+    @property
+    def messages(self) -> Sequence[bpb.TransferedMessage]:
+        """The messages as protobuf objects (parsed on first use when the compiled twin checked the bytes)."""
+        if self._proto is None:
+            assert self._data is not None
+            self._proto = parse_message(bpb.GetMessageResponseB2C, self._data)
+        return self._proto.messages
+
+    def columns(self, start: int, *, verify: bool = True, step: int = 0) -> Columns:
+        """The messages as columns, row ``k`` at offset ``start + step*k``; errors are decode_columns'."""
+        if self._data is not None:
+            packed = decode_packed(self._data, start, verify=verify, step=step, count=self._count)
+            if packed is not None:
+                return packed
+        return decode_columns(self.messages, start, verify=verify, step=step)
+
+
+def parse_fetch_reply(data: bytes) -> FetchReply:
+    """GetMessageResponseB2C bytes -> :class:`FetchReply`; ProtobufDecodeError for garbage (parse_message's)."""
+    compiled = twin.native()
+    if compiled is not None:
+        header = compiled.scan_fetch(data)
+        if header is not None:
+            success, err_code, err_msg, curr_offset, max_offset, count = header
+            return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data, count=count)
+    proto = parse_message(bpb.GetMessageResponseB2C, data)
+    return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, proto=proto)
