@@ -340,6 +340,7 @@ class ConnectionPool(Generic[C]):
     def __init__(self, opener: Callable[[str], C]) -> None:
         self._opener = opener
         self._conns: dict[str, C] = {}
+        self._opened: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def get(self, address: str) -> C:
@@ -348,7 +349,14 @@ class ConnectionPool(Generic[C]):
             if conn is None or conn.closed:
                 conn = self._opener(address)
                 self._conns[address] = conn
+                self._opened[address] = self._opened.get(address, 0) + 1
             return conn
+
+    def opened(self, address: str) -> int:
+        """How many connections to ``address`` this pool has opened: a server that restarted broke the last
+        one, so a change tells a caller the server may have restarted (the stream engine's incarnation)."""
+        with self._lock:
+            return self._opened.get(address, 0)
 
     def drop(self, address: str) -> None:
         """Close and forget the connection to ``address`` (the next :meth:`get` opens a new one)."""

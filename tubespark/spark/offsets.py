@@ -142,10 +142,20 @@ SKIP_MARK = "#skip"
 """Older checkpoints' mark of a range skipped, not read: ``end["<key>#skip"] == end[key]``. Read as a
 ``#from`` mark equal to the end (the same meaning); never written any more."""
 
+LAST_MARK = "#last"
+"""``end["<key>#last"]``: the fingerprint of the last message of ``key`` below ``end[key]`` (the one this
+query read last there), taken when the batch was planned, while the broker still held it.
+
+A broker that loses acknowledged messages (TubeMQ after a kill -9 with its memory cache on) gives their offsets
+to new messages; once it has been refilled past the query's offset, nothing in the offsets themselves shows it.
+The fingerprint does: :class:`tubespark.spark.stream_engine.StreamEngine` reads the message there again after
+a restart and when the broker may have restarted, and a different one means the offsets were reused. Old
+checkpoints have no such mark: their partitions are checked from the first batch that records one."""
+
 
 @dataclass(frozen=True)
 class BatchOffsets:
-    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from`` marks.
+    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from`` and ``#last`` marks.
 
     ``positions`` holds every partition the query knows (where it stands on each); ``starts`` holds the
     partitions this batch reads from somewhere other than the previous end. :meth:`parse` and
@@ -154,23 +164,29 @@ class BatchOffsets:
 
     positions: Offsets
     starts: Offsets = field(default_factory=dict)
+    fingerprints: Offsets = field(default_factory=dict)
+    """``{key: fingerprint}`` of the last message below each position (``#last``; see :data:`LAST_MARK`)."""
 
     @classmethod
     def parse(cls, raw: Mapping[str, int] | None) -> BatchOffsets:
         positions: Offsets = {}
         starts: Offsets = {}
         skips: Offsets = {}
+        fingerprints: Offsets = {}
         for key, offset in (raw or {}).items():
-            if key.endswith(FROM_MARK):
+            if key.endswith(LAST_MARK):
+                fingerprints[key[:-len(LAST_MARK)]] = offset
+            elif key.endswith(FROM_MARK):
                 starts[key[:-len(FROM_MARK)]] = offset
             elif key.endswith(SKIP_MARK):
                 skips[key[:-len(SKIP_MARK)]] = offset
             elif "#" not in key:
                 positions[key] = offset
-        return cls(positions, {**skips, **starts})
+        return cls(positions, {**skips, **starts}, fingerprints)
 
     def to_spark(self) -> Offsets:
-        return {**self.positions, **{key + FROM_MARK: offset for key, offset in self.starts.items()}}
+        return {**self.positions, **{key + FROM_MARK: offset for key, offset in self.starts.items()},
+                **{key + LAST_MARK: value for key, value in self.fingerprints.items() if key in self.positions}}
 
     def ranges(self, previous: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """``{key: (low, high)}`` this batch reads after a batch ending at ``previous`` (positions only):

@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from tubespark.errors import AvailableNowIncompleteError, DataLossError
+from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
 from tubespark.spark.offsets import BatchOffsets, Offsets
 from tubespark.spark.planning import Admission, Bounds, BoundsPolicy, Loss, Plan, plan_batch
 
@@ -80,6 +80,8 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_batch_at = time.monotonic()  # minOffsetsPerTrigger waits at most maxTriggerDelay from here
         self.data_losses: list[Loss] = []
         """Every loss logged with failOnDataLoss=false."""
+        self._last_read: Offsets = {}  # the start's #last marks (fingerprints), for this trigger's check
+        self._checked: dict[str, object] = {}  # key -> incarnation its #last mark was taken or checked under
         self._lock = threading.RLock()  # reentrant: a SIGTERM hook may call stop() in a thread holding it
 
     # --- the broker's hooks ------------------------------------------------------------------------
@@ -125,6 +127,20 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def wait_for_change(self, timeout_s: float) -> None:
         """Block until the broker's view may have changed (at most ``timeout_s``)."""
         time.sleep(timeout_s)
+
+    def fingerprint(self, key: str, offset: int) -> int | None:
+        """A number identifying the last message of ``key`` below ``offset`` (what a batch ending there read
+        last), or ``None`` where there is none to tell (no message there any more, or no such hook: then
+        reused offsets are not checked). Raises a :class:`TubeSparkError` when it cannot be read now.
+
+        Called on the driver for each partition a batch moves (one read per partition and trigger) and to
+        check a start again, see :meth:`_check_reuse`; a broker whose offsets are never reused needs none."""
+        return None
+
+    def incarnation(self, key: str) -> object:
+        """Anything that changes when ``key``'s broker may have restarted since the last trigger (e.g. the
+        driver had to reconnect to it): a start is checked against its ``#last`` fingerprint again then."""
+        return None
 
     def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
         """Value sizes of the messages in ``[low, high)``: by default the executors' read path, run here."""
@@ -202,7 +218,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- planning ------------------------------------------------------------------------------------
 
     def _next_end(self, raw_start: Offsets, admission: Admission) -> Offsets:
-        start = BatchOffsets.parse(raw_start).positions
+        parsed = BatchOffsets.parse(raw_start)
+        start = parsed.positions
+        self._last_read = parsed.fingerprints  # checked by _plan_once (_check_reuse)
         plan = self._plan_until_readable(start, admission)
         if not plan.moves(start):
             return raw_start  # the very same offsets: Spark plans no (empty) batch
@@ -211,7 +229,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if raw_start == self._initial:  # batch 0 of a new query carries its start (replays read the same)
             for key, offset in start.items():
                 starts.setdefault(key, offset)
-        return BatchOffsets(plan.end, starts).to_spark()
+        return BatchOffsets(plan.end, starts, self._fingerprints(start, parsed.fingerprints, plan)).to_spark()
 
     def _plan_until_readable(self, start: Offsets, admission: Admission) -> Plan:
         plan, stuck = self._plan_once(start, admission)
@@ -242,6 +260,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # the last batch of an AvailableNow run or before an idle period.
         self.store_offsets(start)
         survey = self.survey(start)
+        self._check_reuse(start, survey)
         kept = dict(start)
         for key, why in sorted(survey.gone.items()):
             kept.pop(key, None)
@@ -277,6 +296,72 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if sizes:
                 self._sizes[key] = (begin[key], sum(sizes) / len(sizes))
         return {key: self._sizes[key][1] for key in backlog if key in self._sizes}
+
+    # --- reused offsets: the #last fingerprints ------------------------------------------------------
+
+    def _fingerprints(self, start: Mapping[str, int], recorded: Mapping[str, int], plan: Plan) -> Offsets:
+        """The ``#last`` marks of a batch end: taken now for each partition the batch moves (the broker still
+        holds the message), carried over for the others."""
+        out: Offsets = {}
+        for key, position in sorted(plan.end.items()):
+            if position == start.get(key) and key not in plan.starts:
+                if key in recorded:
+                    out[key] = recorded[key]
+                continue
+            if position <= 0:
+                continue
+            try:
+                value = self.fingerprint(key, position)
+            except TubeSparkError as exc:  # unchecked until a later batch takes one
+                log.info("cannot take the fingerprint of %s below offset %d: %s", key, position, exc)
+                continue
+            if value is not None:
+                out[key] = value
+                self._checked[key] = self.incarnation(key)
+        return out
+
+    def _check_reuse(self, start: Mapping[str, int], survey: Survey) -> None:
+        """Whether a broker gave offsets this query read to new messages (a crash lost them), checked where a
+        loss can have happened unseen: a partition's first plan in this process (a restart from the
+        checkpoint: the broker may have lost and been refilled in between), after it was unavailable, and
+        when its :meth:`incarnation` changed. One read of the message below the start against the ``#last``
+        fingerprint; a start above the broker's end is the bounds policy's (the loss is plain there).
+
+        A different message there is data loss (``failOnDataLoss``); with failOnDataLoss=false the
+        partition skips to the broker's end, so nothing is taken for what this query read before."""
+        for key in (*survey.unavailable, *survey.gone):
+            self._checked.pop(key, None)
+        for key, found in sorted(survey.bounds.items()):
+            recorded = self._last_read.get(key)
+            position = start.get(key)
+            if recorded is None or position is None or key in survey.jumps or position > found.high:
+                continue
+            incarnation = self.incarnation(key)
+            if key in self._checked and self._checked[key] == incarnation:
+                continue
+            try:
+                now = self.fingerprint(key, position)
+            except TubeSparkError as exc:  # checked again next trigger
+                log.info("cannot check the message of %s below offset %d yet: %s", key, position, exc)
+                continue
+            self._checked[key] = incarnation
+            if now is None or now == recorded:
+                if now is None:
+                    log.info("%s: no message below offset %d to check against its fingerprint", key, position)
+                continue
+            self._lost(Loss(key, position, found.high, self._reused_why(position, found.high, recorded, now)))
+            survey.jumps[key] = found.high
+
+    def _reused_why(self, position: int, high: int, recorded: int, now: int) -> str:
+        return (f"offsets this query read were reused: the last message below offset {position} is not the one "
+                f"this query read there (fingerprint {now}, recorded {recorded}). The broker lost acknowledged "
+                f"messages (a crash within its durability window: README 'TubeMQ's own durability window') and "
+                f"gave their offsets to new messages, and it has since been refilled past this query's offset. "
+                f"The choice: failOnDataLoss=true stops the query (this error; nothing is skipped in silence: "
+                f"re-read the partition, e.g. a new checkpoint with startingOffsets); failOnDataLoss=false skips "
+                f"to the broker's end {high}: offsets [{position}, {high}) are skipped, and the new messages at "
+                f"the reused offsets below {position} (the broker does not tell where its loss began) are never "
+                f"read")
 
     def _vanished(self, key: str, offset: int | None, why: str) -> None:
         """A partition this query was reading is gone for good."""

@@ -80,6 +80,15 @@ def test_marks_round_trip_through_sparks_offsets():
     assert BatchOffsets.parse(raw) == batch
 
 
+def test_last_read_fingerprints_round_trip_and_old_checkpoints_have_none():
+    batch = BatchOffsets({"a": 56, "b": 28}, {"b": 0}, {"a": 123})
+    raw = batch.to_spark()
+    assert raw == {"a": 56, "b": 28, "b#from": 0, "a#last": 123}
+    assert BatchOffsets.parse(raw) == batch
+    assert BatchOffsets.parse({"a": 56, "b": 28}).fingerprints == {}  # a checkpoint from before #last
+    assert BatchOffsets({"a": 1}, fingerprints={"gone": 5}).to_spark() == {"a": 1}  # only partitions it holds
+
+
 def test_ranges_start_at_the_mark_else_at_the_previous_end():
     batch = BatchOffsets({"a": 10, "b": 20, "c": 5, "d": 7}, {"b": 15, "d": 7})
     assert batch.ranges({"a": 4, "b": 2, "c": 5, "d": 3}) == {"a": (4, 10), "b": (15, 20)}

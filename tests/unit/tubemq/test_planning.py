@@ -31,7 +31,7 @@ FAST = {"connectTimeoutMs": "1000", "requestTimeoutMs": "2000", "heartbeatInterv
 
 
 def partitions_of(offsets: dict[str, int]) -> dict[str, int]:
-    """The partitions' offsets, without the reader's marks (``<key>#from``, ``<key>#skip``)."""
+    """The partitions' offsets, without the reader's marks (``<key>#from``, ``<key>#skip``, ``<key>#last``)."""
     return {key: offset for key, offset in offsets.items() if "#" not in key}
 
 
@@ -122,7 +122,8 @@ def test_a_replayed_first_batch_reads_what_the_killed_run_planned(make_reader, m
     assert restarted.latestOffset(end, ReadAllAvailable()) == end  # nothing new: no (empty) batch 1
     broker.append(p0, b"new")
     after = restarted.latestOffset(end, ReadAllAvailable())  # batch 1 goes on from batch 0's end
-    assert after == {keys[0]: 308, keys[1]: 840}  # the marks belong to batch 0 alone
+    assert partitions_of(after) == {keys[0]: 308, keys[1]: 840}  # the #from marks belong to batch 0 alone
+    assert not any(key.endswith("#from") for key in after)
 
 
 def test_json_start_beyond_max_is_refused(make_reader, keys):
@@ -135,7 +136,7 @@ def test_everything_available_without_a_limit(make_reader, keys):
     reader = make_reader()
     assert isinstance(reader.getDefaultReadLimit(), ReadAllAvailable)
     start = {keys[0]: 28, keys[1]: 0}
-    assert reader.latestOffset(start, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 840}
+    assert partitions_of(reader.latestOffset(start, ReadAllAvailable())) == {keys[0]: 280, keys[1]: 840}
     assert reader.reportLatestOffset() == {keys[0]: 280, keys[1]: 840}
 
 
@@ -145,7 +146,7 @@ def test_max_offsets_per_trigger_is_shared_by_backlog(make_reader, keys):
     assert isinstance(limit, ReadMaxRows) and limit.max_rows == 8
     start = {keys[0]: 0, keys[1]: 0}
     end = reader.latestOffset(start, limit)  # backlog 10 : 30 -> 2 : 6 messages
-    assert end == {keys[0]: 2 * 28, keys[1]: 6 * 28}
+    assert partitions_of(end) == {keys[0]: 2 * 28, keys[1]: 6 * 28}
     # successive batches keep going and never go past the data
     seen = 8
     while end != start:
@@ -153,14 +154,14 @@ def test_max_offsets_per_trigger_is_shared_by_backlog(make_reader, keys):
         batch = sum(end[k] - start[k] for k in keys) // 28
         assert batch <= 8
         seen += batch
-    assert end == {keys[0]: 280, keys[1]: 840}
+    assert partitions_of(end) == {keys[0]: 280, keys[1]: 840}
     assert seen == 40
 
 
 def test_a_small_backlog_takes_everything(make_reader, keys):
     reader = make_reader()
     start = {keys[0]: 28 * 8, keys[1]: 28 * 29}
-    assert reader.latestOffset(start, ReadMaxRows(100)) == {keys[0]: 280, keys[1]: 840}
+    assert partitions_of(reader.latestOffset(start, ReadMaxRows(100))) == {keys[0]: 280, keys[1]: 840}
 
 
 def test_a_micro_batch_never_exceeds_max_offsets_per_trigger(make_reader, keys):
@@ -184,15 +185,15 @@ def test_partition_assigned_after_start_resumes_from_the_group_offset(make_reade
     reader = make_reader(assign=False)
     start = {keys[0]: 0}
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == {keys[0]: 280}
+    assert partitions_of(end) == {keys[0]: 280}
     master.push_event(EventType.CONNECT, [p1])  # the master hands p1 to this query later
     reader.member.session().wait_for_partitions(2, timeout_s=5)
 
     end2 = reader.latestOffset(end, ReadAllAvailable())
-    assert end2 == {keys[0]: 280, keys[1]: 140}  # p1 joins at the group's offset, nothing planned yet
+    assert partitions_of(end2) == {keys[0]: 280, keys[1]: 140}  # p1 joins at the group's offset, nothing planned yet
     assert [t.partition_id for t in reader.partitions(end, end2)] == []
     end3 = reader.latestOffset(end2, ReadAllAvailable())
-    assert end3 == {keys[0]: 280, keys[1]: 840}
+    assert partitions_of(end3) == {keys[0]: 280, keys[1]: 840}
     [task] = reader.partitions(end2, end3)
     assert (task.partition_id, task.start, task.end) == (p1.partition_id, 140, 840)
 
@@ -204,7 +205,7 @@ def test_available_now_stops_at_what_was_there(make_reader, broker, keys):
     broker.append(p0, b"late-1", b"late-2")
     start = {keys[0]: 0, keys[1]: 28 * 20}
     end = reader.latestOffset(start, ReadAllAvailable())
-    assert end == {keys[0]: 280, keys[1]: 840}  # not 336: the late messages are for the next run
+    assert partitions_of(end) == {keys[0]: 280, keys[1]: 840}  # not 336: the late messages are for the next run
     assert reader.reportLatestOffset() == {keys[0]: 336, keys[1]: 840}
     # with a limit the target still caps every share; the run then ends exactly at the target
     end2 = reader.latestOffset(end, ReadMaxRows(100))
@@ -295,7 +296,7 @@ def test_a_broker_outage_plans_no_data_and_the_query_catches_up(make_reader, bro
         broker._faults.clear()
     p0, _ = broker.partitions(TOPIC)
     broker.append(p0, b"after-1", b"after-2")
-    assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 336, keys[1]: 840}
+    assert partitions_of(reader.latestOffset(end, ReadAllAvailable())) == {keys[0]: 336, keys[1]: 840}
 
 
 def test_a_dead_broker_is_skipped_not_raised(make_reader, broker, master, keys):
@@ -318,7 +319,7 @@ def test_initial_partition_occupied_on_the_broker_starts_at_starting_offsets(mak
     assert reader._target == {keys[0]: 280, keys[1]: 840}  # probed: the 410 does not hide p1's max
     threading.Timer(0.5, broker.hold, (GROUP, p1, None)).start()  # the broker times the stale one out
     end = reader.latestOffset({keys[0]: 280, keys[1]: 0}, ReadAllAvailable())  # p0 done: waits for p1
-    assert end == {keys[0]: 280, keys[1]: 840}
+    assert partitions_of(end) == {keys[0]: 280, keys[1]: 840}
 
 
 def test_available_now_fails_naming_a_partition_that_stays_occupied(make_reader, broker, keys):
@@ -343,7 +344,7 @@ def test_group_starting_offsets_wait_for_an_occupied_partition(make_reader, brok
     assert partitions_of(end) == {keys[0]: 280}
     broker.hold(GROUP, p1, None)
     wait_until(lambda: keys[1] in reader.member.session().held(), what="p1 to be held")
-    assert reader.latestOffset(end, ReadAllAvailable()) == {keys[0]: 280, keys[1]: 140}  # rule e
+    assert partitions_of(reader.latestOffset(end, ReadAllAvailable())) == {keys[0]: 280, keys[1]: 140}  # rule e
 
 
 def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_reader, broker, master, keys):
@@ -407,6 +408,89 @@ def test_broker_below_the_query_offset_continues_from_the_broker_offset(make_rea
     assert [r["value"] for b in reader.read(task) for r in b.to_pylist()] == [b"new-1", b"new-2"]
 
 
+# --- reused offsets (issue 23 part 3): the #last fingerprint -------------------------------------------
+
+
+def _lose_and_refill(broker: FakeBroker, keep: int, refill: int) -> None:
+    """A kill -9 within the durability window: p0 keeps ``keep`` messages, then producers write ``refill`` new
+    ones at the lost offsets and beyond (the broker's end moves back past where the query stood)."""
+    p0, _ = broker.partitions(TOPIC)
+    broker.lose(p0, keep=keep)
+    broker.append(p0, *[f"new{i}".encode() for i in range(refill)])
+
+
+def test_a_restart_after_the_broker_reused_the_offsets_fails_with_fail_on_data_loss(make_reader, broker, keys):
+    """The independent soak's case: the query stood at 280 on p0, the broker lost 6 acknowledged messages, was
+    refilled past 280 before the query restarted from its checkpoint; the restarted run must not read on."""
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    assert keys[0] + "#last" in end and keys[1] + "#last" in end  # taken while the broker still held them
+    reader.stop()  # the query dies (or fails on the loss); its checkpoint holds ``end``
+    _lose_and_refill(broker, keep=4, refill=8)  # 12 messages: max 336 > 280, offsets [112, 280) reused
+    restarted = make_reader()
+    with pytest.raises(DataLossError, match=rf"partition {keys[0]}: offsets this query read were reused: the last "
+                                            rf"message below offset 280 is not the one this query read there.*"
+                                            rf"skips to the broker's end 336: offsets \[280, 336\) are skipped"):
+        restarted.latestOffset(end, ReadAllAvailable())
+
+
+def test_a_broker_restart_between_two_triggers_is_checked_by_the_running_query(make_reader, broker, keys):
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    _lose_and_refill(broker, keep=4, refill=8)
+    broker.drop_connections()  # the broker process died: the driver's connection to it broke
+    with pytest.raises(DataLossError, match="offsets this query read were reused"):  # noqa: PT012
+        for _ in range(5):  # the trigger that finds the connection broken may plan nothing for p0 first
+            assert partitions_of(reader.latestOffset(end, ReadAllAvailable()))[keys[0]] == 280
+
+
+def test_reused_offsets_with_fail_on_data_loss_false_skip_to_the_broker_end_and_say_which(make_reader, broker, keys,
+                                                                                        caplog):
+    reader = make_reader(failOnDataLoss="false")
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    reader.stop()
+    _lose_and_refill(broker, keep=4, refill=8)
+    restarted = make_reader(failOnDataLoss="false")
+    with caplog.at_level("WARNING", logger="tubespark.spark.stream_engine"):
+        end2 = restarted.latestOffset(end, ReadAllAvailable())
+    assert partitions_of(end2) == {keys[0]: 336, keys[1]: 840}
+    assert end2[keys[0] + "#from"] == 336 and restarted.partitions(end, end2) == []  # nothing read as if old
+    assert [(loss.key, loss.offset, loss.resumes_at) for loss in restarted.data_losses] == [(keys[0], 280, 336)]
+    assert "offsets [280, 336) are skipped" in caplog.text and "continuing from offset 336" in caplog.text
+    p0, _ = broker.partitions(TOPIC)
+    broker.append(p0, b"after")
+    end3 = restarted.latestOffset(end2, ReadAllAvailable())
+    [task] = restarted.partitions(end2, end3)
+    assert (task.start, task.end) == (336, 364)
+
+
+def test_a_healthy_restart_and_an_old_checkpoint_read_on_without_a_loss(make_reader, broker, keys):
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(20))
+    reader.stop()
+    p0, _ = broker.partitions(TOPIC)
+    broker.append(p0, b"later")
+    restarted = make_reader()
+    end2 = restarted.latestOffset(end, ReadAllAvailable())  # checked against #last: the same messages
+    assert partitions_of(end2) == {keys[0]: 308, keys[1]: 840} and restarted.data_losses == []
+    # a checkpoint written before the #last marks existed loads and plans as before (nothing to check)
+    restarted.stop()
+    _lose_and_refill(broker, keep=4, refill=8)
+    old = make_reader()
+    assert partitions_of(old.latestOffset({keys[0]: 280, keys[1]: 840}, ReadAllAvailable())) == {
+        keys[0]: 336, keys[1]: 840}
+
+
+def test_a_partition_not_moved_carries_its_fingerprint(make_reader, broker, keys):
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    _p0, p1 = broker.partitions(TOPIC)
+    broker.append(p1, b"more")
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert end2[keys[0] + "#last"] == end[keys[0] + "#last"]  # p0 did not move: its mark is carried over
+    assert end2[keys[1]] == 868 and end2[keys[1] + "#last"] != end[keys[1] + "#last"]
+
+
 def test_a_partition_moved_away_stays_in_the_offsets_across_a_restart(make_reader, master, broker, keys):
     """A revoked partition is carried in the offsets, so a restarted query resumes it at the checkpoint's
     offset (rule a) instead of treating it as new and starting it at startingOffsets (re-reading it)."""
@@ -451,13 +535,14 @@ def test_min_offsets_per_trigger_waits_for_enough_messages_or_the_delay(make_rea
     trickle = {keys[0]: 560, keys[1]: 812}  # 1 message waits
     assert reader.latestOffset(trickle, limit) == trickle
     wait_until(lambda: reader.latestOffset(trickle, limit) != trickle, timeout_s=3, what="maxTriggerDelay")
-    assert reader.latestOffset(trickle, ReadAllAvailable()) == {keys[0]: 560, keys[1]: 840}  # Trigger.Once
+    # Trigger.Once:
+    assert partitions_of(reader.latestOffset(trickle, ReadAllAvailable())) == {keys[0]: 560, keys[1]: 840}
 
 
 def test_available_now_never_waits_for_min_offsets(make_reader, keys):
     reader = make_reader(minOffsetsPerTrigger="1000")
     reader.prepareForTriggerAvailableNow()
-    assert reader.latestOffset({keys[0]: 0, keys[1]: 0}, reader.getDefaultReadLimit()) == {keys[0]: 280,
+    assert partitions_of(reader.latestOffset({keys[0]: 0, keys[1]: 0}, reader.getDefaultReadLimit())) == {keys[0]: 280,
                                                                                             keys[1]: 840}
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -54,11 +55,25 @@ from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.read_task import QueueRange, read_range, skipped_bundles
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
+from tubespark.tubemq.wire.message import ReceivedMessage
 
 log = logging.getLogger(__name__)
 
 AssignmentUnavailableError = AvailableNowIncompleteError
 """The name this error had when only TubeMQ streams raised it."""
+
+FINGERPRINT_WINDOW = 8
+"""Index records read below an offset to find a partition's last message there: several partitions of one
+store share its index, so the record just below may be another partition's (docs/tubemq/protocol.md)."""
+
+
+def message_fingerprint(message: ReceivedMessage) -> int:
+    """CRC-32 of a message's index offset, broker message id and body (31 bits, a positive JSON number).
+
+    The message id is the broker's (built from its clock when it stored the message), so a new message at a
+    reused offset differs even when a producer sends the very same body again."""
+    head = message.offset.to_bytes(8, "big", signed=True) + message.message_id.to_bytes(8, "big", signed=True)
+    return zlib.crc32(message.data, zlib.crc32(head)) & 0x7FFFFFFF
 
 
 class _LostAcknowledged(BoundsPolicy):
@@ -278,6 +293,27 @@ class TubeStreamReader(StreamEngine):
 
     def wait_for_change(self, timeout_s: float) -> None:
         self.member.session().wait_for_change(timeout_s)
+
+    def fingerprint(self, key: str, offset: int) -> int | None:
+        """The last message of ``key`` in the :data:`FINGERPRINT_WINDOW` records below ``offset``, read under a
+        private probe group (register, one fetch, release); ``None`` when none of them is this partition's."""
+        ref = self.member.refs.get(key)
+        if ref is None or offset <= 0:
+            return None
+        low = max(0, offset - FINGERPRINT_WINDOW * INDEX_RECORD_SIZE)
+        last: ReceivedMessage | None = None
+        with self.member.probe_broker() as broker:
+            reader = RangeReader(broker, f"{self.member.probe_group}-last", fail_on_data_loss=False,
+                                 verify_checksums=False, retry_s=5.0)
+            for message in reader.read(ref, low, offset):
+                last = message
+        return None if last is None else message_fingerprint(last)
+
+    def incarnation(self, key: str) -> object:
+        """How many connections the group session opened to the partition's broker: a broker that restarted
+        broke the last one, even when it came back between two triggers."""
+        ref = self.member.refs.get(key)
+        return None if ref is None else self.member.session().brokers.pool.opened(ref.broker.address)
 
     def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
         """Read under a private probe group: the read tasks' group may hold the partition right now."""
