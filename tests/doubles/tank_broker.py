@@ -295,6 +295,15 @@ class TankBroker:
             part.entries, part.firsts = keep, [e.first for e in keep]
             part.dropped_below = max(part.dropped_below, seq)
 
+    def lose_after(self, topic: str, partition: int, seq: int) -> None:
+        """A crash that lost acknowledged messages: the bundles above ``seq`` (a bundle boundary) are gone and
+        their numbers are given to the next ones produced (their bytes stay in the log, unreachable)."""
+        with self._lock:
+            part = self.topics[topic][partition]
+            keep = [e for e in part.entries if e.last <= seq]
+            part.entries, part.firsts = keep, [e.first for e in keep]
+            part.hw = keep[-1].last if keep else 0
+
     def delete_topic(self, topic: str) -> None:
         with self._lock:
             self.topics.pop(topic, None)

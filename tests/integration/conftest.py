@@ -111,7 +111,7 @@ def tubemq_cluster(_topic_pool_plan: dict[tuple[int, int], list[str]]) -> Iterat
 
 
 # Topics of the 3-broker cluster, deployed on all three before they start: (partitions, stores) -> count.
-BROKERS_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 2): 8, (2, 1): 2}
+BROKERS_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 2): 10, (2, 1): 2}
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -57,6 +58,17 @@ class Survey:
     """Partitions removed for good (a deleted topic, a partition the configuration no longer has): why."""
 
 
+def row_fingerprint(row: pa.RecordBatch, columns: Sequence[str]) -> int:
+    """CRC-32 (31 bits: a positive JSON number) of ``columns`` of a one-row batch (those it has)."""
+    crc = 0
+    for name in columns:
+        if name in row.schema.names:
+            value = row.column(name)[0].as_py()
+            crc = zlib.crc32(value if isinstance(value, bytes) else repr(value).encode(), crc)
+            crc = zlib.crc32(b"\0", crc)
+    return crc & 0x7FFFFFFF
+
+
 class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Spark's stream reader API over a broker's :meth:`survey`; subclasses implement the hooks below.
 
@@ -70,6 +82,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offset units per message (TubeMQ counts bytes of 28-byte index records)."""
     policy: BoundsPolicy = BoundsPolicy()
     """How a start outside its partition's bounds is handled (a broker may set its own per trigger)."""
+    fingerprint_columns: ClassVar[tuple[str, ...]] = ()
+    """Columns of a read row that tell one message from another at the same offset (the broker's id or store
+    time and the value): the default :meth:`fingerprint` hashes them; none, no fingerprints."""
 
     def __init__(self, options: Any) -> None:
         self.options = options
@@ -134,8 +149,16 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reused offsets are not checked). Raises a :class:`TubeSparkError` when it cannot be read now.
 
         Called on the driver for each partition a batch moves (one read per partition and trigger) and to
-        check a start again, see :meth:`_check_reuse`; a broker whose offsets are never reused needs none."""
-        return None
+        check a start again, see :meth:`_check_reuse`. By default: the executors' read path, run here, of the
+        one message below ``offset``, its :attr:`fingerprint_columns` hashed."""
+        if not self.fingerprint_columns or offset < self.record_size:
+            return None
+        last: pa.RecordBatch | None = None
+        for task in self.read_tasks({key: (offset - self.record_size, offset)}):
+            for batch in self.read_partition(task):
+                if batch.num_rows:
+                    last = batch.slice(batch.num_rows - 1)
+        return None if last is None else row_fingerprint(last, self.fingerprint_columns)
 
     def incarnation(self, key: str) -> object:
         """Anything that changes when ``key``'s broker may have restarted since the last trigger (e.g. the

@@ -2,13 +2,15 @@
 
 One 3-broker cluster serves the whole file (``tubemq_brokers``); a test that takes a broker down brings it
 back before it ends. What is checked is what a user sees: exact rows, on which broker, errors that name the
-broker and its partitions, and nothing left out without a word.
+broker and its partitions, and nothing left out without a word. Streams: one query reading partitions on all
+three brokers, and two queries of one group splitting them.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter
 
 import pytest
@@ -118,6 +120,90 @@ def test_sink_spreads_rows_over_the_brokers_and_each_is_acknowledged_once(spark,
             partitions_of_key.setdefault(f"k{int(r.value[1:]) % 11}", set()).add(r.partitionKey)
     assert all(len(parts) == 1 for parts in partitions_of_key.values())  # one key, one partition
     assert len({p for parts in partitions_of_key.values() for p in parts}) > 3  # keys spread over the brokers
+
+
+def _stream_query(spark, cluster, topic: str, name: str, **options: str):
+    """A running stream of ``topic`` into the memory table ``name`` (value, brokerId, partitionKey, offset)."""
+    frame = (spark.readStream.format("tubemq").option("master", cluster.master_address).option("topic", topic)
+             .option("masterWebUrl", ",".join(cluster.master_web_urls)).option("heartbeatIntervalMs", "1000")
+             .options(**options).load())
+    return (frame.select("value", "brokerId", "partitionKey", "offset").writeStream.format("memory")
+            .queryName(name).trigger(processingTime="500 milliseconds").start())
+
+
+def _table(spark, name: str) -> list:
+    return spark.sql(f"select value, brokerId, partitionKey, offset from {name}").collect()
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+        time.sleep(0.5)
+
+
+def test_a_stream_reads_partitions_on_three_brokers_each_message_once(spark, tubemq_brokers):
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+    name = "three_" + uuid.uuid4().hex[:6]
+    sent = _sent(cluster, topic, 1500, "s")
+    query = _stream_query(spark, cluster, topic, name, group="g" + uuid.uuid4().hex[:8], startingOffsets="earliest",
+                          maxOffsetsPerTrigger="400")
+    try:
+        _wait(lambda: len(_table(spark, name)) >= len(sent), 120, "the first 1500 messages")
+        sent.update(_sent(cluster, topic, 900, "t"))  # written while the stream runs
+        _wait(lambda: len(_table(spark, name)) >= len(sent), 120, "the 900 written while it runs")
+        time.sleep(2)  # a trigger more: nothing else may come
+        rows = _table(spark, name)
+        assert Counter(r.value for r in rows) == Counter(sent)  # every message once, nothing else
+        assert {r.value: r.brokerId for r in rows} == sent  # each from the broker that acknowledged it
+        assert {int(r.partitionKey.split(":")[0]) for r in rows} == {1, 2, 3}
+        assert all(q.exception() is None for q in [query])
+        keys = {key for key in query.lastProgress["sources"][0]["endOffset"] if "#" not in key}
+        assert len(keys) == 6 and {key.split(":")[0] for key in keys} == {"1", "2", "3"}  # all in the offsets
+    finally:
+        query.stop()
+
+
+def test_two_queries_in_one_group_split_partitions_on_different_brokers(spark, tubemq_brokers):
+    """The master splits the six partitions 3/3 between two queries of one group; each query's three sit on at
+    least two brokers. Once split, every message is read by exactly one of them."""
+    cluster, pool = tubemq_brokers
+    topic = pool.take(1, 2)
+    group = "g" + uuid.uuid4().hex[:8]
+    one, two = "one_" + uuid.uuid4().hex[:6], "two_" + uuid.uuid4().hex[:6]
+    first = _sent(cluster, topic, 600, "f")
+    q1 = _stream_query(spark, cluster, topic, one, group=group, startingOffsets="earliest")
+    q2 = None
+    try:
+        _wait(lambda: set(first) <= {r.value for r in _table(spark, one)}, 120, "q1 to read everything")
+        q2 = _stream_query(spark, cluster, topic, two, group=group, startingOffsets="group")
+        parts1: set[str] = set()
+        parts2: set[str] = set()
+        for attempt in range(40):  # until the master's split is stable: a burst lands 3/3
+            burst = set(_sent(cluster, topic, 120, f"split{attempt}-"))
+            _wait(lambda b=burst: b <= {r.value for r in _table(spark, one) + _table(spark, two)}, 90, "a burst")
+            parts1 = {r.partitionKey for r in _table(spark, one) if r.value in burst}
+            parts2 = {r.partitionKey for r in _table(spark, two) if r.value in burst}
+            if len(parts1) == 3 and len(parts2) == 3 and not parts1 & parts2:
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"the group never split 3/3: {sorted(parts1)} / {sorted(parts2)}")
+        assert {p.split(":")[0] for p in parts1 | parts2} == {"1", "2", "3"}
+        assert len({p.split(":")[0] for p in parts1}) >= 2 and len({p.split(":")[0] for p in parts2}) >= 2
+        assert not set(first) & {r.value for r in _table(spark, two)}, "q2 re-read what q1 had committed"
+        more = _sent(cluster, topic, 1200, "m")
+        _wait(lambda: set(more) <= {r.value for r in _table(spark, one) + _table(spark, two)}, 120, "the last burst")
+        read = Counter(r.value for r in _table(spark, one) + _table(spark, two) if r.value in more)
+        assert read == Counter(more)  # split: each message read once, by one of the two
+        assert {r.partitionKey for r in _table(spark, one) if r.value in more} == parts1
+        assert {r.partitionKey for r in _table(spark, two) if r.value in more} == parts2
+        assert q1.exception() is None and q2.exception() is None
+    finally:
+        for query in (q1, q2):
+            if query is not None and query.isActive:
+                query.stop()
 
 
 def test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_skipped(spark, tubemq_brokers, tmp_path,

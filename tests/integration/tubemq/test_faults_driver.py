@@ -10,7 +10,9 @@
   (``latest``, ``group``), a handed-over / regained partition at the group's committed offset;
 * a broker that comes back below the query's offset (it lost acknowledged, unflushed messages) is
   detected: failOnDataLoss=true fails naming the partition and both offsets, false continues from
-  the broker's offset and reads the messages written at the reused offsets.
+  the broker's offset and reads the messages written at the reused offsets;
+* a broker refilled past the query's offset after such a loss, before the query restarted from its
+  checkpoint, is detected too (issue 23 part 3: the ``#last`` fingerprint of the last message read).
 
 The module runs its own cluster (topics deployed at start), because it kills and restarts the broker:
 the session cluster's other tests must not see that. Its memory caches flush only once a minute, so a
@@ -45,7 +47,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 JOB = Path(__file__).resolve().parents[1] / "stream_job.py"
 TOPICS = ["faults_restart", "faults_killed", "faults_stale", "faults_handover", "faults_loss", "faults_latest",
-          "faults_replay"]
+          "faults_replay", "faults_reuse"]
 SLOW_FLUSH = ClusterSettings(mem_flush_check_period_ms=60000, mem_cache_flush_interval_ms=120000)
 
 
@@ -377,3 +379,39 @@ def test_broker_losing_acknowledged_messages_is_detected(spark, cluster, tmp_pat
     assert any(r.append_offset < checkpointed[r.partition.key] for r in results)  # still the reused range
     # ... so every message written from then on is read, although its offset lies below the checkpoint's
     assert sorted(run_skipping()) == sorted(m.data for m in later), "messages at the reused offsets were skipped"
+
+
+def test_offsets_reused_past_the_checkpoint_are_detected_when_the_query_restarts(spark, cluster, tmp_path):
+    """The independent soak's silent loss: the broker lost acknowledged messages in a kill -9, producers
+    refilled it past the query's checkpoint before the query came back, and the restarted query read on as
+    if the new messages at the reused offsets were the ones it had read."""
+    topic, master = "faults_reuse", cluster.master_address
+    produce(master, topic, messages("read", 80))  # 20 per partition (4 stores)
+    run = available_now(stream(spark, master, topic, new_group()), tmp_path / "out", tmp_path / "ck")
+    assert run.exception() is None, run.exception()
+    checkpointed = parse_offsets(run.lastProgress["sources"][0]["endOffset"])
+    shutil.copytree(tmp_path / "ck", tmp_path / "ck_skip")
+
+    cluster.restart("broker")  # kill -9 before the memory cache was flushed: the 80 are gone ...
+    results = produce(master, topic, messages("refill", 200))  # ... and 50 new ones per partition refill it
+    ends: dict[str, int] = {}
+    for result in results:
+        ends[result.partition.key] = max(ends.get(result.partition.key, 0), result.append_offset + 28)
+    refilled = sorted(key for key, offset in checkpointed.items() if ends.get(key, 0) > offset)
+    lost = [r for r in results if r.append_offset < checkpointed[r.partition.key]]
+    assert lost and refilled, "the broker kept the messages or was not refilled past the checkpoint"
+
+    with pytest.raises(StreamingQueryException) as failed:
+        available_now(stream(spark, master, topic, new_group()), tmp_path / "out", tmp_path / "ck")
+    error = str(failed.value)
+    assert "offsets this query read were reused" in error, error
+    assert any(key in error for key in refilled), error
+    assert len(values_in(spark, tmp_path / "out")) == 80  # nothing new taken for what was read
+
+    seen: list[bytes] = []
+    query = (stream(spark, master, topic, new_group(), failOnDataLoss="false").writeStream
+             .foreachBatch(lambda batch, _id: seen.extend(r.value for r in batch.select("value").collect()))
+             .option("checkpointLocation", str(tmp_path / "ck_skip")).trigger(availableNow=True).start())
+    assert query.awaitTermination(240)
+    assert query.exception() is None, query.exception()
+    assert seen == []  # failOnDataLoss=false: skipped to the broker's end (the log names the offsets)

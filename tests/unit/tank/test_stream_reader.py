@@ -82,3 +82,29 @@ def test_a_replayed_first_batch_reads_what_the_killed_run_planned(broker: TankBr
     fill(broker, 0, 5)
     replay = make_reader(broker, startingOffsets="latest")
     assert rows(replay, replay.initialOffset(), end) == 3  # the batch's own #from marks win
+
+
+def test_numbers_a_broker_lost_and_gave_again_are_data_loss_after_a_restart(broker: TankBroker) -> None:
+    """Issue 23 part 3 on TANK: the partition was refilled past the query's position before the query restarted
+    from its checkpoint; the #last fingerprint (offset, timestamp, key, value of the last message read) differs."""
+    broker.append_bundle("events", 0, encode_bundle([b"a1", b"a2"], [1, 1]))
+    broker.append_bundle("events", 0, encode_bundle([b"a3", b"a4", b"a5"], [1, 1, 1]))
+    reader = make_reader(broker)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end["events:0"] == 6 and "events:0#last" in end
+    reader.stop()
+    broker.lose_after("events", 0, 2)  # numbers 3-5 lost ...
+    broker.append_bundle("events", 0, encode_bundle([b"b3", b"b4", b"b5", b"b6"], [2, 2, 2, 2]))  # ... and given again
+    restarted = make_reader(broker)
+    with pytest.raises(DataLossError, match=r"events:0: offsets this query read were reused.*offsets \[6, 7\) are "
+                                            r"skipped"):
+        restarted.latestOffset(end, ReadAllAvailable())
+    skipping = make_reader(broker, failOnDataLoss="false")
+    after = skipping.latestOffset(end, ReadAllAvailable())
+    assert (after["events:0"], after["events:0#from"]) == (7, 7) and rows(skipping, end, after) == 0
+    healthy = make_reader(broker)  # a restart on an untouched partition reads on without a word
+    fill(broker, 1, 2)
+    assert healthy.latestOffset({**after, "events:1": 1}, ReadAllAvailable())["events:1"] == 3
+    for each in (restarted, skipping, healthy):
+        each.stop()

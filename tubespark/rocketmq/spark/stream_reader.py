@@ -45,6 +45,7 @@ class PullStreamReader(StreamEngine):
 
     source = "rocketmq"
     policy = _NeverBack()
+    fingerprint_columns = ("queueOffset", "msgId", "storeTimestamp", "value")
 
     def __init__(self, options: RocketMQOptions) -> None:
         super().__init__(options)

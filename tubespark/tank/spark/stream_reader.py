@@ -62,6 +62,7 @@ class TankStreamReader(StreamEngine):
     """Stream reader of the ``tank`` format."""
 
     source = "tank"
+    fingerprint_columns = ("offset", "timestamp", "key", "value")
 
     def __init__(self, options: TankOptions) -> None:
         super().__init__(options)

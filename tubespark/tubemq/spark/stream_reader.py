@@ -88,6 +88,9 @@ class _LostAcknowledged(BoundsPolicy):
                                        f"'TubeMQ's own durability window'). Offsets [{bounds.high}, {start}) will "
                                        f"be reused by new messages, and what the broker stored below {bounds.high} "
                                        f"since its restart cannot be told from what this query read before. "
+                                       f"The choice: failOnDataLoss=true (this error) stops the query until you "
+                                       f"decide, and a restart on this checkpoint keeps failing, also once the "
+                                       f"broker is refilled past {start} (the offsets' #last check); "
                                        f"failOnDataLoss=false reads on from offset {bounds.high}: the messages "
                                        f"written at the reused offsets from then on are read, the lost ones never")
 
