@@ -44,6 +44,7 @@ from tubespark.errors import (
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_time
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
 from tubespark.spark.stream_engine import StreamEngine, Survey
+from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.group import HeldPartition
 from tubespark.tubemq.client.placement import configured_partitions
 from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
@@ -112,6 +113,7 @@ class TubeStreamReader(StreamEngine):
         self.member = GroupMembership(options, self.run_id, self.stop)
         self._stored: Offsets = {}
         self._down: set[str] = set()  # brokers that did not take this trigger's offsets: planned nothing
+        self._last_reader: BrokerClient | None = None  # fingerprint reads: one client (and connection per broker)
         self.skipped_bundles = 0
         """Messages read tasks skipped as unparseable so far (``skippedBundlesPath``; ``ignoreParseErrors``)."""
 
@@ -304,12 +306,14 @@ class TubeStreamReader(StreamEngine):
         if ref is None or offset <= 0:
             return None
         low = max(0, offset - FINGERPRINT_WINDOW * INDEX_RECORD_SIZE)
+        if self._last_reader is None:  # kept: a connection per call cost ~3 ms per partition and trigger
+            self._last_reader = BrokerClient(f"{self.member.probe_group}-last.{self.run_id}",
+                                             self.options.client_settings())
+        reader = RangeReader(self._last_reader, f"{self.member.probe_group}-last", fail_on_data_loss=False,
+                             verify_checksums=False, retry_s=5.0)
         last: ReceivedMessage | None = None
-        with self.member.probe_broker() as broker:
-            reader = RangeReader(broker, f"{self.member.probe_group}-last", fail_on_data_loss=False,
-                                 verify_checksums=False, retry_s=5.0)
-            for message in reader.read(ref, low, offset):
-                last = message
+        for message in reader.read(ref, low, offset):
+            last = message
         return None if last is None else message_fingerprint(last)
 
     def incarnation(self, key: str) -> object:
@@ -378,4 +382,7 @@ class TubeStreamReader(StreamEngine):
                 log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group, exc)
 
     def close(self) -> None:
+        reader, self._last_reader = self._last_reader, None
+        if reader is not None:
+            reader.close()
         self.member.close()
