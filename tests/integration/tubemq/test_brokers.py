@@ -155,7 +155,7 @@ def test_a_stream_reads_partitions_on_three_brokers_each_message_once(spark, tub
         _wait(lambda: len(_table(spark, name)) >= len(sent), 120, "the 900 written while it runs")
         time.sleep(2)  # a trigger more: nothing else may come
         rows = _table(spark, name)
-        assert Counter(r.value for r in rows) == Counter(sent)  # every message once, nothing else
+        assert Counter(r.value for r in rows) == Counter(list(sent))  # every message once, nothing else
         assert {r.value: r.brokerId for r in rows} == sent  # each from the broker that acknowledged it
         assert {int(r.partitionKey.split(":")[0]) for r in rows} == {1, 2, 3}
         assert all(q.exception() is None for q in [query])
@@ -196,7 +196,7 @@ def test_two_queries_in_one_group_split_partitions_on_different_brokers(spark, t
         more = _sent(cluster, topic, 1200, "m")
         _wait(lambda: set(more) <= {r.value for r in _table(spark, one) + _table(spark, two)}, 120, "the last burst")
         read = Counter(r.value for r in _table(spark, one) + _table(spark, two) if r.value in more)
-        assert read == Counter(more)  # split: each message read once, by one of the two
+        assert read == Counter(list(more))  # split: each message read once, by one of the two
         assert {r.partitionKey for r in _table(spark, one) if r.value in more} == parts1
         assert {r.partitionKey for r in _table(spark, two) if r.value in more} == parts2
         assert q1.exception() is None and q2.exception() is None
