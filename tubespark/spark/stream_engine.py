@@ -327,11 +327,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         holds the message), carried over for the others."""
         out: Offsets = {}
         for key, position in sorted(plan.end.items()):
-            if position == start.get(key) and key not in plan.starts:
-                if key in recorded:
+            begin = start.get(key)
+            if begin is None or position <= begin:  # not read by this batch: a read below it could only wait
+                if key in recorded:  # (a broker behind the query, nothing below a joined partition's start)
                     out[key] = recorded[key]
-                continue
-            if position <= 0:
                 continue
             try:
                 value = self.fingerprint(key, position)
