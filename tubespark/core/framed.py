@@ -34,6 +34,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -101,6 +102,7 @@ class FramedConnection(Generic[RequestT]):
         self._sock = sock
         self._connect_timeout_s = connect_timeout_s
         self._answered = False  # a frame came back: the peer speaks our protocol on this socket
+        self._last_frame_at = time.monotonic()  # when the last frame arrived (or the connection opened)
         self._codec = codec
         self._max_read_bytes = max_read_bytes
         self._send_lock = threading.Lock()
@@ -127,6 +129,16 @@ class FramedConnection(Generic[RequestT]):
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+    @property
+    def quiet_s(self) -> float:
+        """Seconds since the peer last sent a frame (or since the connection opened, if it never did).
+
+        A call that timed out on a connection that is quiet for as long says the peer is silent (stalled,
+        or gone without a FIN: half-open), not merely slow with this call; the owner then drops the
+        connection, because a half-open socket never fails on its own and never answers again.
+        """
+        return time.monotonic() - self._last_frame_at
 
     @property
     def failure(self) -> TubeSparkError | None:
@@ -219,6 +231,7 @@ class FramedConnection(Generic[RequestT]):
             while not self._closed.is_set():
                 correlation_id, payload = self._codec.read(reader)
                 self._answered = True
+                self._last_frame_at = time.monotonic()
                 with self._pending_lock:
                     entry = self._pending.pop(correlation_id, None)
                 if entry is None:
@@ -350,11 +363,29 @@ class ConnectionPool(Generic[C]):
                 self._conns[address] = conn
             return conn
 
-    def drop(self, address: str) -> None:
-        """Close and forget the connection to ``address`` (the next :meth:`get` opens a new one)."""
+    def current(self, address: str) -> C | None:
+        """The connection to ``address`` if one is open (none is opened)."""
         with self._lock:
-            conn = self._conns.pop(address, None)
-        if conn is not None:
+            conn = self._conns.get(address)
+            return conn if conn is not None and not conn.closed else None
+
+    def drop(self, address: str, conn: C | None = None) -> None:
+        """Close and forget the connection to ``address`` (the next :meth:`get` opens a new one).
+
+        With ``conn``, only if that is still the pool's connection: a caller whose call failed on a connection
+        must not close the new one another thread opened meanwhile, failing the calls in flight on it (seen
+        as a commit failing right after a broker came back, when the heartbeat thread's stale failure
+        closed the connection the commit had just opened).
+        """
+        with self._lock:
+            current = self._conns.get(address)
+            if current is None or (conn is not None and current is not conn):
+                current = None
+            else:
+                del self._conns[address]
+        if current is not None:
+            current.close()
+        elif conn is not None:
             conn.close()
 
     def close(self) -> None:

@@ -676,3 +676,36 @@ def test_bytes_reader_and_the_toy_codec() -> None:
     assert reader.remaining == 0
     with pytest.raises(TruncatedFrameError):
         TOY.read(BytesReader(data[:7]))
+
+
+class _Conn:
+    """The least a pool holds: a closable thing."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_dropping_a_failed_connection_spares_the_one_that_replaced_it() -> None:
+    """A thread whose call failed on the old connection must not close the new one another thread opened
+    (issue 23: a stale heartbeat failure closed the connection a commit had just opened to a broker that
+    was back)."""
+    pool: ConnectionPool[_Conn] = ConnectionPool(lambda address: _Conn())
+    old = pool.get("a:1")
+    old.close()  # failed
+    new = pool.get("a:1")
+    assert new is not old
+    pool.drop("a:1", old)
+    assert not new.closed and pool.get("a:1") is new and pool.current("a:1") is new
+    pool.drop("a:1", new)
+    assert new.closed and pool.current("a:1") is None
+    pool.drop("a:1")  # nothing to drop: a no-op
+
+
+def test_quiet_s_counts_from_the_last_frame(conn: FramedConnection[str]) -> None:
+    time.sleep(0.2)
+    assert conn.quiet_s >= 0.2  # nothing came since the connection opened
+    conn.call("ping", bytes, 1.0)
+    assert conn.quiet_s < 0.2

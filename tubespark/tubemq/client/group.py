@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import AuthError, TlsError, TubeSparkError, UnknownTopicError
+from tubespark.errors import AuthError, BrokerConnectionError, TlsError, TubeSparkError, UnknownTopicError
 from tubespark.tubemq.client.broker import BrokerClient, Position
 from tubespark.tubemq.client.common import (
     CHECK_TOPIC,
@@ -238,10 +238,15 @@ class GroupSession:
             held, self._held = list(self._held.values()), {}
             self._assigned.clear()
             self._changed.notify_all()
-        for item in held:
+        silent: set[str] = set()  # brokers whose connection failed: the rest of their partitions would each
+        for item in held:         # wait a timeout more, and the broker expires the registrations itself
+            if item.ref.broker.address in silent:
+                continue
             try:
                 self.brokers.unregister(item.ref, self.group, consumed=self.release_consumed)
             except TubeSparkError as exc:
+                if isinstance(exc, BrokerConnectionError):
+                    silent.add(item.ref.broker.address)
                 log.debug("unregister %s on close failed: %s", item.ref.key, exc)
         try:
             request = mpb.CloseRequestC2M(clientId=self.client_id, groupName=self.group)

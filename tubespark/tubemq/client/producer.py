@@ -18,13 +18,14 @@ partition the caller named stays on that partition.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, replace
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
@@ -363,8 +364,12 @@ class Producer:
             except TubeSparkError as exc:
                 record.future = None
                 # Reconnect rather than reuse a broken socket. A call that only timed out leaves the
-                # connection up: dropping it would fail, and re-send, every other send in flight on it.
-                if isinstance(exc, BrokerConnectionError) and not isinstance(exc, RpcTimeoutError):
+                # connection up while the broker answers other sends on it (dropping it would fail, and
+                # re-send, each of them), but not when the broker sent nothing for as long: stalled or
+                # half-open, a socket that never answers again and never fails on its own.
+                if isinstance(exc, RpcTimeoutError):
+                    self._pool.drop_if_quiet(part.broker.address, self.settings.request_timeout_s * 2)
+                elif isinstance(exc, BrokerConnectionError):
                     self._pool.drop(part.broker.address)
                 if isinstance(exc, BrokerConnectionError) or getattr(exc, "code", None) == ErrCode.SERVICE_UNAVAILABLE:
                     self._shield(part, exc)
@@ -418,14 +423,17 @@ class Producer:
 
         def done(fut: Future[SendAnswer]) -> None:
             slot.release()
-            try:
-                response = check(fut.result(), f"send to {part.key}")
-                result.set_result(SendResult(part, response.messageId, response.appendOffset,
-                                             response.appendTime))
-            except TubeSparkError as exc:
-                result.set_exception(exc)
-            except Exception as exc:  # noqa: BLE001 - cancelled or unexpected: surface, never lose
-                result.set_exception(BrokerConnectionError(f"send to {part.key} failed: {exc!r}"))
+            if result.done():  # its waiter gave up (timed out, cancelled) before the answer or failure came
+                return
+            with contextlib.suppress(InvalidStateError):  # ... or just now
+                try:
+                    response = check(fut.result(), f"send to {part.key}")
+                    result.set_result(SendResult(part, response.messageId, response.appendOffset,
+                                                 response.appendTime))
+                except TubeSparkError as exc:
+                    result.set_exception(exc)
+                except Exception as exc:  # noqa: BLE001 - cancelled or unexpected: surface, never lose
+                    result.set_exception(BrokerConnectionError(f"send to {part.key} failed: {exc!r}"))
 
         inner.add_done_callback(done)
         return result
