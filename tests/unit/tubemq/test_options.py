@@ -169,6 +169,9 @@ MORE_BAD_VALUES = [
     ("tubemq.tlsKeyFile", "/nonexistent/client.key", "expected a readable PEM file", "write"),
     ("tubemq.tlsKeyPassword", "pw", "tubemq.tlsEnable is not true", "read"),  # TLS options without TLS
     ("tubemq.tlsVerifyHostname", "never", "expected true or false", "write"),
+    ("brokerAddressMap", "127.0.0.1:8123", "expected listed=reachable", "read"),
+    ("brokerAddressMap", "127.0.0.1:8123=127.0.0.9", "expected listed=reachable", "write"),
+    ("brokerAddressMap", "a:1=b:2,a:1=c:3", "mapped twice", "read"),
     ("streamIds", "x" * 257, "streamIds are at most 500 names", "read"),
     ("payloadFormat", "json", "expected raw or inlongmsg", "read"),
     ("payloadFormat", "", "expected raw or inlongmsg", "write"),
@@ -345,3 +348,13 @@ def test_reading_needs_exactly_one_of_topic_and_topic_pattern():
                                      mode="read")
     assert options.topic_pattern.fullmatch("events_eu") and not options.topic_pattern.fullmatch("my_events_eu")
     assert options.web_urls() == ("http://10.0.0.1:8080", "http://10.0.0.2:8080")
+
+
+def test_broker_address_map_reaches_the_client_settings() -> None:
+    options = TubeMQOptions.from_raw({"master": "m:8715", "topic": "tt", "group": "g1",
+                                      "brokerAddressMap": "10.0.0.5:8123=127.0.0.1:18123, 10.0.0.6:8123=gw:9000"},
+                                     mode="read")
+    assert dict(options.client_settings().broker_address_map) == {"10.0.0.5:8123": "127.0.0.1:18123",
+                                                                   "10.0.0.6:8123": "gw:9000"}
+    assert TubeMQOptions.from_raw({"master": "m:8715", "topic": "tt", "group": "g1"},
+                                  mode="read").client_settings().broker_address_map == ()
