@@ -195,8 +195,11 @@ class FramedConnection(Generic[RequestT]):
         except OSError as exc:
             # A peer that refuses us often says why first (a TLS alert, or a TLS port dropping plain text)
             # and resets the connection: give the reader the moment it needs to read that and fail the
-            # calls with it; only the reader's own silence makes this send error the reason.
-            self._closed.wait(SEND_FAILURE_GRACE_S)
+            # calls with it; only the reader's own silence makes this send error the reason. Not after a
+            # send that timed out: a peer that stopped reading (stalled, half-open) says nothing, and the
+            # caller has already waited its whole io timeout.
+            if not isinstance(exc, TimeoutError):
+                self._closed.wait(SEND_FAILURE_GRACE_S)
             self._fail(BrokerConnectionError(f"send to {self.address} failed: {exc}"))
 
     def call(self, request: RequestT, decode: Decoder[T], timeout_s: float, what: str = "a call") -> T:

@@ -246,3 +246,20 @@ def _heartbeat_probe() -> tuple[int, Any, Any]:
     return (Method.CONSUMER_HEARTBEAT, mpb.HeartRequestC2M(clientId="probe", groupName="group_nfm",
                                                                reportSubscribeInfo=False),
             mpb.HeartResponseM2C)
+
+
+def test_no_send_blocks_past_the_io_timeout_when_the_broker_stops_reading(
+        master: FakeMaster, settings: ClientSettings, part: PartitionRef, broker_proxy: FaultProxy) -> None:
+    """Big messages to a stalled broker fill the socket buffers, so a send blocks in the kernel: at most the
+    request timeout (it once waited 1.25 s more for a TLS alert no stalled peer sends)."""
+    with Producer(master.address, settings, max_retries=0, shield_s=0.1) as producer:
+        producer.publish([TOPIC])
+        producer.send(TOPIC, OutgoingMessage(b"before"), part)
+        broker_proxy.stall()
+        longest = 0.0
+        for _ in range(8):
+            started = time.monotonic()
+            producer.send_async(TOPIC, OutgoingMessage(b"y" * 900_000), part)
+            longest = max(longest, time.monotonic() - started)
+        assert longest <= TIMEOUT_S + MARGIN_S, f"a send_async blocked {longest:.2f}s"
+        gives_up(producer.flush, 2 * TIMEOUT_S)
