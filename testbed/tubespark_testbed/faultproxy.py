@@ -236,8 +236,15 @@ class FaultProxy:
         readable, writable, _ = select.select(readers, writers, [], timeout)
         if self._listener is not None and self._listener in readable:
             self._accept(mode)
-        for link in flowing:
-            self._pump(link, readable, writable, mode)
+        # Under the lock, with the mode read again: once set_mode returns, not one more byte moves the old way
+        # (a stall or half-open that let a chunk through would make the fault tests flaky).
+        with self._lock:
+            mode = self._mode
+            if mode == "stall":
+                return
+            for link in flowing:
+                if not link.frozen:
+                    self._pump(link, readable, writable, mode)
 
     def _accept(self, mode: str) -> None:
         assert self._listener is not None
@@ -269,7 +276,7 @@ class FaultProxy:
                     data = src.recv(CHUNK_BYTES)
                     if not data:
                         direction.eof = True
-                    elif mode == "cut" and direction is link.down:
+                    elif mode == "cut" and direction is link.down:  # blocks at most 1 s, under the lock
                         part = data[:max(1, len(data) // 2)]
                         with contextlib.suppress(OSError):
                             link.client.setblocking(True)
@@ -290,9 +297,9 @@ class FaultProxy:
             self._drop(link)
 
     def _drop(self, link: _Link) -> None:
-        with self._lock:
-            if link in self._links:
-                self._links.remove(link)
+        """End a link (both sides see a close). Called under the lock."""
+        if link in self._links:
+            self._links.remove(link)
         _close(link.client, link.upstream)
 
 
