@@ -1,0 +1,117 @@
+"""Micro-benchmark of the sink's send path below Spark: the Producer alone against a real local broker.
+
+Starts a :class:`tubespark_testbed.LocalCluster` with topic ``cs100`` (1 partition on each of 4 stores)
+unless ``--master`` names a running one with that topic, then sends ``--messages`` messages of
+``--size`` bytes in groups of ``--batch`` (the sink's Arrow batch of rows) four ways, alternating in one
+process: the per-message path (``send_async(defer=True)`` + ``flush``, the sink before the batched path)
+and the batched path (``prepare`` + ``send_prepared``), each on the compiled and on the pure-Python
+twin. Building each :class:`OutgoingMessage` is inside the timing, as in the sink's row loop.
+
+Reported per way: the median msgs/s (wall) and **CPU microseconds per message** of this process (all its
+threads: the sender and the connections' reader threads; ``resource.getrusage``), which a loaded machine
+distorts far less than wall rates.
+
+```bash
+PYTHONPATH=.:testbed python -m bench.client_send --messages 200000 --repeats 5
+```
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+TOPIC = "cs100"
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _ways(producer: object, body: bytes, messages: int, batch: int) -> dict[str, Callable[[], None]]:
+    from tubespark.tubemq.client.producer import Producer
+    from tubespark.tubemq.wire import twin
+    from tubespark.tubemq.wire.message import OutgoingMessage
+
+    assert isinstance(producer, Producer)
+
+    def old() -> None:
+        for start in range(0, messages, batch):
+            for _ in range(min(batch, messages - start)):
+                producer.send_async(TOPIC, OutgoingMessage(body, msg_type="t"), defer=True)
+            producer.flush()
+
+    def new() -> None:
+        for start in range(0, messages, batch):
+            items = [producer.prepare(TOPIC, OutgoingMessage(body, msg_type="t"))
+                     for _ in range(min(batch, messages - start))]
+            producer.send_prepared(items)
+
+    def pure(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            with twin.pure_python():
+                fn()
+        return run
+
+    return {"per-message, compiled": old, "batched, compiled": new,
+            "per-message, pure": pure(old), "batched, pure": pure(new)}
+
+
+def _measure(master: str, args: argparse.Namespace) -> None:
+    from tubespark.tubemq.client.producer import Producer
+    from tubespark.tubemq.wire import twin
+
+    print(f"hot path: {twin.HOT_PATH}", flush=True)
+    with Producer(master, max_in_flight=args.max_in_flight) as producer:
+        producer.publish([TOPIC], timeout_s=240.0)
+        ways = _ways(producer, os.urandom(args.size), args.messages, args.batch)
+        wall: dict[str, list[float]] = {name: [] for name in ways}
+        cpu: dict[str, list[float]] = {name: [] for name in ways}
+        names = list(ways)
+        for rep in range(args.warmup + args.repeats):
+            for name in names if rep % 2 == 0 else names[::-1]:
+                cpu0, wall0 = _cpu_s(), time.perf_counter()
+                ways[name]()
+                wall1, cpu1 = time.perf_counter(), _cpu_s()
+                if rep >= args.warmup:
+                    wall[name].append(wall1 - wall0)
+                    cpu[name].append(cpu1 - cpu0)
+    print(f"{args.messages} x {args.size} B in groups of {args.batch}, maxInFlight {args.max_in_flight}, "
+          f"median of {args.repeats}:")
+    for name in names:
+        w, c = statistics.median(wall[name]), statistics.median(cpu[name])
+        print(f"  {name:<22} {args.messages / w:>9,.0f} msgs/s  {c / args.messages * 1e6:6.2f} us CPU/msg  "
+              f"(wall {', '.join(f'{s:.2f}' for s in wall[name])} s)", flush=True)
+    for kind in ("compiled", "pure"):
+        old, new = f"per-message, {kind}", f"batched, {kind}"
+        speed = statistics.median(wall[old]) / statistics.median(wall[new])
+        print(f"  {kind}: batched/per-message msgs/s {speed:.2f}x, CPU/msg "
+              f"{statistics.median(cpu[new]) / statistics.median(cpu[old]):.2f}x", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.client_send", description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=10_000, help="messages per flush / send_prepared")
+    parser.add_argument("--max-in-flight", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--master", help="host:port of a running cluster with topic cs100 (else start one)")
+    args = parser.parse_args(argv)
+    if args.master:
+        _measure(args.master, args)
+        return
+    from tubespark_testbed import LocalCluster
+
+    with LocalCluster(topics=[(TOPIC, 1, 4)]) as cluster:
+        _measure(cluster.master_address, args)
+
+
+if __name__ == "__main__":
+    main()
