@@ -2,10 +2,12 @@
 
 Starts a :class:`tubespark_testbed.LocalCluster` with topic ``cs100`` (1 partition on each of 4 stores)
 unless ``--master`` names a running one with that topic, then sends ``--messages`` messages of
-``--size`` bytes in groups of ``--batch`` (the sink's Arrow batch of rows) four ways, alternating in one
+``--size`` bytes in groups of ``--batch`` (the sink's Arrow batch of rows) five ways, alternating in one
 process: the per-message path (``send_async(defer=True)`` + ``flush``, the sink before the batched path)
 and the batched path (``prepare`` + ``send_prepared``), each on the compiled and on the pure-Python
-twin. Building each :class:`OutgoingMessage` is inside the timing, as in the sink's row loop.
+twin, and the batched path on the compiled twin with each request framed by its own calls (what
+``encode_send_frames``' one call per window saves). Building each :class:`OutgoingMessage` is inside the
+timing, as in the sink's row loop.
 
 Reported per way: the median msgs/s (wall) and **CPU microseconds per message** of this process (all its
 threads: the sender and the connections' reader threads; ``resource.getrusage``), which a loaded machine
@@ -58,7 +60,29 @@ def _ways(producer: object, body: bytes, messages: int, batch: int) -> dict[str,
                 fn()
         return run
 
+    def framed_one_by_one(fn: Callable[[], None]) -> Callable[[], None]:
+        """The batched path with each request enveloped and framed by its own calls (``encode_send`` and
+        ``encode_frame``, as the per-message path does) instead of ``encode_send_frames``' one call a window."""
+        from tubespark.tubemq.client import batch_send
+        from tubespark.tubemq.wire.frame import encode_frame
+        from tubespark.tubemq.wire.send import SendRequest
+
+        def one_by_one(requests: list[SendRequest], serials: list[int], timeout_ms: int,
+                       auth: tuple[int, str] | None = None) -> bytes:
+            pairs = zip(requests, serials, strict=True)
+            return b"".join([encode_frame(serial, request.envelope(timeout_ms, auth)) for request, serial in pairs])
+
+        def run() -> None:
+            saved = batch_send.encode_send_frames
+            batch_send.encode_send_frames = one_by_one  # type: ignore[assignment]
+            try:
+                fn()
+            finally:
+                batch_send.encode_send_frames = saved
+        return run
+
     return {"per-message, compiled": old, "batched, compiled": new,
+            "batched, compiled, framed 1 by 1": framed_one_by_one(new),
             "per-message, pure": pure(old), "batched, pure": pure(new)}
 
 
@@ -85,7 +109,7 @@ def _measure(master: str, args: argparse.Namespace) -> None:
           f"median of {args.repeats}:")
     for name in names:
         w, c = statistics.median(wall[name]), statistics.median(cpu[name])
-        print(f"  {name:<22} {args.messages / w:>9,.0f} msgs/s  {c / args.messages * 1e6:6.2f} us CPU/msg  "
+        print(f"  {name:<32} {args.messages / w:>9,.0f} msgs/s  {c / args.messages * 1e6:6.2f} us CPU/msg  "
               f"(wall {', '.join(f'{s:.2f}' for s in wall[name])} s)", flush=True)
     for kind in ("compiled", "pure"):
         old, new = f"per-message, {kind}", f"batched, {kind}"
