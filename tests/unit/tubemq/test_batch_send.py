@@ -164,3 +164,36 @@ def test_the_sink_sends_rows_through_the_batched_path_and_names_an_oversized_row
         for producer in writer._producers.values():
             producer.close()
         writer._producers.clear()
+
+
+def test_a_message_sent_to_a_named_partition_stays_there_when_resent():
+    with FakeBroker(1) as one, FakeBroker(2) as two:
+        one.add_topic(TOPIC, stores=2)
+        two.add_topic(TOPIC, stores=2)
+        with FakeMaster(one, others=[two]) as master:
+            producer = _producer(master)
+            try:
+                part = two.ref(TOPIC, 0)
+                two.inject(Method.SEND_MESSAGE, 503, times=2)  # shields broker 2, yet the caller chose it
+                items = [producer.prepare(TOPIC, OutgoingMessage(body), part) for body in _bodies(3)]
+                assert producer.send_prepared(items) == 3
+                assert all(item.partition == part for item in items)
+                assert sorted(two.bodies(part)) == _bodies(3)
+                assert producer.shielded_brokers() == {2}
+            finally:
+                producer.close()
+
+
+def test_an_unreachable_broker_fails_the_batch_with_a_connection_error_after_the_retries(master, broker):
+    from tubespark.errors import BrokerConnectionError
+
+    producer = _producer(master, request_timeout_s=0.5)
+    try:
+        part = broker.ref(TOPIC, 0)
+        items = [producer.prepare(TOPIC, OutgoingMessage(body), part) for body in _bodies(5)]
+        broker.close()  # stops listening and cuts every connection
+        with pytest.raises(BrokerConnectionError):
+            producer.send_prepared(items)
+        assert producer.shielded_brokers() == {1}
+    finally:
+        producer.close()
