@@ -10,10 +10,11 @@ partitions, those that failed are re-sent there, and the executor log says so. R
 ``partitionKey`` then go to a serving broker's partition too, the same one for the same key as long as
 the same brokers serve.
 
-Each executor process keeps one producer per cluster and pipelines many SendMessage requests per
-broker, written to the socket in groups (``defer``: one write for up to 32 requests); a task returns
-only after the broker acknowledged every row, and fails (after retries) on any send error, so nothing
-is dropped silently. Delivery is at-least-once: a retried task sends its rows again. With
+Each executor process keeps one producer per cluster. One message per row: each Arrow batch of rows goes
+through the producer's batched path (:meth:`Producer.send_prepared`): up to ``maxInFlight`` SendMessage
+requests per broker on the wire, each window written in one socket write, no future per row; a task
+returns only after the broker acknowledged every row, and fails (after retries) on any send error, so
+nothing is dropped silently. Delivery is at-least-once: a retried task sends its rows again. With
 ``dedupAttribute`` every message carries a stable id (write, task, row), and a tubespark reader
 with ``dedupe=true`` drops the replays.
 
