@@ -171,18 +171,27 @@ def test_a_range_read_gives_up_within_its_budget(settings: ClientSettings, part:
         client.close()
 
 
+def _send_one(producer: Producer, body: bytes, part: PartitionRef, batched: bool) -> None:
+    """One message by the per-message path (``send``) or the sink's batched one (``send_prepared``)."""
+    if batched:
+        assert producer.send_prepared([producer.prepare(TOPIC, OutgoingMessage(body), part)]) == 1
+    else:
+        assert producer.send(TOPIC, OutgoingMessage(body), part).partition == part
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["per-message", "batched"])
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_send_gives_up_within_its_retries_and_recovers(master: FakeMaster, settings: ClientSettings,
                                                          part: PartitionRef, broker_proxy: FaultProxy,
-                                                         fault: str) -> None:
+                                                         fault: str, batched: bool) -> None:
     with Producer(master.address, settings, max_retries=1, shield_s=0.1) as producer:
         producer.publish([TOPIC])
-        producer.send(TOPIC, OutgoingMessage(b"before"), part)
+        _send_one(producer, b"before", part, batched)
         broker_proxy.set_mode(fault)
         # each try waits twice the request timeout for its acknowledgement; 0.2 s of backoff between the two
-        gives_up(lambda: producer.send(TOPIC, OutgoingMessage(b"lost"), part), 2 * (2 * TIMEOUT_S) + 0.3)
+        gives_up(lambda: _send_one(producer, b"lost", part, batched), 2 * (2 * TIMEOUT_S) + 0.3)
         broker_proxy.pass_through()
-        assert producer.send(TOPIC, OutgoingMessage(b"after"), part).partition == part
+        _send_one(producer, b"after", part, batched)
 
 
 @pytest.mark.parametrize("fault", FAULTS)

@@ -7,6 +7,9 @@ matched to its reply by serial number. :meth:`Producer.flush` waits for every re
 what failed with a retriable error, so nothing is dropped silently: after the retries the error is
 raised.
 
+:meth:`Producer.send_prepared` sends a whole list of messages (:meth:`Producer.prepare`) the same way
+without a future per message (:mod:`~tubespark.tubemq.client.batch_send`): the sink's path.
+
 Several brokers: a broker that fails a send (unreachable, connection lost, no answer in time, or 503
 "service unavailable") is *shielded* for ``shield_s``: messages the producer places itself (round-robin,
 or by a key hash) go to the other brokers' partitions meanwhile, and a failed one is re-sent there. The
@@ -26,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
 from tubespark.errors import (
@@ -37,6 +40,7 @@ from tubespark.errors import (
     TubeSparkError,
     UnknownTopicError,
 )
+from tubespark.tubemq.client.batch_send import BatchSend, Prepared
 from tubespark.tubemq.client.common import (
     CHECK_TOPIC,
     ClientSettings,
@@ -253,13 +257,15 @@ class Producer:
         brokers still serving (equal hashes still land together for as long as the same brokers serve).
         """
         partitions = self.partitions(topic)
-        live = self._serving(partitions)
+        live = self._serving(partitions) if self._shielded else partitions  # no lock per row while none is
         if key_hash is not None:
             chosen = partitions[key_hash % len(partitions)]
             return chosen if chosen in live else live[key_hash % len(live)]
-        with self._lock:
-            counter = self._round_robin.setdefault(topic, itertools.count(random.randrange(len(partitions))))
-            return live[next(counter) % len(live)]
+        counter = self._round_robin.get(topic)
+        if counter is None:
+            with self._lock:
+                counter = self._round_robin.setdefault(topic, itertools.count(random.randrange(len(partitions))))
+        return live[next(counter) % len(live)]  # next() of a count is atomic (one C call)
 
     def _serving(self, partitions: tuple[PartitionRef, ...]) -> tuple[PartitionRef, ...]:
         """The partitions whose broker is not shielded now; all of them when every broker is."""
@@ -324,6 +330,26 @@ class Producer:
         return self._settle(_InFlight(request, part, self._transmit(request, part), placed=partition is None,
                                       key_hash=key_hash))
 
+    def prepare(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None, *,
+                key_hash: int | None = None) -> Prepared:
+        """Place and encode one message for :meth:`send_prepared` (nothing is sent yet).
+
+        Raises MessageFormatError (empty, too large) as :meth:`send_async` does, before anything is sent.
+        """
+        part = partition or self.choose_partition(topic, key_hash)
+        return Prepared(self._request(topic, message, part), part, partition is None, key_hash)
+
+    def send_prepared(self, items: Sequence[Prepared]) -> int:
+        """Send ``items`` pipelined and return once the brokers acknowledged every one (their count).
+
+        The batched path (:mod:`~tubespark.tubemq.client.batch_send`): up to ``max_in_flight`` requests
+        per broker on the wire, one counter and condition for the batch instead of a future per message;
+        retries, shielding and errors as :meth:`flush`, except that after the first unrecoverable error
+        no further message is sent (those on the wire are settled first). Each item's fields say where it
+        was stored.
+        """
+        return BatchSend(self, items).run() if items else 0
+
     def flush(self) -> list[SendResult]:
         """Wait for every pending send; retry retriable failures; raise the first unrecoverable error.
 
@@ -356,7 +382,7 @@ class Producer:
             if record.future is None:
                 if record.placed:
                     record.partition = self.choose_partition(record.request.topic, record.key_hash)
-                    record.request = replace(record.request, partition_id=record.partition.partition_id)
+                    record.request = record.request._replace(partition_id=record.partition.partition_id)
                 record.future = self._transmit(record.request, record.partition)
             part = record.partition
             try:

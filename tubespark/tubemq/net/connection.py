@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -85,6 +85,18 @@ class Connection:
         """Send a request whose envelope the caller encoded (the SendMessage twins: ``wire/send.py``); its
         timeout is the one inside the envelope."""
         return self._framed.call_async(envelope, functools.partial(_response_decoder, parse), defer=defer)
+
+    def call_framed_many(self, frames: Callable[[list[int]], bytes], parse: Callable[[bytes], Any],
+                         sink: framed.BatchSink, tags: Sequence[int]) -> list[int]:
+        """Send a window of requests the caller frames itself (``frames(serial numbers)`` -> the wire bytes of
+        all of them, e.g. :func:`~tubespark.tubemq.wire.send.encode_send_frames`), now; each parsed answer goes
+        to ``sink`` with its tag (no future per call: :meth:`tubespark.core.framed.FramedConnection.call_many`).
+        """
+        return self._framed.call_many_framed(frames, functools.partial(_response_decoder, parse), sink, tags)
+
+    def forget(self, correlation_ids: Sequence[int]) -> None:
+        """Ignore the late answers of these :meth:`call_encoded_many` calls."""
+        self._framed.forget(correlation_ids)
 
     def send_deferred(self) -> None:
         """Write the deferred requests now."""

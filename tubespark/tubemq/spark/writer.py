@@ -10,10 +10,11 @@ partitions, those that failed are re-sent there, and the executor log says so. R
 ``partitionKey`` then go to a serving broker's partition too, the same one for the same key as long as
 the same brokers serve.
 
-Each executor process keeps one producer per cluster and pipelines many SendMessage requests per
-broker, written to the socket in groups (``defer``: one write for up to 32 requests); a task returns
-only after the broker acknowledged every row, and fails (after retries) on any send error, so nothing
-is dropped silently. Delivery is at-least-once: a retried task sends its rows again. With
+Each executor process keeps one producer per cluster. One message per row: each Arrow batch of rows goes
+through the producer's batched path (:meth:`Producer.send_prepared`): up to ``maxInFlight`` SendMessage
+requests per broker on the wire, each window written in one socket write, no future per row; a task
+returns only after the broker acknowledged every row, and fails (after retries) on any send error, so
+nothing is dropped silently. Delivery is at-least-once: a retried task sends its rows again. With
 ``dedupAttribute`` every message carries a stable id (write, task, row), and a tubespark reader
 with ``dedupe=true`` drops the replays.
 
@@ -50,6 +51,7 @@ from tubespark.spark.writers import (
     check_sink_columns,
     task_index,
 )
+from tubespark.tubemq.client.batch_send import Prepared
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time, parse_msg_time
@@ -108,15 +110,20 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeMQOptions, stam
 
 def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic: str | None,
               dedup_attribute: str | None, stamp: str | None) -> tuple[int, int]:
+    """One message per row, an Arrow batch at a time through the producer's batched path
+    (:meth:`Producer.send_prepared`: pipelined, no future per row); every row is acknowledged before the
+    next batch is read, which also bounds what is held in memory to one Arrow batch of rows."""
     published: set[str] = set()
     rows = sent_bytes = 0
     for batch in batches:
         values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
         stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
         attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
+        prepared: list[Prepared] = []
         for i, value in enumerate(values):
             topic = fixed_topic or (topics[i] if topics else None)
             if not topic:
+                producer.send_prepared(prepared)  # the rows before it are sent, as the error says
                 raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
             if topic not in published:
                 producer.publish([topic])
@@ -132,13 +139,14 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
                                       msg_time=format_msg_time(when) if isinstance(when, datetime) else when,
                                       attributes=attrs)
             try:
-                producer.send_async(topic, message, key_hash=route_hash(route), defer=True)
+                prepared.append(producer.prepare(topic, message, key_hash=route_hash(route)))
             except MessageFormatError as exc:  # too large or empty: nothing of this row was sent
+                producer.send_prepared(prepared)
                 raise type(exc)(f"row {rows} of this task (topic {topic!r}, value of {len(data)} bytes) cannot be "
                                 f"sent: {exc}; the {rows} rows before it were sent") from exc
             rows += 1
             sent_bytes += len(data)
-        producer.flush()  # bound what is held in memory to one Arrow batch of rows
+        producer.send_prepared(prepared)
     return rows, sent_bytes
 
 
