@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.core.settings import ConnectionSettings
-from tubespark.errors import BrokerConnectionError, TubeSparkError, UnknownTopicError
+from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, TubeSparkError, UnknownTopicError
 from tubespark.rocketmq.errors import NoNameServerAvailableError
 from tubespark.rocketmq.net.connection import RemotingConnection, connection_pool, wait
 from tubespark.rocketmq.wire import codes, headers
@@ -99,7 +99,9 @@ class RocketMQClient:
     # --- routes -------------------------------------------------------------------------------------
 
     def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
-        """The topic's route (cached ``route_ttl_s``); UnknownTopicError when no name server knows it."""
+        """The topic's route (cached ``route_ttl_s``); UnknownTopicError when no name server knows it, and
+        :class:`BrokerUnavailableError` (retriable) when it knew it before in this client: a topic's route
+        vanishes from the name server while its brokers are down (issue 23 part 8)."""
         now = time.monotonic()
         with self._lock:
             cached = self._routes.get(topic)
@@ -117,6 +119,12 @@ class RocketMQClient:
                     self._next_ns += 1
                 continue
             if response.code == codes.TOPIC_NOT_EXIST:
+                if cached is not None:
+                    # the name server gave a route before: it drops a topic's route when the topic's only
+                    # brokers stop or stop registering, so this is an outage, not a missing topic
+                    raise BrokerUnavailableError(f"the name server {address} has no route for topic {topic} now, "
+                                                 f"though it had one: its brokers are down or restarting "
+                                                 f"({response.remark or 'no route'})")
                 raise UnknownTopicError(response.code, response.remark or "", context=f"route of {topic}")
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)
