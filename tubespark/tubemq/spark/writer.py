@@ -158,9 +158,7 @@ def publish(producer: Producer, topic: str, options: TubeMQOptions) -> None:
         try:
             producer.publish([topic], timeout_s=max(5.0, min(60.0, outage_s)))
         except UnknownTopicError as exc:
-            if outage_s and configured(options, (topic,)):
-                raise BrokerUnavailableError(f"{exc} (the master's configuration holds the topic: its brokers "
-                                             f"are down or restarting)") from exc
+            raise_if_configured(exc, options, (topic,))
             raise
 
     ride_out(declare, outage_s=outage_s, what=f"partitions of TubeMQ topic {topic}")
@@ -320,12 +318,18 @@ def check_sink_reachable(options: TubeMQOptions) -> None:
             try:
                 producer.publish(options.topics, timeout_s=max(5.0, options.request_timeout_ms / 1000 * 2))
             except UnknownTopicError as exc:
-                if configured(options, options.topics):
-                    raise BrokerUnavailableError(f"{exc} (the master's configuration holds the topic: its brokers "
-                                                 f"are down or restarting)") from exc
+                raise_if_configured(exc, options, options.topics)
                 raise
     finally:
         producer.close()
+
+
+def raise_if_configured(exc: UnknownTopicError, options: TubeMQOptions, topics: tuple[str, ...]) -> None:
+    """The master lists no partition of ``topics`` (``exc``): raise :class:`BrokerUnavailableError` when its
+    configuration holds them all (their brokers are away: waited for), else return (a missing topic)."""
+    if configured(options, topics):
+        raise BrokerUnavailableError(f"{exc} (the master's configuration holds the topic: its brokers are down "
+                                     f"or restarting)") from exc
 
 
 def configured(options: TubeMQOptions, topics: tuple[str, ...]) -> bool:
