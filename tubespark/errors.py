@@ -77,6 +77,18 @@ class RpcTimeoutError(BrokerConnectionError):
     """No response arrived within the call's timeout."""
 
 
+class BrokerUnavailableError(BrokerConnectionError):
+    """The broker a call needs is down or restarting: nothing serves a topic that exists.
+
+    Raised where a broker's own evidence says the topic is there but no broker serves it now (TubeMQ: the
+    master's configuration holds the topic, the master lists no partition of it; RocketMQ: the name server
+    lost the route it gave before), and by :func:`tubespark.core.outage.ride_out` when a broker stayed
+    unreachable for the whole ``outageTimeoutMs``. Retriable: the broker may come back; a stream's next
+    trigger, Spark's task retry or a restarted query tries again. Not an :class:`UnknownTopicError`: a
+    topic that is not there fails at once, a topic whose broker is away is waited for.
+    """
+
+
 class TlsError(TubeSparkError):
     """A TLS connection failed for a reason that trying again will not fix, named in the message.
 

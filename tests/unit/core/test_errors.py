@@ -122,7 +122,8 @@ def test_documented_names_are_importable(module_name: str, name: str) -> None:
 
 RETRIABLE = {
     # passing conditions of the connection or the server: the same call may succeed after a backoff
-    "BrokerConnectionError", "RpcTimeoutError", "NoDataError", "ServerBusyError", "RangeReadError",
+    "BrokerConnectionError", "RpcTimeoutError", "BrokerUnavailableError", "NoDataError", "ServerBusyError",
+    "RangeReadError",
     "StandbyMasterError", "NoMasterAvailableError", "PartitionOccupiedError", "NotRegisteredError",
     "LeaderMovedError", "NoNameServerAvailableError", "NoPermissionError",
     "PartitionsUnavailableError",  # a broker that does not serve now may come back

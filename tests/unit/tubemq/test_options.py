@@ -155,6 +155,7 @@ MORE_BAD_VALUES = [
     ("dedupAttribute", "", "expected an attribute name", "write"),
     ("maxInFlight", "0", "expected a positive integer", "write"),
     ("sendRetries", "three", "expected a non-negative integer", "write"),
+    ("outageTimeoutMs", "-1", "expected a non-negative integer", "write"),
     ("connectTimeoutMs", "-1", "expected a positive integer", "read"),
     ("requestTimeoutMs", "1.5", "expected a positive integer", "write"),
     ("heartbeatIntervalMs", "0", "expected a positive integer", "read"),

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tubespark.core.outage import OutageWindow, backoff
 from tubespark.core.retry import RetryPolicy
 from tubespark.errors import BrokerConnectionError, RpcTimeoutError, TubeSparkError
 from tubespark.tubemq.client.common import check
@@ -84,6 +85,7 @@ class BatchSend:
         self.on_wire: dict[str, int] = {}  # broker address -> requests in flight
         self.retries: list[tuple[float, int, int]] = []  # heap of (due, tie-break, index) of re-sends waiting
         self.tries: dict[int, int] = {}  # index -> failed tries (only messages that failed once)
+        self.outage = OutageWindow(producer.outage_s)  # after the retries: a broker restarting is waited for
         self.tag = 0
         self.error: TubeSparkError | None = None
         self.acknowledged = 0
@@ -148,7 +150,11 @@ class BatchSend:
             index = heapq.heappop(self.retries)[2]
             item = self.items[index]
             if item.placed:  # shielding may have moved it; choose_partition skips shielded brokers
-                item.partition = producer.choose_partition(item.request.topic, item.key_hash)
+                try:
+                    item.partition = producer.choose_partition(item.request.topic, item.key_hash)
+                except TubeSparkError as exc:  # no partition served now (its brokers restarting): a failed try
+                    self._failed(index, None, exc)
+                    continue
                 item.request = item.request._replace(partition_id=item.partition.partition_id)
             address = item.partition.broker.address
             self.queues.setdefault(address, deque()).appendleft(index)
@@ -196,6 +202,7 @@ class BatchSend:
             item.message_id, item.append_offset, item.append_time_ms = (answer.messageId, answer.appendOffset,
                                                                         answer.appendTime)
             self.acknowledged += 1
+            self.outage.clear()
             self.producer._acknowledged_by(item.partition)
             return
         try:
@@ -238,5 +245,10 @@ class BatchSend:
         if self.error is None and self.policy.should_retry(exc) and tries <= producer.max_retries:
             heapq.heappush(self.retries, (time.monotonic() + self.policy.delay(tries), index, index))
             return
+        if self.error is None and self.outage.allows(exc):  # the per-message path's ride_out, as bookkeeping
+            pause = min(backoff(tries - producer.max_retries), self.outage.remaining())
+            heapq.heappush(self.retries, (time.monotonic() + pause, index, index))
+            return
         if self.error is None:
-            self.error = exc
+            error = self.outage.error(exc, f"send to {item.partition.key}")
+            self.error = error if isinstance(error, TubeSparkError) else exc

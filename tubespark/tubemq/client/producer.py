@@ -31,9 +31,11 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
+from tubespark.core.outage import ride_out
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
 from tubespark.errors import (
     BrokerConnectionError,
+    BrokerUnavailableError,
     MessageFormatError,
     MessageTooLargeError,
     RpcTimeoutError,
@@ -98,16 +100,20 @@ class Producer:
         max_in_flight: requests outstanding per broker connection before ``send_async`` blocks.
         max_retries: re-sends of a message after a retriable error (busy broker, lost connection).
         shield_s: how long a broker that failed a send is left out when the producer places messages.
+        outage_s: after its retries, how long a send whose brokers are all unreachable (down, restarting,
+            no partition of the topic listed any more) is tried again (:mod:`tubespark.core.outage`).
     """
 
     def __init__(self, masters: str | Sequence[str], settings: ClientSettings | None = None, *,
                  max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None,
-                 shield_s: float = DEFAULT_SHIELD_S) -> None:
+                 shield_s: float = DEFAULT_SHIELD_S, outage_s: float = 0.0) -> None:
         self.settings = settings or ClientSettings()
         self.client_id = client_id or new_client_id("producer")
         self.max_in_flight = max_in_flight
         self.max_retries = max_retries
         self.shield_s = shield_s
+        self.outage_s = outage_s
+        self._served: set[str] = set()  # topics the master listed partitions of to this producer at some point
         self._shielded: dict[int, float] = {}  # broker id -> monotonic time its shield ends
         self._probing: set[int] = set()  # shield ended, no send acknowledged since: log its return once
         self._master = self.settings.master_channel(masters)
@@ -170,7 +176,12 @@ class Producer:
         with self._lock:  # stop asking the master about topics that never had partitions
             self._topics.difference_update(t for t in absent if t not in self._layouts)
         # the master lists the partitions of serving brokers only: a broker that died or went offline
-        # takes its partitions out of the list, exactly like a topic that was never deployed
+        # takes its partitions out of the list, exactly like a topic that was never deployed; one this
+        # producer saw served is the first case
+        if all(t in self._served for t in absent):
+            raise BrokerUnavailableError(f"topic {', '.join(absent)} has no partition to serve on the TubeMQ cluster "
+                                         f"of master {self._master.active_address} now (none listed within "
+                                         f"{timeout_s:.0f} s), though it had: its brokers are down or restarting")
         raise UnknownTopicError(ErrCode.FORBIDDEN, f"topic {', '.join(absent)} has no partition to serve on the "
                                                    f"TubeMQ cluster of master {self._master.active_address} (none "
                                                    f"listed within {timeout_s:.0f} s): it is not deployed, its "
@@ -212,6 +223,8 @@ class Producer:
             for text in response.topicInfos:
                 layout = TopicLayout.parse(text, self._brokers)
                 self._layouts[layout.topic] = layout
+                if layout.partitions:
+                    self._served.add(layout.topic)
 
     def _register(self) -> None:
         request = mpb.RegisterRequestP2M(clientId=self.client_id, topicList=sorted(self._topics),
@@ -257,6 +270,9 @@ class Producer:
         brokers still serving (equal hashes still land together for as long as the same brokers serve).
         """
         partitions = self.partitions(topic)
+        if not partitions:  # published, but the master lists none now: its brokers are away
+            raise BrokerUnavailableError(f"no partition of topic {topic!r} is served now (its brokers are down or "
+                                         f"restarting)")
         live = self._serving(partitions) if self._shielded else partitions  # no lock per row while none is
         if key_hash is not None:
             chosen = partitions[key_hash % len(partitions)]
@@ -403,8 +419,9 @@ class Producer:
             self._acknowledged_by(part)
             return result
 
-        return call_with_retry(attempt, RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0),
-                               what=f"send to {record.partition.key}")
+        what = f"send to {record.partition.key}"
+        policy = RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0)
+        return ride_out(lambda: call_with_retry(attempt, policy, what=what), outage_s=self.outage_s, what=what)
 
     def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> SendRequest:
         """Encode ``message`` once (payload, flag, CRC) into the request every (re-)send reuses.

@@ -211,8 +211,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "web API (`masterWebUrl`); a stream picks up a new matching topic within `topicRefreshIntervalMs`, "
                "from its earliest offset."),
     OptionSpec("masterWebUrl", None, _web_urls, "The masters' web API, `http://host:port[,...]`: where "
-               "`topicPattern` lists topics and where batch reads learn which partitions are configured "
-               "(`onUnavailablePartitions`). Unset: port 8080 of each `master` host.", attr="master_web_urls"),
+               "`topicPattern` lists topics and where reads and the sink learn which partitions are configured, "
+               "so a broker that is down is told from a partition or topic that is gone "
+               "(`onUnavailablePartitions`, `outageTimeoutMs`). Unset: port 8080 of each `master` host.",
+               applies="both", attr="master_web_urls"),
     OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
                "lists the topics again."),
     OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
