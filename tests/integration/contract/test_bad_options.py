@@ -129,7 +129,7 @@ def test_a_misspelt_option_fails_on_the_driver_naming_the_closest(spark, broker:
             frame.write.format(broker.format).options(**given).mode("append").save()
         else:
             if path == "stream read":
-                query = (spark.readStream.format(broker.format).options(**broker.stream_options(), **given).load()
+                query = (spark.readStream.format(broker.format).options(**{**broker.stream_options(), **given}).load()
                          .writeStream.format("noop").start())
             else:  # the sink's options reach tubespark at the query's first batch, on the driver
                 query = (spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value")

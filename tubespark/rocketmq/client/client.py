@@ -117,7 +117,8 @@ class RocketMQClient:
                     self._next_ns += 1
                 continue
             if response.code == codes.TOPIC_NOT_EXIST:
-                raise UnknownTopicError(response.code, response.remark or "", context=f"route of {topic}")
+                raise UnknownTopicError(response.code, f"{response.remark or 'no route'}: check the `topic` option, or "
+                                        f"create the topic first (mqadmin updateTopic)", context=f"route of {topic}")
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)
             with self._lock:
