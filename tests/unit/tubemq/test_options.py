@@ -273,16 +273,28 @@ def test_per_call_defaults():
     assert explicit.starting_offsets == "latest"
 
 
-def test_unknown_option_warns():
-    with pytest.warns(UserWarning, match="tubemq: unknown option 'maxOffsetPerTrigger'"):
-        parse(maxOffsetPerTrigger="5")
+@pytest.mark.parametrize("spelled", ["maxOffsetPerTrigger", "maxoffsetpertrigger", "MAXOFFSETPERTRIGGER"])
+def test_a_misspelt_option_fails_naming_the_closest_one_as_documented(spelled):
+    # Spark lower-cases the keys of the option map: the suggestion is still in the README's spelling
+    with pytest.raises(OptionError, match=rf"^unknown option '{spelled}' for format\('tubemq'\): did you mean "
+                                          r"maxOffsetsPerTrigger\?"):
+        parse(**{spelled: "5"})
 
 
-def test_options_spark_passes_itself_do_not_warn():
+def test_an_option_like_no_other_fails_without_a_guess():
+    with pytest.raises(OptionError, match=r"^unknown option 'colour' for format\('tubemq'\): remove it, or "
+                                          r"correct its name"):
+        parse(colour="blue")
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_options_spark_passes_itself_are_allowed(mode):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a streaming sink gets checkpointLocation from Spark, not the user
-        TubeMQOptions.from_raw({"master": "127.0.0.1:8715", "topic": "events", "checkpointLocation": "/tmp/ck",
-                                "path": "x"}, mode="write")
+        warnings.simplefilter("error")  # a streaming sink gets checkpointLocation and queryName from Spark
+        # as PySpark 4.3 passes them: lower-cased (checkpointlocation, queryname), paths from load([...])
+        for own in ({"checkpointLocation": "/tmp/ck", "path": "x"},
+                    {"checkpointlocation": "/tmp/ck", "queryname": "q", "path": "x"}, {"paths": '["a","b"]'}):
+            TubeMQOptions.from_raw({**BASE, **own}, mode=mode)
 
 
 def test_option_error_is_a_tubespark_error_and_a_value_error():

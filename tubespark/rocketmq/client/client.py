@@ -126,7 +126,8 @@ class RocketMQClient:
                                                  f"though it had one or no broker is registered there at all: "
                                                  f"its brokers are down or restarting "
                                                  f"({response.remark or 'no route'})")
-                raise UnknownTopicError(response.code, response.remark or "", context=f"route of {topic}")
+                raise UnknownTopicError(response.code, f"{response.remark or 'no route'}: check the `topic` option, or "
+                                        f"create the topic first (mqadmin updateTopic)", context=f"route of {topic}")
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)
             with self._lock:

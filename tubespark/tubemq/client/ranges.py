@@ -228,7 +228,8 @@ class RangeReader:
             cursor.next_offset = position
         elif position < wanted:
             raise DataLossError(f"{part.key}: planned start {wanted} is beyond the broker's max offset "
-                                f"{position}; the partition was truncated or recreated")
+                                f"{position}; the partition was truncated or recreated, or the checkpoint is another "
+                                f"cluster's: start the query from a new checkpoint")
         cursor.open, cursor.pending, cursor.decoded = True, None, None
 
     def _advance(self, cursor: _Cursor) -> Columns | None:
