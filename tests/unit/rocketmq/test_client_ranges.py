@@ -71,8 +71,10 @@ class AnsweringNameServer:
                     frame, buffer = buffer[4:4 + size], buffer[4 + size:]
                     request = decode_command(frame)
                     self.requests += 1
-                    answer = Command(self.code, remark=f"scripted answer {self.code}", flag=FLAG_RESPONSE)
-                    conn.sendall(encode_command(answer, request.opaque))
+                    conn.sendall(encode_command(self.answer(request), request.opaque))
+
+    def answer(self, request: Command) -> Command:
+        return Command(self.code, remark=f"scripted answer {self.code}", flag=FLAG_RESPONSE)
 
     def close(self) -> None:
         self._stop.set()
@@ -140,32 +142,12 @@ class ScriptedNameServer(AnsweringNameServer):
     routed = True
     cluster = b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:1"},"brokerName":"broker-a"}}}'
 
-    def _serve(self, conn: socket.socket) -> None:
-        conn.settimeout(0.2)
-        with conn:
-            buffer = b""
-            while not self._stop.is_set():
-                try:
-                    chunk = conn.recv(65536)
-                except TimeoutError:
-                    continue
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                buffer += chunk
-                while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">i", buffer[:4])[0]:
-                    size = struct.unpack(">i", buffer[:4])[0]
-                    frame, buffer = buffer[4:4 + size], buffer[4 + size:]
-                    request = decode_command(frame)
-                    if request.code == codes.GET_BROKER_CLUSTER_INFO:
-                        answer = Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=self.cluster)
-                    elif self.routed:
-                        answer = Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=ROUTE)
-                    else:
-                        answer = Command(codes.TOPIC_NOT_EXIST, remark="No topic route info in name server",
-                                         flag=FLAG_RESPONSE)
-                    conn.sendall(encode_command(answer, request.opaque))
+    def answer(self, request: Command) -> Command:
+        if request.code == codes.GET_BROKER_CLUSTER_INFO:
+            return Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=self.cluster)
+        if self.routed:
+            return Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=ROUTE)
+        return Command(codes.TOPIC_NOT_EXIST, remark="No topic route info in name server", flag=FLAG_RESPONSE)
 
 
 def test_a_route_the_name_server_gave_before_and_lost_is_an_outage_not_an_unknown_topic():
