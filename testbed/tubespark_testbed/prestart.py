@@ -4,7 +4,8 @@ Why: most of a TubeMQ cluster's start is waiting (the master holds a new broker 
 for a fixed ~30 s), and a RocketMQ stack, a wheel build or a demo run waits on disk, network or timers as
 much as on the CPU. On a 2-core CI machine that time is better spent running the tests before them. So
 the integration conftest plans, from the collected tests, every piece of set-up a test module declares,
-and starts them in the background in the order the tests will need them, a couple of modules ahead.
+and starts them in the background, in the order the tests will
+need them, before the modules that need them.
 When a module's fixture asks for its piece it gets it at once, or waits for the start under way, or
 (not started yet) starts it itself. Nothing is shared that was not shared before: each piece is still
 made for one module (or the session), by the same code, and torn down when that module ends.
@@ -28,7 +29,8 @@ recovery times). Session pieces (the shared clusters) start as soon as the tests
 pieces only once :meth:`Prestarter.open` says the tests that need them began (``./dev test`` runs the
 unit tests first, and their timings stay their own). ``TUBESPARK_PRESTART=0`` starts nothing in the
 background (everything starts when asked, as a plain fixture would); ``TUBESPARK_PRESTART_AHEAD``
-(default 2) is how many modules' pieces may be up or starting at once.
+(default 1: a run with two heavy pieces beside the tests starved timing-sensitive tests on 2 cores) is how
+many modules' pieces may be up or starting at once.
 
 Each piece starts in a thread of its own, which lives until the piece is torn down: the kernel kills a
 JVM armed with ``PR_SET_DEATHSIG`` (:mod:`tubespark_testbed.procs`) when the *thread* that started it
@@ -237,4 +239,4 @@ def enabled() -> bool:
 
 
 def ahead() -> int:
-    return int(os.environ.get("TUBESPARK_PRESTART_AHEAD", "2"))
+    return int(os.environ.get("TUBESPARK_PRESTART_AHEAD", "1"))
