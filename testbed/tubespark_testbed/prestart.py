@@ -4,8 +4,8 @@ Why: most of a TubeMQ cluster's start is waiting (the master holds a new broker 
 for a fixed ~30 s), and a RocketMQ stack, a wheel build or a demo run waits on disk, network or timers as
 much as on the CPU. On a 2-core CI machine that time is better spent running the tests before them. So
 the integration conftest plans, from the collected tests, every piece of set-up a test module declares,
-and starts them in the background, in the order the tests will
-need them, before the modules that need them.
+and starts them in the background, in the order the tests will need them, before the modules that need
+them.
 When a module's fixture asks for its piece it gets it at once, or waits for the start under way, or
 (not started yet) starts it itself. Nothing is shared that was not shared before: each piece is still
 made for one module (or the session), by the same code, and torn down when that module ends.
