@@ -32,9 +32,9 @@ background (everything starts when asked, as a plain fixture would); ``TUBESPARK
 (default 1: a run with two heavy pieces beside the tests starved timing-sensitive tests on 2 cores) is how
 many modules' pieces may be up or starting at once.
 
-Each piece starts in a thread of its own, which lives until the piece is torn down: the kernel kills a
-JVM armed with ``PR_SET_DEATHSIG`` (:mod:`tubespark_testbed.procs`) when the *thread* that started it
-ends, and these JVMs must live as long as their piece, and die with the test process.
+Each piece starts in a thread of its own, which lives until the piece is torn down. JVMs started there
+are not armed with ``PR_SET_DEATHSIG`` (see :mod:`tubespark_testbed.procs` for why not from a thread
+other than the main one); ``atexit`` and the session's teardown stop them.
 """
 
 from __future__ import annotations
@@ -51,8 +51,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from tubespark_testbed.procs import mark_long_lived_thread
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +208,6 @@ class Prestarter:
             thread.start()
 
     def _start_and_hold(self, piece: Piece) -> None:
-        mark_long_lived_thread()  # this thread outlives the piece's JVMs: they may die with the process
         self._enter(piece, "background")
         piece.released.wait()
 

@@ -25,29 +25,19 @@ from tubespark_testbed.errors import ClusterError
 _PR_SET_DEATHSIG = 1
 
 
-_long_lived: set[int] = set()  # idents of threads that outlive every JVM they start (see below)
-
-
-def mark_long_lived_thread() -> None:
-    """Declare that the calling thread outlives every JVM it starts, so they may get PR_SET_DEATHSIG too.
-
-    For a background thread that starts clusters ahead of their use (the test suite's pre-starter) and
-    only ends after they were stopped, or with the process.
-    """
-    _long_lived.add(threading.get_ident())
-
-
 def _deathsig_preexec() -> Callable[[], None] | None:
     """A ``preexec_fn`` arming PR_SET_DEATHSIG, or None where it cannot be used.
 
     The kernel sends the signal when the *thread* that forked exits, not the process. Forking from a
     short-lived worker thread would therefore kill the JVM when that thread ends, so we only arm it
-    when starting from the main thread (or a thread marked with :func:`mark_long_lived_thread`) and rely
-    on atexit otherwise.
+    when starting from the main thread and rely on atexit otherwise. (Never from another thread, however
+    long it lives: a fork with a ``preexec_fn`` runs Python's after-fork hooks in the child, which drop
+    every other thread's state there, the main thread's included; a py4j connection held in its
+    thread-local is then finalized in the child, whose ``shutdown()`` of the shared socket breaks the
+    parent's Spark gateway connection. The next call opens a new one, on a JVM thread without the active
+    session, and a write to a Python data source fails with DATA_SOURCE_NOT_FOUND.)
     """
-    current = threading.current_thread()
-    if not sys.platform.startswith("linux") or (
-            current is not threading.main_thread() and threading.get_ident() not in _long_lived):
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)

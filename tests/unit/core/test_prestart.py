@@ -125,7 +125,7 @@ def test_nothing_starts_while_a_quiet_module_runs():
 
 
 def test_the_thread_that_started_a_piece_lives_until_the_piece_is_torn_down():
-    """Its JVMs carry PR_SET_DEATHSIG, which fires when the thread that started them ends."""
+    """The piece's context manager is entered and exited in one thread, which holds it while it is up."""
     log = Log()
     starter = Prestarter(ahead=1)
     starter.plan("a:x", log.piece("a"), "a")
