@@ -181,8 +181,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     prestarter = item.config.stash[_PRESTARTER]
-    prestarter.open()  # the integration tests run: modules' pieces may start now (the unit tests ran first)
     prestarter.set_quiet(bool(getattr(getattr(item, "module", None), "PRESTART_QUIET", False)))
+    prestarter.open()  # the integration tests run: modules' pieces may start now (the unit tests ran first)
 
 
 @pytest.hookimpl(wrapper=True)
