@@ -25,9 +25,17 @@ asks again at a later trigger instead of failing the query. So:
   A loop that catches it retries within its own bound (a :class:`~tubespark.core.retry.RetryPolicy`
   always has one), so nested retries add up, never run forever; Spark's task retry and the query's
   checkpoint are the usual next try.
+
+Spark does not hand our exceptions to the user: an error raised in a Python data source (on the driver
+or in a task) reaches ``.load()``, ``.collect()``, ``.save()`` or ``query.awaitTermination()`` as Spark's
+own (``AnalysisException``, ``PythonException``, ``StreamingQueryException``, ...) whose text ends with
+the Python traceback, our line last. :func:`unwrap` gives the typed error back from that text.
 """
 
 from __future__ import annotations
+
+import importlib
+import re
 
 
 class TubeSparkError(Exception):
@@ -75,6 +83,18 @@ class BrokerConnectionError(TubeSparkError):
 
 class RpcTimeoutError(BrokerConnectionError):
     """No response arrived within the call's timeout."""
+
+
+class BrokerUnavailableError(BrokerConnectionError):
+    """The broker a call needs is down or restarting: nothing serves a topic that exists.
+
+    Raised where a broker's own evidence says the topic is there but no broker serves it now (TubeMQ: the
+    master's configuration holds the topic, the master lists no partition of it; RocketMQ: the name server
+    lost the route it gave before), and by :func:`tubespark.core.outage.ride_out` when a broker stayed
+    unreachable for the whole ``outageTimeoutMs``. Retriable: the broker may come back; a stream's next
+    trigger, Spark's task retry or a restarted query tries again. Not an :class:`UnknownTopicError`: a
+    topic that is not there fails at once, a topic whose broker is away is waited for.
+    """
 
 
 class TlsError(TubeSparkError):
@@ -201,7 +221,69 @@ class PartitionsUnavailableError(TubeSparkError):
         self.reasons = reasons
 
 
-
-
 class UnsupportedSparkError(TubeSparkError):
     """The PySpark in use lacks an API tubespark relies on (its version is outside tubespark's range)."""
+
+
+# --- getting the typed error back from Spark's wrapper --------------------------------------------
+
+_ERROR_LINE = re.compile(r"^(tubespark(?:\.\w+)*\.errors)\.(\w+): ?(.*)$")
+"""A traceback's last line for one of our errors: ``tubespark.errors.OptionError: unknown option ...``
+(every class lives in an ``errors`` module: :mod:`tubespark.errors`, ``tubespark.<broker>.errors``,
+:mod:`tubespark.formats.errors`)."""
+_AFTER_MESSAGE = re.compile(r"^\s*(SQLSTATE: |=== Streaming Query ===|JVM stacktrace:|During handling of |"
+                            r"The above exception was )|^\s*$")
+"""Where Spark's text (or Python's next chained traceback) resumes after a message of several lines."""
+
+
+def unwrap(exc: BaseException) -> TubeSparkError | None:
+    """The tubespark error inside Spark's exception ``exc``, or ``None`` when it holds none.
+
+    The original object never crosses the JVM: Spark keeps only the Python traceback's text. So this
+    finds the last ``tubespark....errors.SomeError: message`` line in ``str(exc)`` and makes a new
+    instance of that class with that message (its first line says what to do); ``retriable`` and
+    ``isinstance`` checks work on it. Attributes a constructor sets (a broker error's ``code``, a range
+    read's ``partition``) are not restored. ``exc`` itself, or an exception it was raised from, is
+    returned when it already is one (a call that never went through Spark)::
+
+        try:
+            spark.read.format("tubemq").options(**opts).load().collect()
+        except Exception as exc:
+            error = unwrap(exc)
+            if isinstance(error, UnknownTopicError):
+                ...
+            raise
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, TubeSparkError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    lines = str(exc).splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        match = _ERROR_LINE.match(lines[index])
+        if match:
+            module, name, first = match.groups()
+            rest = []
+            for line in lines[index + 1:]:
+                if _AFTER_MESSAGE.match(line):
+                    break
+                rest.append(line)
+            return _rebuilt(module, name, "\n".join([first, *rest]))
+    return None
+
+
+def _rebuilt(module: str, name: str, message: str) -> TubeSparkError:
+    """An instance of ``module.name`` holding ``message`` without calling its constructor (whose arguments
+    the text does not carry); the root class when that is not a tubespark error this version has."""
+    try:
+        cls = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, TubeSparkError)):
+        return TubeSparkError(f"{module}.{name}: {message}")
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    return error

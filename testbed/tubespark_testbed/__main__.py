@@ -1,6 +1,7 @@
 """Command line for the local TubeMQ cluster.
 
-``python -m tubespark_testbed fetch``: resolve the TubeMQ and RocketMQ server jars into the cache (CI warm-up step).
+``python -m tubespark_testbed fetch``: resolve the TubeMQ and RocketMQ server jars into the cache and make the
+Spark class-data-sharing archive the test suite's Spark drivers start from (CI warm-up step).
 ``python -m tubespark_testbed start [--brokers N] [--topic NAME[:PARTITIONS[:STORES]]]...``: run a cluster
 in the foreground, print its addresses, stop it cleanly on Ctrl-C or SIGTERM. While it runs, it takes
 commands on stdin, one a line (``help`` lists them): ``kill``, ``terminate``, ``pause``, ``resume``,
@@ -31,6 +32,10 @@ def _cmd_fetch(_: argparse.Namespace) -> int:
 
     jars = rocketmq.ensure_artifacts()
     print(f"RocketMQ {rocketmq.ROCKETMQ_VERSION} runtime resolved ({len(jars)} jars)")
+    from tubespark_testbed import sparkjvm
+
+    archive = sparkjvm.ensure_archive(quiet=False)
+    print(f"Spark class-data-sharing archive: {archive or 'none (no PySpark or Java here)'}")
     return 0
 
 
@@ -145,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tubespark_testbed", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log start-up phases")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fetch", help="download the TubeMQ and RocketMQ servers and their dependencies into the cache")
+    sub.add_parser("fetch", help="download the TubeMQ and RocketMQ servers and their dependencies into the cache "
+                                 "(and make the Spark class-data-sharing archive the tests use)")
     start = sub.add_parser("start", help="run ZooKeeper + master + broker(s) in the foreground")
     start.add_argument(
         "--topic",

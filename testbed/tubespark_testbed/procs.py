@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +30,12 @@ def _deathsig_preexec() -> Callable[[], None] | None:
 
     The kernel sends the signal when the *thread* that forked exits, not the process. Forking from a
     short-lived worker thread would therefore kill the JVM when that thread ends, so we only arm it
-    when starting from the main thread and rely on atexit otherwise.
+    when starting from the main thread and rely on atexit otherwise. (Never from another thread, however
+    long it lives: a fork with a ``preexec_fn`` runs Python's after-fork hooks in the child, which drop
+    every other thread's state there, the main thread's included; a py4j connection held in its
+    thread-local is then finalized in the child, whose ``shutdown()`` of the shared socket breaks the
+    parent's Spark gateway connection. The next call opens a new one, on a JVM thread without the active
+    session, and a write to a Python data source fails with DATA_SOURCE_NOT_FOUND.)
     """
     if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return None
@@ -46,13 +52,23 @@ def _deathsig_preexec() -> Callable[[], None] | None:
 
 
 def tail(path: Path, lines: int = 40) -> str:
-    """Last ``lines`` lines of a log file, or a note that it is missing; for error messages."""
+    """Last ``lines`` lines of a log file, or a note that it is missing; for error messages.
+
+    Reads the file's end in growing chunks (64 KiB first) until it holds ``lines`` lines or the whole file,
+    so a long-running server's log still yields as many lines as asked.
+    """
     try:
         with path.open("rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            text = fh.read().decode(errors="replace")
+            chunk = 64 * 1024
+            while True:
+                fh.seek(max(0, size - chunk))
+                data = fh.read()
+                if chunk >= size or data.count(b"\n") > lines:
+                    break
+                chunk *= 4
+            text = data.decode(errors="replace")
     except OSError:
         return f"(no log at {path})"
     return "\n".join(text.splitlines()[-lines:])
@@ -151,6 +167,30 @@ class JavaProcess:
                 proc.wait(timeout=10.0)
             except subprocess.TimeoutExpired as exc:
                 raise ClusterError(f"{self.name} (pid {proc.pid}) did not die after SIGKILL") from exc
+
+
+def stop_all(procs: list[JavaProcess], grace_s: float) -> list[str]:
+    """Stop several JVMs at once: SIGTERM to all, then one shared ``grace_s`` before SIGKILL of the rest.
+
+    What stopping them one after the other would cost ``grace_s`` each (a JVM busy in its shutdown
+    hooks), this costs once. Returns the errors of those that would not die, as text.
+    """
+    live = [p for p in procs if p.proc is not None and p.proc.poll() is None]
+    for p in live:
+        assert p.proc is not None
+        _signal_group(p.proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in live:
+        assert p.proc is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    errors = []
+    for p in live:
+        try:
+            p.stop(grace_s=0.0)  # SIGKILL whatever is left
+        except ClusterError as exc:
+            errors.append(str(exc))
+    return errors
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -37,7 +37,7 @@ from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient
 from tubespark_testbed.artifacts import cache_root
 from tubespark_testbed.errors import ClusterError
 from tubespark_testbed.javatool import resolve_classpath, which
-from tubespark_testbed.procs import JavaProcess, wait_until
+from tubespark_testbed.procs import JavaProcess, stop_all, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -308,10 +308,8 @@ class RocketMQStack:
         if self._client is not None:
             self._client.close()
             self._client = None
-        for node in reversed(self.brokers):
-            if node.process is not None:
-                with contextlib.suppress(ClusterError):
-                    node.process.stop(grace_s=3.0)
+        # the brokers together (one grace period, not one each), then the name server
+        stop_all([node.process for node in self.brokers if node.process is not None], grace_s=3.0)
         if self.namesrv is not None:
             with contextlib.suppress(ClusterError):
                 self.namesrv.stop(grace_s=3.0)

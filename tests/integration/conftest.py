@@ -5,6 +5,13 @@ skips it). ``TUBESPARK_SKIP_INTEGRATION=1`` skips instead of starting the cluste
 it fails, see ``tests/conftest.py``);
 ``TUBESPARK_KEEP_CLUSTER=1`` keeps the cluster's work dir (logs) after the session.
 
+Clusters start ahead of their use (``tubespark_testbed/prestart.py``): the session's TubeMQ cluster and
+RocketMQ stack as soon as the tests are collected (``./dev test`` runs the unit tests meanwhile), and
+what a module declares in its ``PRESTART`` (its own cluster, a wheel build, a demo run; taken with the
+``prestarted`` fixture) in the background before the module that needs it, so their
+~30-40 s of start-up overlaps other tests instead of adding to the run. A module may list topics to
+deploy with the session cluster in ``SESSION_TOPICS`` (names it needs before its test runs).
+
 Topics are the slow part of a TubeMQ test: the master holds every *new* topic back from producers for
 a fixed 30 s. So the session cluster deploys a pool of fresh topics before its broker starts (they are
 ready when the cluster is), and ``topic_factory`` hands those out. A shape with no pooled topic left is
@@ -14,6 +21,7 @@ refilled in one batch (one ~32 s wait for several topics). Asking for extra depl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
@@ -22,20 +30,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tubespark_testbed import ClusterSettings, LocalCluster
+from tubespark_testbed import LocalCluster, prestart, sparkjvm
+from tubespark_testbed.prestart import Prestarter
 
 _HERE = Path(__file__).resolve().parent
 
 # (partitions, stores) -> how many fresh topics to deploy with the session cluster.
 # Override with TUBESPARK_TOPIC_POOL="1:4x8,4:1x4" (PARTITIONS:STORESxCOUNT, comma separated).
-# Sized to what the whole suite takes (about 29, 8 and 3 of the first three shapes; the contract suite,
-# tests/integration/contract, takes 11 of the first): a refill costs ~32 s.
-DEFAULT_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 4): 30, (4, 1): 9, (1, 1): 4, (2, 1): 2}
+# Sized to what the whole suite takes, with a few to spare (a run at ci-time took 34, 11 and 12 of the first
+# three shapes, 11 of the first in the contract suite, tests/integration/contract): a refill costs ~32 s, a
+# deployed topic nothing until it is used. The run's summary line says what was taken and any refill.
+DEFAULT_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 4): 38, (4, 1): 14, (1, 1): 15, (2, 1): 2}
 REFILL_BATCH = 4
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs the real local TubeMQ cluster (JVMs)")
+    sparkjvm.apply_to_environment()  # start-up-speed flags for every Spark driver the tests start (sparkjvm.py)
+    config.stash[_PRESTARTER] = Prestarter(background=prestart.enabled(), ahead=prestart.ahead())
+    config.stash[_POOL_PLAN] = TopicPool.plan(_topic_pool_spec())
+    config.stash[_SESSION_TOPICS] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,6 +77,9 @@ class TopicPool:
         self.cluster = cluster
         self._free = names
         self._lock = threading.Lock()
+        self.initial = {shape: len(free) for shape, free in names.items()}
+        self.taken: dict[tuple[int, int], int] = {}
+        self.refills: dict[tuple[int, int], int] = {}
 
     @staticmethod
     def plan(spec: dict[tuple[int, int], int]) -> dict[tuple[int, int], list[str]]:
@@ -71,12 +88,22 @@ class TopicPool:
 
     def take(self, partitions: int, stores: int) -> str:
         with self._lock:
-            free = self._free.setdefault((partitions, stores), [])
+            shape = (partitions, stores)
+            free = self._free.setdefault(shape, [])
             if not free:
                 batch = [_unique_name(f"pool_p{partitions}s{stores}") for _ in range(REFILL_BATCH)]
                 self.cluster.create_topics(batch, partitions, stores)
                 free.extend(batch)
+                self.refills[shape] = self.refills.get(shape, 0) + 1
+            self.taken[shape] = self.taken.get(shape, 0) + 1
             return free.pop(0)
+
+    def summary(self) -> str:
+        shapes = sorted(set(self.initial) | set(self.taken))
+        text = ", ".join(f"{p}x{s}: {self.taken.get((p, s), 0)} of {self.initial.get((p, s), 0)}"
+                         + (f" + {self.refills[(p, s)]} refills" if (p, s) in self.refills else "")
+                         for p, s in shapes)
+        return f"topic pool (partitions x stores: taken of pooled): {text}"
 
 
 README_TOPIC = "demo_events"
@@ -87,63 +114,146 @@ def _unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture(scope="session")
-def _topic_pool_plan() -> dict[tuple[int, int], list[str]]:
-    return TopicPool.plan(_topic_pool_spec())
+def _skipping() -> bool:
+    return os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0")
 
 
-@pytest.fixture(scope="session")
-def tubemq_cluster(_topic_pool_plan: dict[tuple[int, int], list[str]]) -> Iterator[LocalCluster]:
-    """A started :class:`LocalCluster` shared by the whole session (about 40 s to start)."""
-    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
+def _refuse_or_skip() -> None:
+    if _skipping():
         # Never a green CI run without the cluster (tests/conftest.py turns any skip into a failure in CI, too).
         if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
             pytest.fail("TUBESPARK_SKIP_INTEGRATION is set in CI, where the integration tests must run")
         pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
-    initial = [(name, p, s) for (p, s), names in _topic_pool_plan.items() for name in names]
-    initial.append((README_TOPIC, 1, 4))  # the README example's topic, deployed with the pool (no 30 s wait)
-    cluster = LocalCluster(topics=initial)
+
+
+# --- set-up started ahead of its use (tubespark_testbed/prestart.py) ---------------------------------
+
+_PRESTARTER = pytest.StashKey[Prestarter]()
+_POOL_PLAN = pytest.StashKey[dict[tuple[int, int], list[str]]]()
+_SESSION_TOPICS = pytest.StashKey[list[tuple[str, int, int]]]()
+_POOL = pytest.StashKey[TopicPool]()
+
+
+def _session_cluster(config: pytest.Config) -> Callable[[Path], contextlib.AbstractContextManager[LocalCluster]]:
+    @contextlib.contextmanager
+    def start(_tmp: Path) -> Iterator[LocalCluster]:
+        initial = [(name, p, s) for (p, s), names in config.stash[_POOL_PLAN].items() for name in names]
+        initial.append((README_TOPIC, 1, 4))  # the README example's topic, deployed with the pool (no 30 s wait)
+        initial += config.stash[_SESSION_TOPICS]
+        with LocalCluster(topics=initial) as cluster:  # stops whatever it started if the start fails
+            yield cluster
+
+    return start
+
+
+@contextlib.contextmanager
+def _rocketmq_stack(_tmp: Path) -> Iterator[Any]:
+    from tubespark_testbed.rocketmq import RocketMQStack
+
+    stack = RocketMQStack.single()
     try:
-        cluster.start()  # stops whatever it started if it fails
-        yield cluster
+        stack.start()  # stops whatever it started if it fails
+        yield stack
     finally:
-        cluster.stop()
+        stack.stop()
 
 
-# Topics of the 3-broker cluster, deployed on all three before they start: (partitions, stores) -> count.
-BROKERS_TOPIC_POOL: dict[tuple[int, int], int] = {(1, 2): 10, (2, 1): 2}
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Plan what starts ahead: the session's clusters by first use, then each module's ``PRESTART``."""
+    if _skipping():
+        return
+    prestarter = session.config.stash[_PRESTARTER]
+    mine = [item for item in session.items if _HERE in Path(str(item.fspath)).resolve().parents]
+    # the session's clusters first (no limit on those), then the modules' pieces in the order of the tests
+    if any("tubemq_cluster" in item.fixturenames for item in mine):
+        prestarter.plan("session:tubemq_cluster", _session_cluster(session.config), None)
+    if any("rocketmq_stack" in item.fixturenames for item in mine):
+        prestarter.plan("session:rocketmq_stack", _rocketmq_stack, None)
+    modules = list(dict.fromkeys(item.module for item in mine if getattr(item, "module", None) is not None))
+    for module in modules:
+        session.config.stash[_SESSION_TOPICS] += list(getattr(module, "SESSION_TOPICS", ()))
+        for name, factory in getattr(module, "PRESTART", {}).items():
+            prestarter.plan(f"{module.__name__}:{name}", factory, module.__name__)
+    if not session.config.option.collectonly:
+        prestarter.start()  # the session's clusters come up while the unit tests (run first) run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    prestarter = item.config.stash[_PRESTARTER]
+    prestarter.set_quiet(bool(getattr(getattr(item, "module", None), "PRESTART_QUIET", False)))
+    prestarter.open()  # the integration tests run: modules' pieces may start now (the unit tests ran first)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Once a module's last test is torn down, stop what was started for it (all of it after the last test)."""
+    result = yield
+    module = getattr(item, "module", None)
+    if module is not None and (nextitem is None or getattr(nextitem, "module", None) is not module):
+        prestarter = item.config.stash[_PRESTARTER]
+        errors = prestarter.release(module.__name__, everything=nextitem is None)
+        if errors:
+            raise RuntimeError("stopping what was started for the tests failed: " + "; ".join(errors))
+    return result
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    errors = session.config.stash[_PRESTARTER].stop()  # what is still up: the session's clusters, an interrupted run's
+    if errors:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("stopping what was started for the tests failed: " + "; ".join(errors), red=True)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    prestarter = config.stash[_PRESTARTER]
+    lines = prestarter.report()
+    if lines:
+        terminalreporter.write_sep("-", "started ahead (tubespark_testbed/prestart.py)")
+        for line in lines:
+            terminalreporter.write_line(line)
+    pool = config.stash.get(_POOL, None)
+    if pool is not None:
+        terminalreporter.write_line(pool.summary(), yellow=bool(pool.refills))
 
 
 @pytest.fixture(scope="session")
-def tubemq_brokers() -> Iterator[tuple[LocalCluster, TopicPool]]:
-    """A started 3-broker :class:`LocalCluster` (``broker``, ``broker-2``, ``broker-3`` on 127.0.0.1-3, ids 1-3)
-    and its pool of topics deployed on all three, shared by the tests whose behaviour depends on placement.
+def _topic_pool_plan(pytestconfig: pytest.Config) -> dict[tuple[int, int], list[str]]:
+    return pytestconfig.stash[_POOL_PLAN]
 
-    Started on first use (about 45 s), once per session. A test that takes a broker down brings it back
-    (``cluster.outage(...)``) before it ends, so the next one finds all three serving.
-    """
-    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
-        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-            pytest.fail("TUBESPARK_SKIP_INTEGRATION is set in CI, where the integration tests must run")
-        pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
-    plan = TopicPool.plan(BROKERS_TOPIC_POOL)
-    # No memory cache: an acknowledged message is in the segment file, so a broker taken down and brought back
-    # still holds it (these tests are about placement; the durability window is test_soak's and test_faults')
-    cluster = LocalCluster(brokers=3, topics=[(name, p, s) for (p, s), names in plan.items() for name in names],
-                           settings=ClusterSettings().tight_flush(mem_store=False))
-    try:
-        cluster.start()
-        yield cluster, TopicPool(cluster, plan)
-    finally:
-        cluster.stop()
+
+@pytest.fixture(scope="session")
+def tubemq_cluster(pytestconfig: pytest.Config) -> LocalCluster:
+    """A started :class:`LocalCluster` shared by the whole session (about 40 s to start, ahead of use)."""
+    _refuse_or_skip()
+    return pytestconfig.stash[_PRESTARTER].get("session:tubemq_cluster", _session_cluster(pytestconfig), None)
+
+
+@pytest.fixture(scope="module")
+def prestarted(request: pytest.FixtureRequest) -> Callable[[str], Any]:
+    """``prestarted(name)``: the started piece ``name`` of this module's ``PRESTART`` (see prestart.py)."""
+    _refuse_or_skip()
+    module = request.module
+    prestarter = request.config.stash[_PRESTARTER]
+
+    def get(name: str) -> Any:
+        return prestarter.get(f"{module.__name__}:{name}", module.PRESTART[name], module.__name__)
+
+    return get
+
+
 
 
 @pytest.fixture(scope="session")
 def topic_factory(
-    tubemq_cluster: LocalCluster, _topic_pool_plan: dict[tuple[int, int], list[str]]
+    request: pytest.FixtureRequest, tubemq_cluster: LocalCluster, _topic_pool_plan: dict[tuple[int, int], list[str]]
 ) -> Callable[..., str]:
     """``make_topic(partitions=1, stores=4, **deploy_params) -> name`` of a fresh, publishable topic."""
     pool = TopicPool(tubemq_cluster, {shape: list(names) for shape, names in _topic_pool_plan.items()})
+    request.config.stash[_POOL] = pool
 
     def make_topic(partitions: int = 1, stores: int = 4, **kw: Any) -> str:
         if kw:
@@ -166,16 +276,10 @@ def java():
 
 
 @pytest.fixture(scope="session")
-def rocketmq_stack():
-    """A started RocketMQ name server + broker (``broker-a``) shared by the session (about 10 s to start)."""
-    from tubespark_testbed.rocketmq import RocketMQStack
-
-    stack = RocketMQStack.single()
-    try:
-        stack.start()  # stops whatever it started if it fails
-        yield stack
-    finally:
-        stack.stop()
+def rocketmq_stack(pytestconfig: pytest.Config) -> Any:
+    """A started RocketMQ name server + broker (``broker-a``) shared by the session (about 10 s to start, ahead
+    of use)."""
+    return pytestconfig.stash[_PRESTARTER].get("session:rocketmq_stack", _rocketmq_stack, None)
 
 
 @pytest.fixture

@@ -21,6 +21,10 @@ how one frame is read back as ``(correlation_id, payload)``. Everything else is 
   until :data:`MAX_DEFERRED_FRAMES` frames or :data:`MAX_DEFERRED_BYTES` bytes gather, the next
   undeferred call, or :meth:`FramedConnection.send_deferred`; whoever defers must call that before
   waiting for an answer.
+* a whole window of requests can go out in one call (:meth:`FramedConnection.call_many`), each answer
+  handed to a :class:`BatchSink` with the caller's tag instead of completing a ``Future`` per call: a
+  producer of small messages spends most of a message's CPU on the future (three conditions), not on
+  the wire.
 
 Decoders signal the two kinds of failure by type: a :class:`CodecError` means the payload is garbage
 (the connection closes), any other :class:`TubeSparkError` (e.g. an RPC exception) fails that call only.
@@ -34,7 +38,8 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, Protocol, TypeVar
@@ -91,6 +96,21 @@ class FrameCodec(Protocol[RequestT_contra]):
     def read(self, reader: Reader) -> tuple[int, bytes]: ...
 
 
+class BatchSink(Protocol):
+    """Where the answers of :meth:`FramedConnection.call_many` go, each with the tag its request was sent with.
+
+    Called on the connection's reader thread (or the thread that closes the connection): keep it short.
+    """
+
+    def resolve(self, tag: int, result: Any) -> None: ...
+
+    def reject(self, tag: int, error: BaseException) -> None: ...
+
+
+_Target = tuple[Any, Decoder[Any], int]
+"""A pending call: (its Future and the decoder, tag -1) or (a BatchSink, the decoder, the caller's tag >= 0)."""
+
+
 class FramedConnection(Generic[RequestT]):
     """A multiplexed connection speaking ``codec``. Thread-safe; create with :meth:`open`."""
 
@@ -101,12 +121,13 @@ class FramedConnection(Generic[RequestT]):
         self._sock = sock
         self._connect_timeout_s = connect_timeout_s
         self._answered = False  # a frame came back: the peer speaks our protocol on this socket
+        self._last_frame_at = time.monotonic()  # when the last frame arrived (or the connection opened)
         self._codec = codec
         self._max_read_bytes = max_read_bytes
         self._send_lock = threading.Lock()
         self._outbox: list[bytes] = []  # deferred frames, under _send_lock
         self._outbox_bytes = 0
-        self._pending: dict[int, tuple[Future[Any], Decoder[Any]]] = {}
+        self._pending: dict[int, _Target] = {}
         self._pending_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = threading.Event()
@@ -129,6 +150,16 @@ class FramedConnection(Generic[RequestT]):
         return self._closed.is_set()
 
     @property
+    def quiet_s(self) -> float:
+        """Seconds since the peer last sent a frame (or since the connection opened, if it never did).
+
+        A call that timed out on a connection that is quiet for as long says the peer is silent (stalled,
+        or gone without a FIN: half-open), not merely slow with this call; the owner then drops the
+        connection, because a half-open socket never fails on its own and never answers again.
+        """
+        return time.monotonic() - self._last_frame_at
+
+    @property
     def failure(self) -> TubeSparkError | None:
         """Why the connection closed (``None`` while open)."""
         return self._failure
@@ -145,12 +176,8 @@ class FramedConnection(Generic[RequestT]):
         correlation_id = next(self._ids) & 0x7FFFFFFF
         future: Future[T] = Future()
         with self._pending_lock:  # _fail marks the connection closed under this lock: no call is stranded
-            if self._closed.is_set():
-                if isinstance(self._failure, TlsError):  # e.g. the server refused our certificate right away:
-                    raise TlsError(str(self._failure)) from self._failure  # a new connection fares no better
-                # a fresh, retriable error: this call never reached the wire (the cause is chained)
-                raise BrokerConnectionError(f"connection to {self.address} is closed") from self._failure
-            self._pending[correlation_id] = (future, decode)
+            self._raise_if_closed()
+            self._pending[correlation_id] = (future, decode, -1)
         future.add_done_callback(lambda f: self._forget(correlation_id) if f.cancelled() else None)
         try:
             data = self._codec.encode(correlation_id, request)
@@ -165,6 +192,57 @@ class FramedConnection(Generic[RequestT]):
                     return future
             self._write(data)
         return future
+
+    def call_many(self, requests: Sequence[RequestT], decode: Decoder[Any], sink: BatchSink,
+                  tags: Sequence[int]) -> list[int]:
+        """Send ``requests`` now, with what is deferred before them; ``sink`` gets each answer with its tag.
+
+        No future per call: the answer of ``requests[i]`` goes to ``sink.resolve(tags[i], decode(payload))``
+        (or ``sink.reject(tags[i], error)``, also when the connection fails). Returns the correlation ids,
+        for :meth:`forget` when the caller stops waiting. Raises like :meth:`call_async` when the connection
+        is closed (then no request reached the wire and the sink hears nothing).
+        """
+        encode = self._codec.encode
+        return self.call_many_framed(
+            lambda ids: b"".join([encode(i, request) for i, request in zip(ids, requests, strict=True)]),
+            decode, sink, tags)
+
+    def call_many_framed(self, frames: Callable[[list[int]], bytes], decode: Decoder[Any], sink: BatchSink,
+                         tags: Sequence[int]) -> list[int]:
+        """:meth:`call_many` for a caller that frames the whole window itself: ``frames(correlation_ids)``
+        returns the wire bytes of ``len(tags)`` requests with those ids, in order (e.g. a compiled encoder
+        doing a window in one call). Whatever it raises reaches the caller, and nothing is sent."""
+        with self._pending_lock:
+            self._raise_if_closed()
+            ids = [next(self._ids) & 0x7FFFFFFF for _ in tags]
+            pending = self._pending
+            for correlation_id, tag in zip(ids, tags, strict=True):
+                pending[correlation_id] = (sink, decode, tag)
+        try:
+            data = frames(ids)
+        except BaseException:
+            self.forget(ids)
+            raise
+        with self._send_lock:
+            if self._outbox:
+                self._outbox.append(data)
+                data = b""
+            self._write(data)
+        return ids
+
+    def forget(self, correlation_ids: Sequence[int]) -> None:
+        """Drop calls of :meth:`call_many` nobody waits for any more: their late answers are ignored."""
+        with self._pending_lock:
+            for correlation_id in correlation_ids:
+                self._pending.pop(correlation_id, None)
+
+    def _raise_if_closed(self) -> None:
+        """Under the pending lock: refuse a call on a closed connection (it never reaches the wire)."""
+        if self._closed.is_set():
+            if isinstance(self._failure, TlsError):  # e.g. the server refused our certificate right away:
+                raise TlsError(str(self._failure)) from self._failure  # a new connection fares no better
+            # a fresh, retriable error: this call never reached the wire (the cause is chained)
+            raise BrokerConnectionError(f"connection to {self.address} is closed") from self._failure
 
     def send_deferred(self) -> None:
         """Write every deferred frame now (a no-op when there is none)."""
@@ -183,8 +261,11 @@ class FramedConnection(Generic[RequestT]):
         except OSError as exc:
             # A peer that refuses us often says why first (a TLS alert, or a TLS port dropping plain text)
             # and resets the connection: give the reader the moment it needs to read that and fail the
-            # calls with it; only the reader's own silence makes this send error the reason.
-            self._closed.wait(SEND_FAILURE_GRACE_S)
+            # calls with it; only the reader's own silence makes this send error the reason. Not after a
+            # send that timed out: a peer that stopped reading (stalled, half-open) says nothing, and the
+            # caller has already waited its whole io timeout.
+            if not isinstance(exc, TimeoutError):
+                self._closed.wait(SEND_FAILURE_GRACE_S)
             self._fail(BrokerConnectionError(f"send to {self.address} failed: {exc}"))
 
     def call(self, request: RequestT, decode: Decoder[T], timeout_s: float, what: str = "a call") -> T:
@@ -219,27 +300,33 @@ class FramedConnection(Generic[RequestT]):
             while not self._closed.is_set():
                 correlation_id, payload = self._codec.read(reader)
                 self._answered = True
+                self._last_frame_at = time.monotonic()
                 with self._pending_lock:
                     entry = self._pending.pop(correlation_id, None)
                 if entry is None:
                     log.debug("dropping response %d from %s: no caller waits for it", correlation_id, self.address)
                     continue
-                future, decode = entry
+                target, decode, tag = entry
                 try:
-                    _resolve(future, decode(payload))
+                    result = decode(payload)
                 except CodecError as exc:  # close first, so the caller never sees an open connection
                     log.warning("closing connection to %s: %s", self.address, exc)
                     self._fail(exc)
-                    _reject(future, exc)
+                    _reject(entry, exc)
                     return
                 except TubeSparkError as exc:  # e.g. an RPC-level exception: this call failed, the stream is fine
-                    _reject(future, exc)
+                    _reject(entry, exc)
+                    continue
                 except Exception as exc:  # a decoder bug: fail this call and the connection, loudly
                     error = BrokerConnectionError(f"reader for {self.address} failed: {exc!r}")
                     log.exception("closing connection to %s: the response decoder failed", self.address)
                     self._fail(error)
-                    _reject(future, error)
+                    _reject(entry, error)
                     return
+                if tag < 0:
+                    _resolve(target, result)
+                else:
+                    target.resolve(tag, result)
         except CodecError as exc:
             if not self._closed.is_set():
                 log.warning("closing connection to %s: %s", self.address, exc)
@@ -286,8 +373,8 @@ class FramedConnection(Generic[RequestT]):
         if first:
             with contextlib.suppress(OSError):  # wakes the reader thread, which closes the socket on its way out
                 self._sock.shutdown(socket.SHUT_RDWR)
-        for future, _decode in pending.values():
-            _reject(future, error)
+        for entry in pending.values():
+            _reject(entry, error)
 
     def __enter__(self) -> FramedConnection[RequestT]:
         return self
@@ -302,10 +389,14 @@ def _resolve(future: Future[T], result: T) -> None:
         future.set_result(result)
 
 
-def _reject(future: Future[Any], error: BaseException) -> None:
-    """Fail a call's future unless its caller already gave up on it."""
+def _reject(entry: _Target, error: BaseException) -> None:
+    """Fail a pending call: its future unless its caller already gave up on it, or its batch's sink."""
+    target, _decode, tag = entry
+    if tag >= 0:
+        target.reject(tag, error)
+        return
     with contextlib.suppress(InvalidStateError):
-        future.set_exception(error)
+        target.set_exception(error)
 
 
 def wait(future: Future[T], timeout_s: float, what: str) -> T:
@@ -358,11 +449,29 @@ class ConnectionPool(Generic[C]):
         with self._lock:
             return self._opened.get(address, 0)
 
-    def drop(self, address: str) -> None:
-        """Close and forget the connection to ``address`` (the next :meth:`get` opens a new one)."""
+    def current(self, address: str) -> C | None:
+        """The connection to ``address`` if one is open (none is opened)."""
         with self._lock:
-            conn = self._conns.pop(address, None)
-        if conn is not None:
+            conn = self._conns.get(address)
+            return conn if conn is not None and not conn.closed else None
+
+    def drop(self, address: str, conn: C | None = None) -> None:
+        """Close and forget the connection to ``address`` (the next :meth:`get` opens a new one).
+
+        With ``conn``, only if that is still the pool's connection: a caller whose call failed on a connection
+        must not close the new one another thread opened meanwhile, failing the calls in flight on it (seen
+        as a commit failing right after a broker came back, when the heartbeat thread's stale failure
+        closed the connection the commit had just opened).
+        """
+        with self._lock:
+            current = self._conns.get(address)
+            if current is None or (conn is not None and current is not conn):
+                current = None
+            else:
+                del self._conns[address]
+        if current is not None:
+            current.close()
+        elif conn is not None:
             conn.close()
 
     def close(self) -> None:

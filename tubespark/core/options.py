@@ -4,8 +4,9 @@ A broker declares its options once, as a tuple of :class:`OptionSpec` (name, def
 documentation, required, read/write/both), and a frozen dataclass deriving from
 :class:`ParsedOptions` with one typed attribute per spec. :meth:`ParsedOptions.from_raw` parses
 Spark's option map into it before any network call, so a typo fails at once with a message naming
-the option and the value. Unknown option names are warned about (Spark passes user options through
-verbatim, so a misspelt one would otherwise be silently ignored); protected keys are refused. An
+the option and the value. An unknown option name fails the same way, naming the closest known option
+(Spark passes user options through verbatim, so a misspelt ``maxOffsetPerTrigger`` would otherwise be
+silently ignored and the query would read everything in one batch); protected keys are refused. An
 option renamed to give one idea one name across brokers keeps its old name in ``deprecated``: the old
 name still works, with a ``FutureWarning`` (shown to users by default, unlike ``DeprecationWarning``)
 naming the new one.
@@ -19,6 +20,7 @@ it is what the generated README table shows. Nothing here imports Spark.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -218,9 +220,30 @@ def parse_attribute_name(name: str, value: str) -> str:
 # --- parsing a Spark option map --------------------------------------------------------------------
 
 
-SPARK_OWN_OPTIONS = frozenset({"checkpointlocation", "path"})
-"""Options Spark itself passes to every source or sink (a streaming write's ``checkpointLocation``, a
-``load(path)``/``save(path)``): not the user's mistake, so no "unknown option" warning for them."""
+SPARK_OWN_OPTIONS = ("checkpointLocation", "path", "paths", "queryName")
+"""Keys Spark itself puts into a Python data source's option map (seen in PySpark 4.3): a streaming
+write's ``checkpointLocation`` and ``queryName``, ``load(path)``/``save(path)``/``start(path)``'s ``path``,
+``load([paths])``'s ``paths``. Not the user's mistake, so never "unknown"."""
+_SPARK_OWN = frozenset(name.lower() for name in SPARK_OWN_OPTIONS)
+
+
+def unknown_option_error(key: str, specs: Iterable[OptionSpec], source: str = "") -> OptionError:
+    """The error for an option name no spec, old name or Spark option has: it names the closest known
+    option in its documented spelling ("did you mean maxOffsetsPerTrigger?"); close to an old name, the
+    current one.
+
+    Spark lower-cases the keys of a data source's option map, so ``key`` usually arrives lower-cased and
+    the match is made case-insensitively (difflib over lower-cased names, cutoff 0.75).
+    """
+    spelled = {name.lower(): name for name in SPARK_OWN_OPTIONS}
+    for spec in specs:
+        spelled.update({old.lower(): spec.name for old in spec.deprecated})
+        spelled[spec.name.lower()] = spec.name
+    close = difflib.get_close_matches(key.lower(), list(spelled), n=1, cutoff=0.75)
+    where = f" for format('{source}')" if source else ""
+    hint = f"did you mean {spelled[close[0]]}?" if close else "remove it, or correct its name"
+    return OptionError(f"unknown option {key!r}{where}: {hint} (see the README's option tables; names are "
+                       f"case-insensitive). Refused before reading or writing: Spark would ignore it silently")
 
 
 def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str, required: Iterable[str] = (),
@@ -233,7 +256,8 @@ def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str,
     mode on top of the specs' own; ``defaults`` overrides specs' defaults for this call (e.g. a batch
     read starting at ``earliest``). Raises OptionError for a protected key (lower case -> what to use
     instead), a missing required option, a bad value, or an option given under both its name and an old
-    name; warns about unknown names and about old names (which work, and name themselves in messages).
+    name, or an unknown name (:func:`unknown_option_error`); warns about old names (which work, and name
+    themselves in messages).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be read or write, not {mode!r}")
@@ -261,9 +285,8 @@ def parse_raw(raw: Mapping[str, str], specs: Iterable[OptionSpec], *, mode: str,
             log.warning("%soption %r is deprecated: use %r (same meaning)", prefix, old, spec.name)
             given[spec.name.lower()] = (old, value)
             continue
-        if lowered not in by_name and lowered not in SPARK_OWN_OPTIONS:
-            warnings.warn(f"{prefix}unknown option {key!r} is ignored", stacklevel=4)
-            log.warning("%sunknown option %r is ignored", prefix, key)
+        if lowered not in by_name and lowered not in _SPARK_OWN:
+            raise unknown_option_error(key, specs, source)
         given[lowered] = (by_name[lowered].name if lowered in by_name else key, value)
     values: dict[str, Any] = {}
     for spec in specs:

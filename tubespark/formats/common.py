@@ -198,6 +198,26 @@ def parse_attributes(text: str, what: str = "attributes") -> dict[str, str]:
     return result
 
 
+def read_attributes(text: str) -> dict[str, str]:
+    """Read ``k=v&k=v`` leniently, as the attribute text of an InLongMsg v0..v2 group: never fails.
+
+    InLong's parser never parses that text (``getAttrs()`` hands it back as a string), so a bundle whose
+    text is not strict ``k=v&k=v`` is still read by InLong's consumers; we read it too. Entries are split
+    on ``&`` and trimmed like :func:`parse_attributes`; an empty entry is skipped; an entry without ``=``
+    is a key with the value ``""``; the first ``=`` ends the key (later ones belong to the value); **a
+    repeated key: its last occurrence wins** (as a Java ``HashMap.put`` does, e.g. InLong Sort's
+    ``StringUtils.splitKv``). On text :func:`parse_attributes` accepts, both give the same map.
+    """
+    result: dict[str, str] = {}
+    for raw_entry in text.split("&"):
+        entry = raw_entry.strip(_WS)
+        if entry:
+            key, _, value = entry.partition("=")
+            result.pop(key, None)  # the last occurrence wins, and takes its place in the order
+            result[key] = value
+    return result
+
+
 def format_attributes(attributes: Mapping[str, str]) -> str:
     """``k=v&k=v`` in the mapping's order; raises :class:`PayloadEncodeError` for a key or value that
     :func:`parse_attributes` (and InLong's parser) would not give back unchanged."""
@@ -295,11 +315,12 @@ def snappy_compress(data: bytes) -> bytes:
 
 
 def gzip_decompress(data: bytes | bytearray | memoryview, budget: Budget, what: str) -> bytes:
-    """Decompress gzip data (one or more members, as Java's GZIPInputStream reads), bounded by ``budget``."""
+    """Decompress gzip data (one or more members, as Java's GZIPInputStream reads), bounded by ``budget``.
+
+    Zero bytes decompress to zero bytes: InLong's ``GzipUtils`` returns an empty input unchanged, so an
+    empty gzip-compressed MessageObjs is an empty list of messages there, not damage."""
     out = bytearray()
     rest = bytes(data)
-    if not rest:
-        raise PayloadFormatError(f"{what}: empty gzip data")
     while rest:
         d = zlib.decompressobj(wbits=31)
         try:

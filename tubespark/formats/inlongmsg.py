@@ -51,9 +51,20 @@ the inner 0xEE01 magic). Ours raises a :class:`~tubespark.formats.errors.Payload
 ``CodecError``) for every malformed input: mismatched magics, any length that does not fit the bytes
 left, negative lengths or counts, unknown compression flags, trailing bytes, a v4 ``total_len`` or
 ``body_len``/``attr_len`` that disagree with the payload, a wrong inner magic, a Snappy block that lies
-about its size, attribute text that is not strict ``k=v&k=v`` or not valid (modified) UTF-8, a v0..v2
+about its size, v3/v4 attribute text that is not strict ``k=v&k=v``, text that is not valid (modified)
+UTF-8, a v0..v2
 group attribute text that appears twice (InLong's parser would silently drop the first group), and a
 v2 record count that does not match the records. Decompression is capped (``max_decompressed``).
+
+Where InLong is lax on purpose, so are we: the attribute text of a v0..v2 group is never parsed by
+InLong (``getAttrs()`` returns it as is), so a repeated key (``a=1&a=2``), a key without ``=``, an empty
+entry or ``=`` inside a value are read, never refused (:func:`~tubespark.formats.common.read_attributes`:
+a repeated key's **last** occurrence wins).
+
+Records come out in wire order. InLong's iterator groups a v3 or v4 bundle's records by attribute set
+(``getAttrs()`` in first-seen order, then ``getIterator(attr)``): the same records, ordered differently
+when attribute sets interleave (``a, b, a`` on the wire is ``a, a, b`` in InLong); v0..v2 groups are
+already contiguous, so the orders agree. ``recordIndex`` is the wire position.
 
 Two deliberate differences from the Java parser: v4's 16-bit header fields (ids, counts, attribute
 length) are read unsigned, where Java reads them signed (so values above 32767 come out negative
@@ -100,6 +111,7 @@ from tubespark.formats.common import (
     encode_modified_utf8,
     format_attributes,
     parse_attributes,
+    read_attributes,
     snappy_compress,
     snappy_decompress,
 )
@@ -259,7 +271,7 @@ def _parse_grouped(data: bytes | memoryview, version: int, budget: Budget) -> In
         if attr_text in seen:
             raise PayloadFormatError(f"{gwhat}: attribute text {attr_text!r} repeats an earlier group")
         seen.add(attr_text)
-        attributes = parse_attributes(attr_text, gwhat)
+        attributes = read_attributes(attr_text)  # InLong never parses it: lenient, never fails
         dt = data_time_of(attributes)
         bodies = _length_prefixed(body, gwhat)
         if declared is not None and declared != len(bodies):

@@ -20,7 +20,11 @@ length is checked against the bytes left, nesting is fixed at three levels. Stri
 runtimes are lenient: a known field with the wrong wire type, group wire types, field number 0, an
 over-long varint, or a string that is not UTF-8 raise :class:`PayloadFormatError`; unknown fields are
 skipped (that is protobuf's compatibility rule, not damage). proto3 cannot tell 0 or "" from absent:
-``msgTime`` 0 decodes to ``data_time=None``, an empty ``sourceIp`` to ``source_ip=None``.
+an absent (or 0) ``msgTime`` decodes to ``data_time=0`` and an absent (or empty) ``sourceIp`` to
+``source_ip=""``, as InLong's generated ``getMsgTime()`` / ``getSourceIp()`` give them, so a row reads
+what InLong's consumers read (``msgTime`` 1970-01-01 00:00 UTC for a record without a time). A
+gzip-compressed payload of 0 bytes is an empty ``MessageObjs`` (no records), as InLong's ``GzipUtils``
+reads it.
 """
 
 from __future__ import annotations
@@ -132,7 +136,7 @@ def _message_obj(view: memoryview, what: str) -> Record:
             _expect(wire, _LEN, "params", what)
             key, value = _map_entry(cast(memoryview, v), what)
             params[key] = value  # protobuf map semantics: a later entry wins
-    return Record(body, params, msg_time or None, source_ip or None)
+    return Record(body, params, msg_time, source_ip)  # proto3 defaults as InLong gives them: 0 and ""
 
 
 def decode_messageobjs(

@@ -191,11 +191,17 @@ MAX_IN_FLIGHT = SharedOption(
 SEND_RETRIES = SharedOption(
     "sendRetries", "3", parse_non_negative_int, "Writing: re-sends of a message (or of a batch of them) after a "
     "retriable error before the task fails.", applies=WRITE)
+OUTAGE_TIMEOUT = SharedOption(
+    "outageTimeoutMs", "120000", parse_non_negative_ms, "Writing: how long the sink waits for a broker that is "
+    "down or restarting (its port refuses connections, no broker serves the topic that exists) before the "
+    "write fails with the retriable `BrokerUnavailableError`; sends are retried within it, `sendRetries` "
+    "counts the other retriable errors. `0`: fail at the first such error. A topic that does not exist fails "
+    "at once.", applies=WRITE)
 
 EVERY_BROKER: tuple[SharedOption, ...] = (
     TOPIC, STARTING_OFFSETS, ENDING_OFFSETS, MAX_RECORDS_PER_PARTITION, MAX_OFFSETS_PER_TRIGGER,
     MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MAX_BYTES_PER_TRIGGER, FAIL_ON_DATA_LOSS, CONNECT_TIMEOUT,
-    REQUEST_TIMEOUT, MAX_IN_FLIGHT, SEND_RETRIES,
+    REQUEST_TIMEOUT, MAX_IN_FLIGHT, SEND_RETRIES, OUTAGE_TIMEOUT,
 )
 """The options every broker's data source has, parsed into the attributes of :class:`SharedOptions`."""
 
@@ -251,6 +257,7 @@ class SharedOptions(ParsedOptions):
     request_timeout_ms: int
     max_in_flight: int
     send_retries: int
+    outage_timeout_ms: int
 
     def check(self, mode: str) -> None:
         if mode == WRITE and self.topics and len(self.topics) > 1:

@@ -19,6 +19,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import DataType, MapType, StringType, StructType
 
+from tubespark.core.outage import is_unreachable, ride_out
 from tubespark.errors import OptionError
 
 log = logging.getLogger(__name__)
@@ -68,13 +69,31 @@ def log_commit(messages: Sequence[WriterCommitMessage | None], what: str) -> Non
 
 
 class StampedWriter:
-    """What the batch and the stream writer share: the options, ``broker`` (names the system in the logs)
-    and ``send``. A broker's sink mixin derives from it too, so its ``super().__init__`` is typed."""
+    """What the batch and the stream writer share: the options, ``broker`` (names the system in the logs),
+    the driver's check that the broker can take the write, and ``send``. A broker's sink mixin derives from
+    it too, so its ``super().__init__`` is typed.
+
+    Spark makes a new writer on the driver for every write and every micro-batch of a sink stream, so the
+    check runs each time: a broker that is down or restarting then is waited for (``outageTimeoutMs``,
+    :func:`tubespark.core.outage.ride_out`) instead of failing the stream; what counts as an outage rather
+    than a mistake (an unknown topic) is the broker's :meth:`is_outage`.
+    """
 
     broker = "the broker"
 
     def __init__(self, options: Any) -> None:
         self.options = options
+        outage_ms = getattr(options, "outage_timeout_ms", 0)  # every broker's options have it (shared spec)
+        ride_out(self.check_reachable, outage_s=outage_ms / 1000, is_outage=self.is_outage,
+                 what=f"the {self.broker} sink's check of its broker")
+
+    def check_reachable(self) -> None:
+        """On the driver, before any task: the broker answers and the ``topic`` option's topic exists, so a
+        mistake fails once with a typed error instead of once per task. Nothing by default."""
+
+    def is_outage(self, exc: BaseException) -> bool:
+        """Whether ``exc`` from :meth:`check_reachable` means the broker is unreachable for now."""
+        return is_unreachable(exc)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         raise NotImplementedError

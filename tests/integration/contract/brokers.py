@@ -101,7 +101,11 @@ class TubeMQ(Broker):
         self.topic_factory = topic_factory
 
     def connection(self, address: str | None = None) -> dict[str, str]:
-        return {"master": address or self.cluster.master_address}
+        """The master, and its web API (``masterWebUrl``): the configuration that tells a broker that is down
+        from a partition that is gone, as a production deployment gives it."""
+        if address is not None:
+            return {"master": address}
+        return {"master": self.cluster.master_address, "masterWebUrl": ",".join(self.cluster.master_web_urls)}
 
     def stream_options(self) -> dict[str, str]:
         return {**self.connection(), "group": new_name("contract_"), "heartbeatIntervalMs": "1000"}

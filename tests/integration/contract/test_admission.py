@@ -15,6 +15,11 @@ from tests.integration.contract.runs import available_now_batches, values, wait_
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
+# Nothing starts in the background while these run (tubespark_testbed/prestart.py): they time triggers
+# against maxTriggerDelay, and a full run with the bench smoke and the demos starting beside them saw one
+# batch's progress missing ([10] for [10, 60]).
+PRESTART_QUIET = True
+
 
 def test_max_offsets_per_trigger_bounds_every_batch(spark, broker: Broker, tmp_path):
     topic = broker.new_topic()

@@ -6,6 +6,7 @@ connection before checking its options shows up there (and would fail some other
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.integration.contract.brokers import Broker
+from tubespark.errors import OptionError, unwrap
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -74,7 +76,7 @@ def assert_fails_naming(name: str, listener: Listener, run: Callable[[], None]) 
 
 
 def connection_name(broker: Broker) -> str:
-    (name,) = broker.connection()
+    (name,) = broker.connection("127.0.0.1:1")  # the one option an address sets (not TubeMQ's masterWebUrl)
     return name
 
 
@@ -107,3 +109,42 @@ def test_write(spark, broker: Broker, listener: Listener, option: str, value: st
     frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
     assert_fails_naming(name, listener,
                         lambda: frame.write.format(broker.format).options(**given).mode("append").save())
+
+
+MISSPELT = r"unknown option 'maxoffsetpertrigger' for format\('{}'\): did you mean maxOffsetsPerTrigger\?"
+
+
+@pytest.mark.parametrize("path", ["stream read", "batch read", "batch write", "stream write"])
+def test_a_misspelt_option_fails_on_the_driver_naming_the_closest(spark, broker: Broker, listener: Listener,
+                                                                 tmp_path, path: str):
+    """``maxOffsetPerTrigger`` (one letter short) would be ignored by Spark: it fails before anything is
+    read or written, in the documented spelling of the option meant (Spark hands it over lower-cased)."""
+    given = {**broker.connection(listener.address), "topic": "t1", "maxOffsetPerTrigger": "5"}
+    frame = spark.range(3).selectExpr("CAST(id AS STRING) AS value")
+
+    def run() -> None:
+        if path == "batch read":
+            spark.read.format(broker.format).options(**given).load().collect()
+        elif path == "batch write":
+            frame.write.format(broker.format).options(**given).mode("append").save()
+        else:
+            if path == "stream read":
+                query = (spark.readStream.format(broker.format).options(**{**broker.stream_options(), **given}).load()
+                         .writeStream.format("noop").start())
+            else:  # the sink's options reach tubespark at the query's first batch, on the driver
+                query = (spark.readStream.format("rate").load().selectExpr("CAST(value AS STRING) AS value")
+                         .writeStream.format(broker.format).options(**given)
+                         .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+            try:
+                query.awaitTermination(20)
+            finally:
+                query.stop()
+
+    listener.connections()
+    started = time.monotonic()
+    with pytest.raises(Exception, match=MISSPELT.format(broker.format)) as raised:
+        run()
+    error = unwrap(raised.value)  # Spark's wrapper (AnalysisException, StreamingQueryException...) -> ours
+    assert isinstance(error, OptionError) and re.match(MISSPELT.format(broker.format), str(error)), str(error)
+    assert listener.connections() == 0, "a connection was opened before the options were checked"
+    assert time.monotonic() - started < 30

@@ -1,7 +1,16 @@
-"""The README's first command: the demo on its own embedded cluster, stopped after a few seconds."""
+"""The README's first command: the demo on its own embedded cluster, stopped after a few seconds.
+
+Each test runs the demo in a process of its own, with its own cluster; most of a run is the cluster's
+start-up wait. So the runs start ahead of this module in the background (tubespark_testbed/prestart.py),
+the short one (Ctrl-C 5 s into the cluster's start) beside the two that stream, which go one after the
+other (three at once starved the 20-second run of its first batch on the shared 2-core machine), and each
+test checks its run's result.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
 import re
 import signal
@@ -9,19 +18,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def test_demo_streams_events_and_shuts_down_cleanly():
-    done = subprocess.run([sys.executable, "-m", "tubespark_testbed", "demo", "--seconds", "20"],
+def _run_for_20_seconds() -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tubespark_testbed", "demo", "--seconds", "20"],
                           capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "group lag (messages): p0=" in done.stdout
-    read = int(re.search(r"Demo finished: the stream read (\d+) events", done.stdout).group(1))
-    assert read > 0
 
 
 # --- Ctrl-C (issue 16): the demo's usual end, at any moment, prints no traceback and no ERROR ------
@@ -64,16 +72,54 @@ def _interrupt_demo(when: re.Pattern[str], *, delay_s: float = 0.0, timeout_s: f
     return code, "".join(out), "".join(err)
 
 
-def test_ctrl_c_while_the_cluster_starts_is_quiet():
+def _ctrl_c_while_the_cluster_starts() -> tuple[int, str, str]:
     # 5 s in, ZooKeeper and the master are up and the broker is starting (about 40 s in all)
-    code, out, err = _interrupt_demo(re.compile(r"^Starting a local TubeMQ cluster"), delay_s=5)
+    return _interrupt_demo(re.compile(r"^Starting a local TubeMQ cluster"), delay_s=5)
+
+
+def _ctrl_c_while_streaming() -> tuple[int, str, str]:
+    return _interrupt_demo(re.compile(r"last batch [1-9]\d* rows"))
+
+
+STREAMING: dict[str, Callable[[], Any]] = {"20 seconds": _run_for_20_seconds,
+                                           "Ctrl-C while streaming": _ctrl_c_while_streaming}
+
+
+@contextlib.contextmanager
+def _demo_runs(_tmp: Path) -> Iterator[dict[str, concurrent.futures.Future]]:
+    # the pools wait for every run at the end
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="demo-run") as streaming, \
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="demo-start") as short:
+        runs = {name: streaming.submit(run) for name, run in STREAMING.items()}
+        runs["Ctrl-C while the cluster starts"] = short.submit(_ctrl_c_while_the_cluster_starts)
+        yield runs
+
+
+PRESTART = {"demo_runs": _demo_runs}
+
+
+@pytest.fixture(scope="module")
+def demo_runs(prestarted) -> dict[str, concurrent.futures.Future]:
+    return prestarted("demo_runs")
+
+
+def test_demo_streams_events_and_shuts_down_cleanly(demo_runs):
+    done = demo_runs["20 seconds"].result()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "group lag (messages): p0=" in done.stdout
+    read = int(re.search(r"Demo finished: the stream read (\d+) events", done.stdout).group(1))
+    assert read > 0
+
+
+def test_ctrl_c_while_the_cluster_starts_is_quiet(demo_runs):
+    code, out, err = demo_runs["Ctrl-C while the cluster starts"].result()
     assert "Stopped (Ctrl-C) before the stream read anything. Everything was shut down." in out, out + err
     assert not noise(out + err), out + err
     assert code == 130
 
 
-def test_ctrl_c_while_streaming_is_quiet():
-    code, out, err = _interrupt_demo(re.compile(r"last batch [1-9]\d* rows"))
+def test_ctrl_c_while_streaming_is_quiet(demo_runs):
+    code, out, err = demo_runs["Ctrl-C while streaming"].result()
     assert code == 0, out[-2000:] + err[-3000:]
     assert "\nStopping ...\n" in out, out[-2000:]  # (the batch running at Ctrl-C may print after it)
     assert re.search(r"Demo finished: the stream read [1-9]\d* events\. Everything was shut down\.", out), out[-2000:]

@@ -1,11 +1,18 @@
 """The notebooks in notebooks/ run end to end (nbclient, a python3 kernel of this interpreter) against
-the session cluster, and print the numbers they promise."""
+the session cluster, and print the numbers they promise.
+
+The two notebooks run side by side (each in its own kernel, with its own topic): much of a run waits on
+Spark's triggers and the monitoring notebook's timer, so the module's fixture starts both and each test
+checks its notebook's output.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,19 +24,30 @@ pytest.importorskip("ipykernel")
 NOTEBOOKS = Path(__file__).resolve().parents[3] / "notebooks"
 
 
-def _run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> str:
-    """Execute ``notebooks/<name>`` in a fresh kernel (which inherits these env vars); return its text output."""
-    for key, value in {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **env}.items():
-        monkeypatch.setenv(key, value)
+def _run(name: str, tmp_path: Path, env: dict[str, str]) -> str:
+    """Execute ``notebooks/<name>`` in a fresh kernel (with these env vars); return its text output."""
+    kernel_env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **env}
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=240, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+    client.execute(env=kernel_env)
     text = []
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
             text.append(output.get("text", "") or output.get("data", {}).get("text/plain", ""))
     return "".join(text)
+
+
+@pytest.fixture(scope="module")
+def runs(tubemq_cluster, topic_factory, tmp_path_factory) -> Iterator[dict[str, concurrent.futures.Future]]:
+    """Both notebooks, started together: ``{file name: future of its text output}``."""
+    master = tubemq_cluster.master_address
+    envs = {"quickstart.ipynb": {"TUBEMQ_MASTER": master, "TUBESPARK_NB_TOPIC": topic_factory()},
+            "monitoring.ipynb": {"TUBEMQ_MASTER": master, "TUBESPARK_NB_TOPIC": topic_factory(),
+                                 "TUBESPARK_NB_SECONDS": "10"}}
+    with concurrent.futures.ThreadPoolExecutor(len(envs), thread_name_prefix="notebook") as pool:
+        yield {name: pool.submit(_run, name, tmp_path_factory.mktemp(name.split(".")[0]), env)
+               for name, env in envs.items()}
 
 
 def _number(label: str, text: str) -> int:
@@ -38,9 +56,8 @@ def _number(label: str, text: str) -> int:
     return int(match.group(1))
 
 
-def test_quickstart_notebook(tubemq_cluster, topic_factory, tmp_path, monkeypatch) -> None:
-    text = _run("quickstart.ipynb", tmp_path, monkeypatch,
-                {"TUBEMQ_MASTER": tubemq_cluster.master_address, "TUBESPARK_NB_TOPIC": topic_factory()})
+def test_quickstart_notebook(runs) -> None:
+    text = runs["quickstart.ipynb"].result()
     assert _number("written rows", text) == 1000
     assert _number("streamed rows", text) == 1000
     assert _number("backfill rows", text) == 1000
@@ -48,10 +65,8 @@ def test_quickstart_notebook(tubemq_cluster, topic_factory, tmp_path, monkeypatc
     assert re.search(r"clicks: 750", text)
 
 
-def test_monitoring_notebook(tubemq_cluster, topic_factory, tmp_path, monkeypatch) -> None:
-    text = _run("monitoring.ipynb", tmp_path, monkeypatch,
-                {"TUBEMQ_MASTER": tubemq_cluster.master_address, "TUBESPARK_NB_TOPIC": topic_factory(),
-                 "TUBESPARK_NB_SECONDS": "10"})
+def test_monitoring_notebook(runs) -> None:
+    text = runs["monitoring.ipynb"].result()
     produced, read = _number("produced", text), _number("read", text)
     assert produced > 0 and 0 < read <= produced
     assert _number("samples", text) >= 5

@@ -14,6 +14,8 @@ for the download and the build (about 40 s here).
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -22,6 +24,8 @@ import subprocess
 import sys
 import tomllib
 import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -57,13 +61,18 @@ class Venv:
         self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_DRIVER_PYTHON")}
         self.env["PYSPARK_PYTHON"] = str(self.python)
 
-    def run(self, *args: object, timeout: float = 600) -> subprocess.CompletedProcess:
-        return _run([self.python, *args], cwd=self.work, env=self.env, timeout=timeout)
+    def run(self, *args: object, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return _run([self.python, *args], cwd=cwd or self.work, env=self.env, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    base = tmp_path_factory.mktemp("wheel")
+@dataclass(frozen=True)
+class Built:
+    venv: Venv
+    demo: concurrent.futures.Future  # the demo run from the wheels, started as soon as they were installed
+
+
+@contextlib.contextmanager
+def _wheel_venv(base: Path) -> Iterator[Built]:
     dist = base / "dist"
     _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT], timeout=300)  # sdist, then wheel
     src = base / "src"  # the test bed's wheel takes ../conf/tubemq: build it from a copy, not in the checkout
@@ -88,7 +97,25 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     # by file, not by name: nothing may come from the checkout or from an index's "tubespark"
     venv.run("-m", "pip", "install", "--disable-pip-version-check", "-q", f"{core}[cluster]", testbed,
              f"pyspark=={oldest_pyspark()}", timeout=900)
-    return venv
+    # The demo run (its own cluster: mostly start-up wait) goes alongside the other tests, in a directory of its own.
+    (base / "demo").mkdir()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wheel-demo") as pool:
+        yield Built(venv, pool.submit(venv.run, "-m", "tubespark", "demo", "--seconds", "15", timeout=600,
+                                      cwd=base / "demo"))
+
+
+# Built (and the demo started) ahead of this module, in the background (tubespark_testbed/prestart.py).
+PRESTART = {"wheels": _wheel_venv}
+
+
+@pytest.fixture(scope="module")
+def built(prestarted) -> Built:
+    return prestarted("wheels")
+
+
+@pytest.fixture(scope="module")
+def wheel_venv(built: Built) -> Venv:
+    return built.venv
 
 
 def test_the_wheel_alone_runs_on_the_oldest_pyspark(wheel_venv: Venv, tubemq_cluster, topic_factory) -> None:
@@ -121,7 +148,7 @@ def test_the_wheel_uses_its_compiled_hot_path(wheel_venv: Venv) -> None:
     assert "TubeMQ wire hot path (fetch decoding, sends): pure-python (TUBESPARK_NO_EXTENSIONS is set)" in said, said
 
 
-def test_demo_runs_from_the_wheels(wheel_venv: Venv) -> None:
-    done = wheel_venv.run("-m", "tubespark", "demo", "--seconds", "15", timeout=600)
+def test_demo_runs_from_the_wheels(built: Built) -> None:
+    done = built.demo.result()
     read = re.search(r"Demo finished: the stream read (\d+) events", done.stdout)
     assert read and int(read.group(1)) > 0, done.stdout[-2000:]

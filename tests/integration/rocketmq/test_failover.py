@@ -7,8 +7,12 @@ Its own stack: name server (supportActingMaster) + broker-a master/slave + broke
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,8 +25,8 @@ from tubespark.rocketmq.wire.route import MessageQueue
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.fixture(scope="module")
-def ha_stack():
+@contextlib.contextmanager
+def _ha_stack(_tmp: Path) -> Iterator[Any]:
     from tubespark_testbed.rocketmq import RocketMQStack
 
     stack = RocketMQStack.acting_master()
@@ -31,6 +35,14 @@ def ha_stack():
         yield stack
     finally:
         stack.stop()
+
+
+PRESTART = {"ha_stack": _ha_stack}  # started ahead of this module (tubespark_testbed/prestart.py)
+
+
+@pytest.fixture(scope="module")
+def ha_stack(prestarted) -> Any:
+    return prestarted("ha_stack")
 
 
 def produce(client: RocketMQClient, topic: str, values: list[bytes]) -> None:

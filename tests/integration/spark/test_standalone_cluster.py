@@ -103,6 +103,10 @@ def _base_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_", "PYTHON"))}
     env.update(SPARK_HOME=str(_spark_home()), SPARK_LOCAL_IP="127.0.0.1", SPARK_DAEMON_MEMORY="256m",
                SPARK_LOG_DIR=str(tmp / "logs"), SPARK_WORKER_DIR=str(tmp / "work"), PYTHONPATH="")
+    # the test suite's start-up-speed JVM flags (tubespark_testbed/sparkjvm.py) for the daemons and the driver
+    jvm = os.environ.get("SPARK_SUBMIT_OPTS")
+    if jvm:
+        env.update(SPARK_SUBMIT_OPTS=jvm, SPARK_DAEMON_JAVA_OPTS=jvm)
     return env
 
 
@@ -115,8 +119,8 @@ def _alive_workers(web_port: int) -> int:
     return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
 
-@pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
+@contextlib.contextmanager
+def _standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
     """``(spark://127.0.0.1:PORT, env, cwd)`` of a master and two workers (1 core, 1 GB each)."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -156,13 +160,23 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
                 proc.wait(timeout=10)
 
 
+PRESTART = {"standalone": _standalone}  # started ahead of this module (tubespark_testbed/prestart.py)
+
+
+@pytest.fixture(scope="module")
+def standalone(prestarted) -> tuple[str, dict[str, str], Path]:
+    return prestarted("standalone")
+
+
 def _submit(url: str, env: dict[str, str], cwd: Path, python: Path, py_zip: Path, *args: str) -> str:
     command = [str(_spark_home() / "bin" / "spark-submit"), "--master", url, "--deploy-mode", "client",
                "--py-files", str(py_zip), "--driver-memory", "512m", "--executor-memory", "512m",
                "--conf", "spark.executor.cores=1", "--conf", "spark.cores.max=2",
                "--conf", f"spark.pyspark.python={python}", "--conf", f"spark.pyspark.driver.python={python}",
                "--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false",
-               "--conf", "spark.sql.shuffle.partitions=2", *args]
+               "--conf", "spark.sql.shuffle.partitions=2",
+               *(["--conf", f"spark.executor.extraJavaOptions={env['SPARK_SUBMIT_OPTS']}"]
+                 if env.get("SPARK_SUBMIT_OPTS") else []), *args]
     # The driver side's data source planner processes ignore --py-files (see the module docstring).
     done = subprocess.run(command, cwd=cwd, env={**env, "PYTHONPATH": str(py_zip)}, capture_output=True, text=True,
                           timeout=150)

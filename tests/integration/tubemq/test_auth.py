@@ -30,6 +30,7 @@ It takes about 90 s.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -39,6 +40,7 @@ import sys
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -85,10 +87,8 @@ class Clusters:
     token_registered_at: float  # time.monotonic() once the token cluster's broker was registered
 
 
-@pytest.fixture(scope="module")
-def clusters():
-    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
-        pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
+@contextlib.contextmanager
+def _clusters(_tmp: Path) -> Iterator[Clusters]:
     # The visit-token cluster starts first and has no topic (up in ~10 s), so the broker's grace period
     # (60 s at least) runs out while the main cluster deploys its topics and the other tests run.
     token_settings = ClusterSettings(visit_token_grace_ms=TOKEN_GRACE_MS).with_client_auth(visit_token_check=True)
@@ -101,6 +101,14 @@ def clusters():
             main.master_admin("admin_add_authorized_consumergroup_info", topicName=controlled,
                               groupName=ALLOWED_GROUP)
             yield Clusters(main, token, registered)
+
+
+PRESTART = {"clusters": _clusters}  # started ahead of this module, in the background (tubespark_testbed/prestart.py)
+
+
+@pytest.fixture(scope="module")
+def clusters(prestarted) -> Clusters:
+    return prestarted("clusters")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from concurrent.futures import Future
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +17,7 @@ from tests.integration.helpers import bodies, produce
 from tests.interop.javaclient import JavaClient
 from tubespark.errors import ChecksumMismatchError, ServerBusyError
 from tubespark.tubemq import backfill
-from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.client.batch_send import BatchSend
 from tubespark.tubemq.spark import writer
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
@@ -116,18 +115,17 @@ def test_send_retries_and_max_in_flight_reach_the_sinks_producer(spark, tubemq_c
     ``maxInFlight`` and ``sendRetries``; a retriable send failure is re-sent up to ``sendRetries`` times."""
     topic = topic_factory(partitions=1, stores=4)
     master = tubemq_cluster.master_address
-    real_transmit = Producer._transmit
+    real_send = BatchSend._send
     failures = {"left": 0}
 
-    def flaky_transmit(self, request, part, *, defer=False):  # "busy" for the next N sends (nothing stored)
-        if failures["left"] > 0:
+    def flaky_send(self, address, queue):  # the sink's batched path: "busy" for the next N sends (nothing stored)
+        while failures["left"] > 0 and queue:
             failures["left"] -= 1
-            failed: Future = Future()
-            failed.set_exception(ServerBusyError(503, "injected: busy", broker="test"))
-            return failed
-        return real_transmit(self, request, part, defer=defer)
+            self._failed(queue.popleft(), None, ServerBusyError(503, "injected: busy", broker="test"))
+        if queue:
+            real_send(self, address, queue)
 
-    monkeypatch.setattr(Producer, "_transmit", flaky_transmit)
+    monkeypatch.setattr(BatchSend, "_send", flaky_send)
 
     def send(values: list[str], **options: str) -> None:
         monkeypatch.setattr(writer, "_producers", {})  # a fresh executor process

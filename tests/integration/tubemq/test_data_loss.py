@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -17,14 +22,58 @@ from tubespark.tubemq.client.ranges import probe_bounds
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 TOPIC = "expiring"
+CLEANUP_PERIOD_S = 60.0  # log_cleanup_period_ms: the broker deletes expired segments once a minute (fixed delay)
+READ_WINDOW_S = 30.0  # from sending the fresh messages to the first query's end, with room to spare
 
 
-@pytest.fixture(scope="module")
-def retention_cluster():
+@dataclass(frozen=True)
+class Expired:
+    cluster: LocalCluster
+    key: str  # the partition whose first segments the broker deleted
+    cleaned_at: float  # time.monotonic() right after the cleanup pass that deleted them (within ~1 s)
+
+    def wait_for_a_clear_minute(self) -> None:
+        """Return when the broker's next cleanup pass is at least READ_WINDOW_S away.
+
+        The fresh messages must not be a second old when a pass runs before the first query read them: it
+        would delete their segment once the next one started. Passes come every CLEANUP_PERIOD_S after
+        ``cleaned_at`` (plus a few ms each); if the next is too close, sleep until it is over.
+        """
+        passes = max(1, math.ceil((time.monotonic() - self.cleaned_at) / CLEANUP_PERIOD_S))
+        next_pass = self.cleaned_at + passes * CLEANUP_PERIOD_S
+        if next_pass - 2 - time.monotonic() < READ_WINDOW_S:
+            time.sleep(max(0.0, next_pass + 2 + 0.1 * passes - time.monotonic()))
+
+
+@contextlib.contextmanager
+def _expired(_tmp: Path) -> Iterator[Expired]:
+    """The cluster, with 120 messages written and then deleted by the broker's retention.
+
+    The broker's cleanup runs once a minute, so most of this is waiting: it happens ahead of the test, in
+    the background (tubespark_testbed/prestart.py).
+    """
     settings = ClusterSettings(max_segment_bytes=4096, max_index_segment_bytes=28 * 20,
                                log_cleanup_period_ms=60000, default_delete_policy="delete,1s")
     with LocalCluster(settings=settings, topics=[(TOPIC, 1, 1)]) as cluster:
-        yield cluster
+        master = cluster.master_address
+        key = produce(master, TOPIC, bodies([f"old-{i}".encode() * 5 for i in range(120)]))[0].partition.key
+        ref = produce(master, TOPIC, bodies([b"marker"]))[0].partition
+        broker = BrokerClient("retention-probe")
+        deadline = time.monotonic() + 150
+        while probe_bounds(broker, ref, "retention-probe").min_offset == 0:  # the broker's cleanup runs each minute
+            assert time.monotonic() < deadline, "the broker never deleted the expired segments"
+            time.sleep(1)
+        cleaned_at = time.monotonic()
+        broker.close()
+        yield Expired(cluster, key, cleaned_at)
+
+
+PRESTART = {"expired": _expired}
+
+
+@pytest.fixture(scope="module")
+def expired(prestarted) -> Expired:
+    return prestarted("expired")
 
 
 def stream_from_zero(spark, master: str, key: str, fail_on_data_loss: str):
@@ -35,16 +84,9 @@ def stream_from_zero(spark, master: str, key: str, fail_on_data_loss: str):
     return name, frame.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
 
 
-def test_start_below_retention_fails_or_skips(spark, retention_cluster):
-    master = retention_cluster.master_address
-    key = produce(master, TOPIC, bodies([f"old-{i}".encode() * 5 for i in range(120)]))[0].partition.key
-    ref = produce(master, TOPIC, bodies([b"marker"]))[0].partition
-    broker = BrokerClient("retention-probe")
-    deadline = time.monotonic() + 150
-    while probe_bounds(broker, ref, "retention-probe").min_offset == 0:  # the broker's cleanup runs each minute
-        assert time.monotonic() < deadline, "the broker never deleted the expired segments"
-        time.sleep(1)
-    broker.close()
+def test_start_below_retention_fails_or_skips(spark, expired):
+    master, key = expired.cluster.master_address, expired.key
+    expired.wait_for_a_clear_minute()
     fresh = [f"new-{i}".encode() for i in range(20)]
     produce(master, TOPIC, bodies(fresh))
 

@@ -22,6 +22,7 @@ kill -9 right after producing reliably loses what was acknowledged (the durabili
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,12 +53,18 @@ TOPICS = ["faults_restart", "faults_killed", "faults_stale", "faults_handover", 
 SLOW_FLUSH = ClusterSettings(mem_flush_check_period_ms=60000, mem_cache_flush_interval_ms=120000)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
-        pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
+@contextlib.contextmanager
+def _cluster(_tmp: Path) -> Iterator[LocalCluster]:
     with LocalCluster(settings=SLOW_FLUSH, topics=[(t, 1, 4) for t in TOPICS]) as local:
         yield local
+
+
+PRESTART = {"cluster": _cluster}  # started ahead of this module (tubespark_testbed/prestart.py)
+
+
+@pytest.fixture(scope="module")
+def cluster(prestarted) -> LocalCluster:
+    return prestarted("cluster")
 
 
 def new_group() -> str:

@@ -13,8 +13,11 @@ exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tubespark_testbed import ClusterSettings, LocalCluster
@@ -27,10 +30,18 @@ TOPIC = "killed_broker"
 COUNT = 400
 
 
-@pytest.fixture(scope="module")
-def fault_cluster():
+@contextlib.contextmanager
+def _fault_cluster(_tmp: Path) -> Iterator[LocalCluster]:
     with LocalCluster(settings=ClusterSettings(enable_mem_store=False), topics=[(TOPIC, 1, 2)]) as cluster:
         yield cluster
+
+
+PRESTART = {"fault_cluster": _fault_cluster}  # started ahead of this module (tubespark_testbed/prestart.py)
+
+
+@pytest.fixture(scope="module")
+def fault_cluster(prestarted) -> LocalCluster:
+    return prestarted("fault_cluster")
 
 
 def start_query(spark, master: str, group: str, sink: str, checkpoint: str):

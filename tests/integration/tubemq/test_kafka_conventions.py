@@ -15,6 +15,12 @@ from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
+# topicPattern's topics: two that match and one that does not, deployed with the session cluster (the
+# conftest's SESSION_TOPICS), so only the topic the test deploys while its stream runs costs a deploy wait.
+PATTERN_RUN = uuid.uuid4().hex[:6]
+PATTERN_TOPICS = [f"pat{PATTERN_RUN}_a", f"pat{PATTERN_RUN}_b", f"nopat{PATTERN_RUN}_c"]
+SESSION_TOPICS = [(name, 1, 2) for name in PATTERN_TOPICS]
+
 
 def stream(spark, master: str, topic: str, **options: str):
     reader = (spark.readStream.format("tubemq").option("master", master)
@@ -49,9 +55,10 @@ def test_batch_read_between_two_times(spark, tubemq_cluster, topic_factory):
 
 
 def test_topic_pattern_reads_matching_topics_and_picks_up_a_new_one(spark, tubemq_cluster):
-    master, run = tubemq_cluster.master_address, uuid.uuid4().hex[:6]
-    first, second, other = f"pat{run}_a", f"pat{run}_b", f"nopat{run}_c"
-    tubemq_cluster.create_topics([first, second, other], partitions=1, stores=2)
+    master, run = tubemq_cluster.master_address, PATTERN_RUN
+    first, second, other = PATTERN_TOPICS
+    if not tubemq_cluster.topics_ready(PATTERN_TOPICS):  # a session cluster started without them
+        tubemq_cluster.create_topics(PATTERN_TOPICS, partitions=1, stores=2)
     for topic in (first, second, other):
         produce(master, topic, [OutgoingMessage(f"{topic}-{i}".encode()) for i in range(5)])
     pattern = {"topicPattern": f"pat{run}_.*", "masterWebUrl": tubemq_cluster.master_web_url}

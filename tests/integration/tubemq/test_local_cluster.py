@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -133,14 +135,23 @@ def test_flush_settings_reach_broker_ini_and_the_broker_record(tmp_path):
     assert "logFlushDiskDurMs=1000" in broker
 
 
-def test_tight_flush_is_in_the_master_broker_record(tmp_path):
+@contextlib.contextmanager
+def _tight_cluster(tmp: Path) -> Iterator[LocalCluster]:
     from tubespark_testbed.config import ClusterSettings
 
-    with LocalCluster(settings=ClusterSettings().tight_flush(), work_dir=tmp_path / "c") as cluster:
-        answer = cluster.master_admin("admin_query_broker_configure", brokerId=cluster.broker_id)
-        record = json.dumps(answer.get("data"))
-        for key, value in cluster.settings.topic_flush_params().items():
-            assert f'"{key}": {value}' in record, (key, record)
+    with LocalCluster(settings=ClusterSettings().tight_flush(), work_dir=tmp / "c") as cluster:
+        yield cluster
+
+
+PRESTART = {"tight_cluster": _tight_cluster}  # started ahead of this module (tubespark_testbed/prestart.py)
+
+
+def test_tight_flush_is_in_the_master_broker_record(prestarted):
+    cluster = prestarted("tight_cluster")
+    answer = cluster.master_admin("admin_query_broker_configure", brokerId=cluster.broker_id)
+    record = json.dumps(answer.get("data"))
+    for key, value in cluster.settings.topic_flush_params().items():
+        assert f'"{key}": {value}' in record, (key, record)
 
 
 def test_more_clusters_run_side_by_side_and_leave_nothing_behind(tubemq_cluster, tmp_path):

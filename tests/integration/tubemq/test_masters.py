@@ -10,8 +10,11 @@ sink's producer and the streaming query's group session move over on their own.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tubespark_testbed import ClusterSettings, LocalCluster
@@ -23,11 +26,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 SOURCE, SINK = "msrc", "mout"
 
 
-@pytest.fixture(scope="module")
-def master_group():
+@contextlib.contextmanager
+def _master_group(_tmp: Path) -> Iterator[LocalCluster]:
     settings = ClusterSettings(zk_session_timeout_ms=6000, zk_master_check_period_ms=1000)
     with LocalCluster(settings=settings, masters=2, topics=[(SOURCE, 1, 4), (SINK, 1, 4)]) as cluster:
         yield cluster
+
+
+PRESTART = {"master_group": _master_group}  # started ahead of this module (tubespark_testbed/prestart.py)
+
+
+@pytest.fixture(scope="module")
+def master_group(prestarted) -> LocalCluster:
+    return prestarted("master_group")
 
 
 def _seqs(spark, master: str, topic: str) -> list[int]:

@@ -33,6 +33,7 @@ two only print figures, so they run with ``TUBESPARK_SOAK=long``; CI runs ``nome
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import random
 import signal
@@ -41,6 +42,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +60,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 JOB = Path(__file__).resolve().parents[1] / "soak_job.py"
 TOPIC = "soak"
+WINDOW_TOPIC = "window"
 RECOVERY_TARGET_S = 15.0
 LONG = os.environ.get("TUBESPARK_SOAK", "") == "long"
 
@@ -183,11 +186,14 @@ def measure_kill_loss(cluster: LocalCluster, topic: str, count: int) -> tuple[in
 
 
 @pytest.mark.parametrize("mode", ["default", "tight", "nomem"] if LONG else ["nomem"])
-def test_broker_kill_loses_only_the_unflushed_window(mode):
+def test_broker_kill_loses_only_the_unflushed_window(mode, soak_cluster):
     settings = _flush_settings(mode)
-    with LocalCluster(settings=settings, topics=[("window", 1, 4)]) as cluster:
-        time.sleep(1)
-        acked, lost = measure_kill_loss(cluster, "window", 20000)
+    if mode == soak_cluster.flush_mode:  # the soak's cluster has these settings: the window topic is on it
+        acked, lost = measure_kill_loss(soak_cluster, WINDOW_TOPIC, 20000)
+    else:
+        with LocalCluster(settings=settings, topics=[(WINDOW_TOPIC, 1, 4)]) as cluster:
+            time.sleep(1)
+            acked, lost = measure_kill_loss(cluster, WINDOW_TOPIC, 20000)
     print(f"\n[durability] flush={mode}: broker kill -9 right after {acked} acknowledged messages "
           f"lost {lost} of them ({settings.topic_flush_params() or 'server defaults'}, "
           f"enableMemStore={settings.enable_mem_store})")
@@ -230,6 +236,18 @@ class Job:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+
+def _drain(spark, cluster: LocalCluster, group: str, work: Path) -> None:
+    """What ``soak_job.py ... drain`` runs (Trigger.AvailableNow from the killed runs' checkpoint, same options
+    and sink), in the test's own Spark session: one Spark start less per drain."""
+    query = (spark.readStream.format("tubemq").option("master", cluster.master_address).option("topic", TOPIC)
+             .option("group", group).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "5000")
+             .option("heartbeatIntervalMs", "1000").load().select("value", "partitionKey", "offset")
+             .writeStream.format("parquet").option("path", str(work / "out"))
+             .option("checkpointLocation", str(work / "ck")).trigger(availableNow=True).start())
+    assert query.awaitTermination(300), "the drain did not finish in time"
+    assert query.exception() is None, query.exception()
 
 
 def _sink_rows(spark, out: Path) -> list[tuple[int, str, int]]:
@@ -279,13 +297,25 @@ def _plan(rng: random.Random, duration_s: float, job_kills: int) -> list[tuple[f
     return spaced
 
 
-@pytest.fixture(scope="module")
-def soak_cluster():
+@contextlib.contextmanager
+def _soak_cluster(_tmp: Path) -> Iterator[LocalCluster]:
+    """The soak's cluster, which also carries the durability window's topic when their settings agree (CI)."""
     mode = os.environ.get("TUBESPARK_SOAK_FLUSH", "nomem")
     settings = _flush_settings(mode)
-    with LocalCluster(settings=settings, topics=[(TOPIC, 1, 4)]) as cluster:
+    with LocalCluster(settings=settings, topics=[(TOPIC, 1, 4), (WINDOW_TOPIC, 1, 4)]) as cluster:
         cluster.flush_mode = mode  # type: ignore[attr-defined]
         yield cluster
+
+
+# Started ahead of this module (tubespark_testbed/prestart.py); nothing else starts while the soak runs,
+# so no JVM coming up next to it spoils its recovery times.
+PRESTART = {"soak_cluster": _soak_cluster}
+PRESTART_QUIET = True
+
+
+@pytest.fixture(scope="module")
+def soak_cluster(prestarted) -> LocalCluster:
+    return prestarted("soak_cluster")
 
 
 def _soak_size() -> tuple[int, float, int]:
@@ -359,11 +389,7 @@ def test_soak_exactly_once_under_faults(spark, soak_cluster, tmp_path, request):
     held_set = set(held)
     deadline = time.monotonic() + 180
     while True:  # killed members' partitions come back once the servers time them out
-        drain_log: list[str] = []
-        drain = Job(cluster, group, tmp_path, "drain", drain_log)
-        drain.proc.wait(300)
-        drain._reader.join(5)
-        assert drain.proc.returncode == 0, "\n".join(drain_log[-60:])
+        _drain(spark, cluster, group, tmp_path)
         sink = _sink_rows(spark, tmp_path / "out")
         got = collections.Counter(seq for seq, _, _ in sink)
         if held_set.issubset(got) or time.monotonic() > deadline:

@@ -61,14 +61,20 @@ class Tls:
     pki: LocalPki
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
-    if os.environ.get("TUBESPARK_SKIP_INTEGRATION", "") not in ("", "0"):
-        pytest.skip("TUBESPARK_SKIP_INTEGRATION is set")
-    pki = make_pki(tmp_path_factory.mktemp("pki"))
+@contextlib.contextmanager
+def _tls(tmp: Path) -> Iterator[Tls]:
+    pki = make_pki(tmp / "pki")
     settings = ClusterSettings().with_tls(pki.server_keystore, pki.password, truststore=pki.truststore)
     with LocalCluster(settings=settings, topics=[(t, 1, 2) for t in TOPICS]) as cluster:
         yield Tls(cluster, pki)
+
+
+PRESTART = {"tls": _tls}  # the PKI and the cluster, made ahead of this module (tubespark_testbed/prestart.py)
+
+
+@pytest.fixture(scope="module")
+def tls(prestarted) -> Tls:
+    return prestarted("tls")
 
 
 def client(pki: LocalPki, *, ca: Path | None = None, cert: Path | None = None, key: Path | None = None,

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from tubespark_testbed.ports import free_ports
 
-from tubespark.errors import UnknownTopicError
+from tubespark.errors import UnknownTopicError, unwrap
 from tubespark.tubemq.client.metadata import topic_partitions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -83,7 +83,10 @@ def test_the_master_address_names_a_broker_or_a_web_port(spark, tubemq_cluster):
 def test_topic_not_deployed(spark, tubemq_cluster):
     master = tubemq_cluster.master_address
     topic = "never_deployed_" + uuid.uuid4().hex[:8]
-    line = last_line(stream_failure(spark, master, topic, group="g_" + uuid.uuid4().hex[:6]))
+    text = stream_failure(spark, master, topic, group="g_" + uuid.uuid4().hex[:6])
+    error = unwrap(RuntimeError(text))  # the StreamingQueryException's text: the typed error back from it
+    assert type(error) is UnknownTopicError and str(error).endswith(CHECK_TOPIC), text
+    line = last_line(text)
     assert line.startswith(f"tubespark.errors.UnknownTopicError: TubeMQ error 431: topic {topic} is not deployed on "
                            f"the TubeMQ cluster of master {master} (the master says: "), line
     assert line.endswith(CHECK_TOPIC), line

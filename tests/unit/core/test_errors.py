@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import traceback
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,14 @@ from tubespark.errors import (
     AuthError,
     BadRequestError,
     BrokerError,
+    DataLossError,
     NoDataError,
+    OptionError,
     RangeReadError,
     ServerBusyError,
     TubeSparkError,
     UnknownTopicError,
+    unwrap,
 )
 from tubespark.tubemq.errors import GroupConflictError, NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.errcodes import error_for_code
@@ -122,7 +126,8 @@ def test_documented_names_are_importable(module_name: str, name: str) -> None:
 
 RETRIABLE = {
     # passing conditions of the connection or the server: the same call may succeed after a backoff
-    "BrokerConnectionError", "RpcTimeoutError", "NoDataError", "ServerBusyError", "RangeReadError",
+    "BrokerConnectionError", "RpcTimeoutError", "BrokerUnavailableError", "NoDataError", "ServerBusyError",
+    "RangeReadError",
     "StandbyMasterError", "NoMasterAvailableError", "PartitionOccupiedError", "NotRegisteredError",
     "LeaderMovedError", "NoNameServerAvailableError", "NoPermissionError",
     "PartitionsUnavailableError",  # a broker that does not serve now may come back
@@ -252,3 +257,57 @@ def test_flags_and_fields_of_transport_errors() -> None:
 
 def test_option_error_is_also_a_value_error() -> None:
     assert isinstance(errors.OptionError("bad"), ValueError)
+
+
+# --- unwrap: the typed error back from Spark's wrapper ----------------------------------------------
+
+
+def _traceback_of(error: BaseException) -> str:
+    """The traceback text Spark keeps of an error raised in a Python worker (``traceback.format_exc()``)."""
+    try:
+        raise error
+    except BaseException:  # noqa: BLE001 - formatted, as PySpark's worker does
+        return traceback.format_exc()
+
+
+class _SparkLikeError(Exception):
+    """Stands for the text of Spark's exceptions, which need a JVM to exist (the contract suite unwraps real ones)."""
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda tb: f"An exception was thrown from the Python worker:\n{tb}",  # PythonException, a task's error
+    lambda tb: f"[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: {tb} SQLSTATE: 38000",
+    lambda tb: (f"[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: {tb} SQLSTATE: 38000 "
+                f"SQLSTATE: XXKST\n=== Streaming Query ===\nIdentifier: [id = 1]\n"),
+], ids=["PythonException", "AnalysisException", "StreamingQueryException"])
+def test_unwrap_rebuilds_the_typed_error_from_sparks_text(wrap):
+    original = UnknownTopicError(431, "topic x is not deployed", broker="TubeMQ")
+    error = unwrap(_SparkLikeError(wrap(_traceback_of(original))))
+    assert type(error) is UnknownTopicError and str(error) == str(original) and error.retriable is False
+    occupied = PartitionOccupiedError(410, "held by another member; try again\nsecond line")
+    moved = unwrap(_SparkLikeError(wrap(_traceback_of(occupied))))
+    assert type(moved) is PartitionOccupiedError and str(moved) == str(occupied)  # a message of two lines
+    assert moved.retriable is True
+
+
+def test_unwrap_takes_the_last_tubespark_line_and_leaves_foreign_errors_alone():
+    try:
+        try:
+            raise OptionError("option group is required")
+        except OptionError:
+            raise DataLossError("offsets [0, 5) of 1:t:0 are gone; set failOnDataLoss=false") from None
+    except DataLossError:
+        text = traceback.format_exc()
+    assert type(unwrap(_SparkLikeError(text))) is DataLossError
+    assert unwrap(_SparkLikeError("[TABLE_OR_VIEW_NOT_FOUND] The table `x` cannot be found.")) is None
+    assert unwrap(_SparkLikeError("ValueError: tubespark.errors is not mentioned as a class")) is None
+    unknown = unwrap(_SparkLikeError("tubespark.errors.NoSuchError: from a newer tubespark"))
+    assert type(unknown) is TubeSparkError and "NoSuchError: from a newer tubespark" in str(unknown)
+
+
+def test_unwrap_returns_an_error_that_never_went_through_spark():
+    error = OptionError("option x")
+    assert unwrap(error) is error
+    outer = RuntimeError("wrapped in-process")
+    outer.__cause__ = error
+    assert unwrap(outer) is error

@@ -395,6 +395,66 @@ def test_close_fails_pending_calls_at_once(peer: ToyPeer, conn: FramedConnection
         conn.call("after close", text, 1.0)
 
 
+class Sink:
+    """A BatchSink that records every answer and error by tag."""
+
+    def __init__(self) -> None:
+        self.results: dict[int, object] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.cond = threading.Condition()
+
+    def resolve(self, tag: int, result: object) -> None:
+        with self.cond:
+            self.results[tag] = result
+            self.cond.notify_all()
+
+    def reject(self, tag: int, error: BaseException) -> None:
+        with self.cond:
+            self.errors[tag] = error
+            self.cond.notify_all()
+
+    def wait_for(self, n: int, timeout_s: float = 2.0) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.results) + len(self.errors) >= n, timeout_s)
+
+
+def test_call_many_sends_a_window_in_order_and_hands_each_answer_to_the_sink_by_tag(
+        peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    conn.call_async("deferred first", text, defer=True)
+    sink = Sink()
+    ids = conn.call_many(["a", "!refused", "c"], text, sink, [10, 11, 12])
+    sink.wait_for(3)
+    assert sink.results == {10: "a", 12: "c"}
+    assert isinstance(sink.errors[11], BadRequestError)  # that call failed alone
+    assert [payload for _cid, payload in peer.requests] == [b"deferred first", b"a", b"!refused", b"c"]
+    assert [cid for cid, _ in peer.requests[1:]] == ids
+    assert conn._pending == {} and not conn.closed
+
+
+def test_call_many_forgotten_calls_are_dropped_and_a_failure_rejects_the_rest(
+        peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    peer.script = None
+    sink = Sink()
+    ids = conn.call_many(["x", "y"], text, sink, [0, 1])
+    peer.wait_for_requests(2)
+    conn.forget(ids[:1])
+    conn.close()
+    sink.wait_for(1)
+    assert list(sink.errors) == [1] and isinstance(sink.errors[1], BrokerConnectionError)
+    with pytest.raises(BrokerConnectionError, match="is closed"):  # nothing reaches the wire, the sink hears nothing
+        conn.call_many(["z"], text, sink, [2])
+    assert 2 not in sink.errors
+
+
+def test_call_many_with_an_unencodable_request_sends_nothing(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+    sink = Sink()
+    with pytest.raises(FrameTooLargeError):
+        conn.call_many(["ok", "x" * (MAX_PAYLOAD + 1)], text, sink, [0, 1])
+    assert conn._pending == {}
+    assert conn.call("fine", text, 1.0) == "fine"
+    assert [payload for _cid, payload in peer.requests] == [b"fine"]
+
+
 def test_context_manager_closes(peer: ToyPeer) -> None:
     with FramedConnection.open(peer.address, TOY, io_timeout_s=1.0) as c:
         assert c.call("in", text, 1.0) == "in"
@@ -676,3 +736,36 @@ def test_bytes_reader_and_the_toy_codec() -> None:
     assert reader.remaining == 0
     with pytest.raises(TruncatedFrameError):
         TOY.read(BytesReader(data[:7]))
+
+
+class _Conn:
+    """The least a pool holds: a closable thing."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_dropping_a_failed_connection_spares_the_one_that_replaced_it() -> None:
+    """A thread whose call failed on the old connection must not close the new one another thread opened
+    (issue 23: a stale heartbeat failure closed the connection a commit had just opened to a broker that
+    was back)."""
+    pool: ConnectionPool[_Conn] = ConnectionPool(lambda address: _Conn())
+    old = pool.get("a:1")
+    old.close()  # failed
+    new = pool.get("a:1")
+    assert new is not old
+    pool.drop("a:1", old)
+    assert not new.closed and pool.get("a:1") is new and pool.current("a:1") is new
+    pool.drop("a:1", new)
+    assert new.closed and pool.current("a:1") is None
+    pool.drop("a:1")  # nothing to drop: a no-op
+
+
+def test_quiet_s_counts_from_the_last_frame(conn: FramedConnection[str]) -> None:
+    time.sleep(0.2)
+    assert conn.quiet_s >= 0.2  # nothing came since the connection opened
+    conn.call("ping", bytes, 1.0)
+    assert conn.quiet_s < 0.2

@@ -265,6 +265,45 @@ def _rec(body: bytes, length: int | None = None) -> bytes:
     return struct.pack(">i", len(body) if length is None else length) + body
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    (b"a=1&a=2", {"a": "2"}),  # a repeated key: the last occurrence wins (a Java HashMap.put)
+    (b"a=1&flag&b=2", {"a": "1", "flag": "", "b": "2"}),  # a key without '='
+    (b"a=1&&b=2&", {"a": "1", "b": "2"}),  # empty entries
+    (b"url=x?k=v&b=2", {"url": "x?k=v", "b": "2"}),  # '=' inside a value
+])
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_a_v0_to_v2_group_text_inlong_never_parses_is_read_not_refused(text: bytes, expected: dict,
+                                                                      version: int) -> None:
+    # InLong's parser hands a v0..v2 group's attribute text back unparsed: its consumers read such a bundle
+    bundle = bytearray(_v1([(text, _rec(b"x") + _rec(b"y"), 0)]))
+    bundle[1] = bundle[-1] = version
+    if version == 0:
+        del bundle[2:10]  # no create time
+    if version == 2:
+        bundle[10:10] = struct.pack(">i", 2)  # message count
+        at = 10 + 4 + 4 + 2 + len(text)
+        bundle[at:at] = struct.pack(">i", 2)  # the group's record count
+    records = decode_inlongmsg(bytes(bundle))
+    assert [(r.body, r.attributes) for r in records] == [(b"x", expected), (b"y", expected)]
+
+
+def test_v4_attribute_text_stays_strict_as_inlongs_getattrs_is() -> None:
+    good = encode_inlongmsg([Record(b"x", {"k": "v"})], version=4, compress=False, data_time=1000)
+    bad = bytearray(good.replace(b"\x00\x03k=v", b"\x00\x07k=1&k=2"))
+    struct.pack_into(">i", bad, 2, struct.unpack_from(">i", good, 2)[0] + 4)  # total_len
+    with pytest.raises(PayloadFormatError, match="duplicate key"):
+        decode_inlongmsg(bytes(bad))
+
+
+def test_records_come_out_in_wire_order_not_grouped_by_attribute_set() -> None:
+    # InLong's iterator would give a, a, b (grouped by attribute set, first seen first): same records,
+    # our order is the wire's (documented in the module and the README)
+    records = [Record(b"1", {"s": "a"}), Record(b"2", {"s": "b"}), Record(b"3", {"s": "a"})]
+    for version in (3, 4):
+        decoded = decode_inlongmsg(encode_inlongmsg(records, version=version, compress=False, data_time=1000))
+        assert [(r.body, r.attributes["s"]) for r in decoded] == [(b"1", "a"), (b"2", "b"), (b"3", "a")]
+
+
 GOOD_V4 = encode_inlongmsg([Record(b"abc", {"m": "0"})], version=4, compress=False, data_time=1000)
 
 
@@ -293,7 +332,6 @@ MALFORMED = {
     "truncated record length": _v1([(b"a=1", b"\0\0", 0)]),
     "trailing bytes": _v1([(b"a=1", _rec(b"x"), 0)], trailing=b"\0"),
     "duplicate group": _v1([(b"a=1", _rec(b"x"), 0), (b"a=1", _rec(b"y"), 0)]),
-    "bad attribute text": _v1([(b"a", _rec(b"x"), 0)]),
     "bad modified utf8": _v1([(b"a=\xff", _rec(b"x"), 0)]),
     "corrupt snappy": _v1([(b"a=1", b"\x10\x00\xff\xff\xff", 1)]),
     "v2 group count mismatch": (b"\x0f\x02" + struct.pack(">qii", 1, 1, 1) + struct.pack(">H", 3) + b"a=1"

@@ -185,7 +185,7 @@ class FakeProducer:
         self.sent: list[tuple[str, OutgoingMessage, PartitionRef | None]] = []
         self.flushes = 0
 
-    def publish(self, topics):
+    def publish(self, topics, timeout_s=60.0):
         pass
 
     def partitions(self, topic):

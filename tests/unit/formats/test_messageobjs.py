@@ -48,9 +48,9 @@ message MessageObjs { repeated MessageObj msgs = 1; }
 
 RECORDS = [
     Record(b"hello", {"a": "1", "ü": "😀"}, 1_700_000_000_123, "10.0.0.1"),
-    Record(b"", {}, None, None),
+    Record(b"", {}, 0, ""),  # proto3 defaults: what decoding gives for an absent msgTime and sourceIp
     Record(b"\x00\xff" * 500, {"k": "", "": "v"}, -5, "::1"),
-    Record(b"x", {"a=b&c": "=&"}, 2**63 - 1, None),
+    Record(b"x", {"a=b&c": "=&"}, 2**63 - 1, ""),
 ]
 
 
@@ -99,7 +99,21 @@ def test_unknown_fields_are_skipped_and_later_map_entries_win() -> None:
     entry2 = bytes([0x0A, 0x01]) + b"k" + bytes([0x12, 0x01]) + b"2"
     obj = extra + bytes([0x22, len(entry1)]) + entry1 + bytes([0x22, len(entry2)]) + entry2
     payload = bytes([0x0A, len(obj)]) + obj + bytes([0x10, 0x01])  # + unknown field 2 of MessageObjs
-    assert decode_messageobjs(payload) == [Record(b"", {"k": "2"})]
+    assert decode_messageobjs(payload) == [Record(b"", {"k": "2"}, 0, "")]
+
+
+def test_proto3_defaults_come_out_as_inlong_gives_them() -> None:
+    # InLong's generated getMsgTime() / getSourceIp() give 0 and "" for a MessageObj that has neither
+    # (proto3 cannot tell them from absent); so do we, not None
+    (record,) = decode_messageobjs(bytes([0x0A, 0x03, 0x1A, 0x01]) + b"b")  # msgs { body: "b" }
+    assert (record.body, record.data_time, record.source_ip) == (b"b", 0, "")
+    assert decode_messageobjs(encode_messageobjs([Record(b"b", {}, None, None)])) == [Record(b"b", {}, 0, "")]
+
+
+def test_an_empty_gzip_payload_is_no_messages() -> None:
+    # InLong's GzipUtils returns an empty input unchanged: an empty MessageObjs, not damage
+    assert decode_messageobjs(b"", COMPRESS_GZIP) == []
+    assert decode_bundle(b"", {"msgEnType": "1", "compressType": "1"}) == []
 
 
 MALFORMED = {
@@ -138,8 +152,6 @@ def test_compression_errors_and_caps() -> None:
         decode_messageobjs(gzip.compress(raw)[:-10], COMPRESS_GZIP)
     with pytest.raises(PayloadFormatError):
         decode_messageobjs(b"not gzip", COMPRESS_GZIP)
-    with pytest.raises(PayloadFormatError):
-        decode_messageobjs(b"", COMPRESS_GZIP)
     with pytest.raises(PayloadFormatError):
         decode_messageobjs(b"\x05\x00\x01", COMPRESS_SNAPPY)
     with pytest.raises(UnsupportedPayloadError):

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.doubles.fakepeer import closed_port_address
-from tubespark.errors import RangeReadError, ServerBusyError, UnknownTopicError
+from tubespark.errors import BrokerUnavailableError, RangeReadError, ServerBusyError, UnknownTopicError
 from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient
 from tubespark.rocketmq.client.ranges import RangeReader
 from tubespark.rocketmq.errors import NoNameServerAvailableError
@@ -71,8 +71,10 @@ class AnsweringNameServer:
                     frame, buffer = buffer[4:4 + size], buffer[4 + size:]
                     request = decode_command(frame)
                     self.requests += 1
-                    answer = Command(self.code, remark=f"scripted answer {self.code}", flag=FLAG_RESPONSE)
-                    conn.sendall(encode_command(answer, request.opaque))
+                    conn.sendall(encode_command(self.answer(request), request.opaque))
+
+    def answer(self, request: Command) -> Command:
+        return Command(self.code, remark=f"scripted answer {self.code}", flag=FLAG_RESPONSE)
 
     def close(self) -> None:
         self._stop.set()
@@ -124,4 +126,49 @@ def test_an_unknown_topic_fails_at_once_with_its_own_type(topic_less_name_server
     with pytest.raises(UnknownTopicError) as error:
         _read(topic_less_name_server.address, retry_s=30.0)
     assert time.monotonic() - started < 5 and not error.value.retriable
-    assert topic_less_name_server.requests == 1
+    assert topic_less_name_server.requests == 2  # the route, and whether any broker is registered: no retry
+
+
+# --- a route that vanishes while its brokers restart (issue 22 part 7, issue 23 part 8) -------------
+
+ROUTE = (b'{"queueDatas": [{"brokerName": "broker-a", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}], '
+         b'"brokerDatas": [{"cluster": "c", "brokerName": "broker-a", "brokerAddrs": {"0": "127.0.0.1:1"}}]}')
+
+
+class ScriptedNameServer(AnsweringNameServer):
+    """Answers route requests with a route body while ``routed``, else with TOPIC_NOT_EXIST; cluster info with
+    ``cluster`` (fastjson's form: unquoted integer map keys)."""
+
+    routed = True
+    cluster = b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:1"},"brokerName":"broker-a"}}}'
+
+    def answer(self, request: Command) -> Command:
+        if request.code == codes.GET_BROKER_CLUSTER_INFO:
+            return Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=self.cluster)
+        if self.routed:
+            return Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=ROUTE)
+        return Command(codes.TOPIC_NOT_EXIST, remark="No topic route info in name server", flag=FLAG_RESPONSE)
+
+
+def test_a_route_the_name_server_gave_before_and_lost_is_an_outage_not_an_unknown_topic():
+    """The name server drops a topic's route when its only broker stops (a restart): for a topic it routed
+    before, or while no broker is registered at all (a fresh process during the outage), that is a
+    retriable BrokerUnavailableError; a topic never routed while brokers run stays an UnknownTopicError."""
+    server = ScriptedNameServer(codes.SUCCESS)
+    client = RocketMQClient([server.address], FAST)
+    try:
+        assert [q.key for q in client.route("events").read_queues()] == ["events:broker-a:0", "events:broker-a:1"]
+        server.routed = False
+        with pytest.raises(BrokerUnavailableError, match="no route for topic events now, though it had one") as caught:
+            client.route("events", refresh=True)
+        assert caught.value.retriable
+        with pytest.raises(UnknownTopicError):
+            client.route("never_routed")
+        server.cluster = b'{"brokerAddrTable":{},"clusterAddrTable":{}}'  # no broker registered at all
+        with pytest.raises(BrokerUnavailableError, match="no broker is registered there at all"):
+            RocketMQClient([server.address], FAST).route("never_seen_by_this_client")
+        server.routed = True
+        assert client.route("events", refresh=True).read_queues()
+    finally:
+        client.close()
+        server.close()

@@ -12,7 +12,7 @@ import pickle
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from tubespark.errors import AvailableNowIncompleteError, DataLossError
+from tubespark.errors import AvailableNowIncompleteError, BrokerUnavailableError, DataLossError
 from tubespark.rocketmq.spark import stream_reader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.stream_reader import PullStreamReader
@@ -97,6 +97,26 @@ def test_a_dead_broker_stalls_only_its_queues(cluster: FakeRocketMQ) -> None:
     cluster.dead.clear()
     assert positions(reader.latestOffset(end, ReadAllAvailable()))[Q2] == 9  # back: it catches up
     assert start == {Q0: 0, Q1: 0, Q2: 0}
+
+
+def test_a_topic_whose_route_vanished_while_its_broker_restarts_stalls_and_resumes(
+        cluster: FakeRocketMQ, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The only broker of the topic stopped: the name server drops the route, and the client says so as the
+    retriable BrokerUnavailableError (a route it had before). The queues stay in the offsets and plan
+    nothing; the stream goes on, and reads on when the route is back (issue 23 part 8)."""
+    reader = make_reader(cluster)
+    end = reader.latestOffset({Q0: 0, Q1: 0}, ReadAllAvailable())
+    assert positions(end) == {Q0: 30, Q1: 10}
+    routed = stream_reader.all_queues
+
+    def no_route(client: object, topics: list[str], refresh: bool = False) -> list[MessageQueue]:
+        raise BrokerUnavailableError("the name server has no route for topic orders now, though it had one")
+
+    monkeypatch.setattr(stream_reader, "all_queues", no_route)
+    cluster.queues[Q0] = (0, 45)
+    assert positions(reader.latestOffset(end, ReadAllAvailable())) == {Q0: 30, Q1: 10}  # stalled, not failed
+    monkeypatch.setattr(stream_reader, "all_queues", routed)
+    assert positions(reader.latestOffset(end, ReadAllAvailable())) == {Q0: 45, Q1: 10}
 
 
 def test_a_serving_broker_behind_the_query_is_waited_for(cluster: FakeRocketMQ) -> None:

@@ -204,8 +204,21 @@ def test_old_and_new_name_together_are_refused():
 
 
 def test_the_old_name_is_only_rocketmqs():
-    with pytest.warns(UserWarning, match="tubemq: unknown option 'commitOffsets' is ignored"):
-        assert parse("tubemq", commitOffsets="false").commit_to_group is True
+    with pytest.raises(OptionError, match=r"unknown option 'commitOffsets' for format\('tubemq'\): remove it"):
+        parse("tubemq", commitOffsets="false")
+
+
+def test_a_name_close_to_an_old_one_suggests_the_new_name():
+    with pytest.raises(OptionError, match=r"unknown option 'commitoffset' for format\('rocketmq'\): did you mean "
+                                          r"commitToGroup\?"):
+        parse("rocketmq", commitoffset="false")
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_every_broker_refuses_a_misspelt_option_in_either_mode(broker, mode):
+    with pytest.raises(OptionError, match=rf"unknown option 'maxoffsetpertrigger' for format\('{broker}'\): "
+                                          r"did you mean maxOffsetsPerTrigger\?"):
+        parse(broker, mode, maxoffsetpertrigger="5")
 
 
 # --- the README ----------------------------------------------------------------------------------

@@ -7,12 +7,13 @@ import datetime as dt
 import signal
 import threading
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, MapType, StringType, StructField, StructType, TimestampType
 
-from tubespark.errors import OptionError
+from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, OptionError, UnknownTopicError
 from tubespark.spark import shutdown
 from tubespark.spark.arrow import arrow_schema_for, column_values, record_batch
 from tubespark.spark.dedupe import ReplayFilter
@@ -166,6 +167,36 @@ def test_writers_stamp_tasks_outside_spark_and_log_commits(caplog):
     assert "X batch write committed: 1 tasks sent 2 rows" in caplog.text
     assert "rows already sent stay in X" in caplog.text
     assert "both: 2 tasks" in caplog.text
+
+
+class _Options:
+    outage_timeout_ms = 20_000
+
+
+class _Restarting(_StreamRecorder):
+    """A sink whose broker check meets ``errors`` first (what each try raises), then passes."""
+
+    broker = "Y"
+    errors: ClassVar[list[Exception]] = []
+    tries = 0
+
+    def check_reachable(self) -> None:
+        type(self).tries += 1
+        if self.errors:
+            raise self.errors.pop(0)
+
+
+def test_a_writer_made_while_its_broker_restarts_waits_for_it_and_a_mistake_fails_at_once(monkeypatch):
+    """Spark makes a sink stream's writer on the driver for every micro-batch: one made during a broker restart
+    waits for the broker (outageTimeoutMs) instead of failing the stream; a mistake still fails at once."""
+    monkeypatch.setattr("tubespark.core.outage.backoff", lambda tries: 0.01)
+    _Restarting.errors, _Restarting.tries = [BrokerConnectionError("refused"), BrokerUnavailableError("no route")], 0
+    _Restarting(_Options())
+    assert _Restarting.tries == 3
+    _Restarting.errors, _Restarting.tries = [UnknownTopicError(17, "no such topic"), BrokerConnectionError("x")], 0
+    with pytest.raises(UnknownTopicError):
+        _Restarting(_Options())
+    assert _Restarting.tries == 1
 
 
 # --- shutdown --------------------------------------------------------------------------------------

@@ -5,17 +5,25 @@ from __future__ import annotations
 
 import re
 import socket
+import threading
+import time
 import zlib
 
 import pyarrow as pa
 import pytest
 
 from tests.doubles.tank_broker import TankBroker
-from tubespark.errors import MessageFormatError, OptionError
+from tubespark.errors import (
+    BrokerConnectionError,
+    BrokerUnavailableError,
+    MessageFormatError,
+    OptionError,
+    TubeSparkError,
+)
 from tubespark.tank.client.ranges import RangeReader
 from tubespark.tank.spark.options import TankOptions, is_partition_key
 from tubespark.tank.spark.stream_reader import TankStreamReader
-from tubespark.tank.spark.writer import BundledSend
+from tubespark.tank.spark.writer import BundledSend, TankStreamWriter
 from tubespark.tank.wire.bundle import MessageColumns
 
 
@@ -166,3 +174,58 @@ def test_large_bundles_are_compressed_when_auto(broker):
     assert broker.high_water_mark("events", 0) == 600
     stored = broker.topics["events"][0].log
     assert len(stored) < 600 * 100 // 5  # one Snappy bundle, far smaller than its contents
+
+
+# --- a broker restarted under the sink (issue 22 part 7, issue 23 part 8) --------------------------
+
+
+def restart_in_background(broker: TankBroker, down_s: float) -> threading.Thread:
+    broker.stop()
+    thread = threading.Thread(target=lambda: (time.sleep(down_s), broker.start()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_sink_waits_for_a_restarting_broker_at_init_and_in_its_tasks(broker):
+    """Spark makes a writer on the driver for every micro-batch: one made while the broker restarts used to
+    fail the stream (``check_sink_reachable``: connection refused); a task's sends, after its few
+    ``sendRetries``, too. Both wait for it now, within ``outageTimeoutMs``."""
+    options = TankOptions.from_raw({"broker": broker.address, "topic": "events", "outageTimeoutMs": "20000"},
+                                   mode="write")
+    restart_in_background(broker, 1.5)
+    started = time.monotonic()
+    TankStreamWriter(options)
+    assert time.monotonic() - started >= 1.0  # it waited for the broker, and the check then passed
+
+    send = BundledSend(options)
+    try:
+        send.send_all(iter([pa.RecordBatch.from_pydict({"value": ["a", "b", "c"]})]))
+        thread = restart_in_background(broker, 1.5)
+        send.send_all(iter([pa.RecordBatch.from_pydict({"value": ["d", "e", "f"]})]))
+        thread.join()
+    finally:
+        send.close()
+    held = sorted(v for p in range(3) for v in read_partition(broker, p).values)
+    assert held == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
+
+def test_a_broker_that_stays_down_fails_the_sink_retriable_after_the_outage_timeout(broker):
+    options = TankOptions.from_raw({"broker": broker.address, "topic": "events", "outageTimeoutMs": "1500"},
+                                   mode="write")
+    broker.stop()
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailableError, match=r"still unreachable after 2 s \(outageTimeoutMs\)") as caught:
+        TankStreamWriter(options)
+    assert 1.4 <= time.monotonic() - started < 10 and caught.value.retriable
+    no_wait = TankOptions.from_raw({"broker": broker.address, "topic": "events", "outageTimeoutMs": "0"}, mode="write")
+    with pytest.raises(BrokerConnectionError) as caught:
+        TankStreamWriter(no_wait)
+    assert not isinstance(caught.value, BrokerUnavailableError)  # as it came, at once
+
+
+def test_an_unknown_topic_is_not_waited_for(broker):
+    options = TankOptions.from_raw({"broker": broker.address, "topic": "nope"}, mode="write")
+    started = time.monotonic()
+    with pytest.raises(TubeSparkError) as caught:
+        TankStreamWriter(options)
+    assert not caught.value.retriable and time.monotonic() - started < 5

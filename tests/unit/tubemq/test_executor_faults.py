@@ -234,6 +234,31 @@ def test_sink_preflight_refuses_an_unknown_topic_and_an_unreachable_master(broke
         check_sink_reachable(sink_options(closed_port_address(), topic="known_topic"))
 
 
+def test_a_sink_made_while_the_topics_brokers_are_away_waits_for_them_and_a_missing_topic_fails_at_once(broker):
+    """Issue 22 part 7, issue 23 part 8: the master lists no partition of a topic whose brokers are all down or
+    restarting, as of a topic that is not deployed. Its configuration (``masterWebUrl``) tells them apart:
+    a configured topic is waited for (``outageTimeoutMs``) and the sink is made once its broker serves again;
+    a topic the configuration lacks fails at once with UnknownTopicError, as before."""
+    from tests.doubles.fakebroker import FakeMaster
+    from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
+    from tubespark.errors import BrokerUnavailableError, UnknownTopicError
+    from tubespark.tubemq.spark.writer import TubeStreamWriter, check_sink_reachable
+
+    with FakeMaster(broker) as master, FakeMasterWeb() as web:
+        web.topics["restarting"] = [FakeDeploy(broker_id=broker.broker_id, running=False)]
+        options = sink_options(master.address, topic="restarting", masterWebUrl=web.url, outageTimeoutMs="30000")
+        with pytest.raises(BrokerUnavailableError, match="the master's configuration holds the topic"):
+            check_sink_reachable(options)  # one try: the broker serves none of its partitions now
+        threading.Timer(3.0, lambda: broker.add_topic("restarting")).start()  # the broker is back
+        started = time.monotonic()
+        TubeStreamWriter(options)  # what Spark makes for each micro-batch: waits for the broker
+        assert 2.5 < time.monotonic() - started < 25
+        started = time.monotonic()
+        with pytest.raises(UnknownTopicError, match="never_deployed"):
+            TubeStreamWriter(sink_options(master.address, topic="never_deployed", masterWebUrl=web.url))
+        assert time.monotonic() - started < 15
+
+
 def test_a_row_above_the_topics_max_size_fails_naming_row_size_and_limit(broker):
     import pyarrow as pa
 

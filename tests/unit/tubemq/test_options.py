@@ -155,6 +155,7 @@ MORE_BAD_VALUES = [
     ("dedupAttribute", "", "expected an attribute name", "write"),
     ("maxInFlight", "0", "expected a positive integer", "write"),
     ("sendRetries", "three", "expected a non-negative integer", "write"),
+    ("outageTimeoutMs", "-1", "expected a non-negative integer", "write"),
     ("connectTimeoutMs", "-1", "expected a positive integer", "read"),
     ("requestTimeoutMs", "1.5", "expected a positive integer", "write"),
     ("heartbeatIntervalMs", "0", "expected a positive integer", "read"),
@@ -169,6 +170,9 @@ MORE_BAD_VALUES = [
     ("tubemq.tlsKeyFile", "/nonexistent/client.key", "expected a readable PEM file", "write"),
     ("tubemq.tlsKeyPassword", "pw", "tubemq.tlsEnable is not true", "read"),  # TLS options without TLS
     ("tubemq.tlsVerifyHostname", "never", "expected true or false", "write"),
+    ("brokerAddressMap", "127.0.0.1:8123", "expected listed=reachable", "read"),
+    ("brokerAddressMap", "127.0.0.1:8123=127.0.0.9", "expected listed=reachable", "write"),
+    ("brokerAddressMap", "a:1=b:2,a:1=c:3", "mapped twice", "read"),
     ("streamIds", "x" * 257, "streamIds are at most 500 names", "read"),
     ("payloadFormat", "json", "expected raw or inlongmsg", "read"),
     ("payloadFormat", "", "expected raw or inlongmsg", "write"),
@@ -269,16 +273,28 @@ def test_per_call_defaults():
     assert explicit.starting_offsets == "latest"
 
 
-def test_unknown_option_warns():
-    with pytest.warns(UserWarning, match="tubemq: unknown option 'maxOffsetPerTrigger'"):
-        parse(maxOffsetPerTrigger="5")
+@pytest.mark.parametrize("spelled", ["maxOffsetPerTrigger", "maxoffsetpertrigger", "MAXOFFSETPERTRIGGER"])
+def test_a_misspelt_option_fails_naming_the_closest_one_as_documented(spelled):
+    # Spark lower-cases the keys of the option map: the suggestion is still in the README's spelling
+    with pytest.raises(OptionError, match=rf"^unknown option '{spelled}' for format\('tubemq'\): did you mean "
+                                          r"maxOffsetsPerTrigger\?"):
+        parse(**{spelled: "5"})
 
 
-def test_options_spark_passes_itself_do_not_warn():
+def test_an_option_like_no_other_fails_without_a_guess():
+    with pytest.raises(OptionError, match=r"^unknown option 'colour' for format\('tubemq'\): remove it, or "
+                                          r"correct its name"):
+        parse(colour="blue")
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_options_spark_passes_itself_are_allowed(mode):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a streaming sink gets checkpointLocation from Spark, not the user
-        TubeMQOptions.from_raw({"master": "127.0.0.1:8715", "topic": "events", "checkpointLocation": "/tmp/ck",
-                                "path": "x"}, mode="write")
+        warnings.simplefilter("error")  # a streaming sink gets checkpointLocation and queryName from Spark
+        # as PySpark 4.3 passes them: lower-cased (checkpointlocation, queryname), paths from load([...])
+        for own in ({"checkpointLocation": "/tmp/ck", "path": "x"},
+                    {"checkpointlocation": "/tmp/ck", "queryname": "q", "path": "x"}, {"paths": '["a","b"]'}):
+            TubeMQOptions.from_raw({**BASE, **own}, mode=mode)
 
 
 def test_option_error_is_a_tubespark_error_and_a_value_error():
@@ -345,3 +361,13 @@ def test_reading_needs_exactly_one_of_topic_and_topic_pattern():
                                      mode="read")
     assert options.topic_pattern.fullmatch("events_eu") and not options.topic_pattern.fullmatch("my_events_eu")
     assert options.web_urls() == ("http://10.0.0.1:8080", "http://10.0.0.2:8080")
+
+
+def test_broker_address_map_reaches_the_client_settings() -> None:
+    options = TubeMQOptions.from_raw({"master": "m:8715", "topic": "tt", "group": "g1",
+                                      "brokerAddressMap": "10.0.0.5:8123=127.0.0.1:18123, 10.0.0.6:8123=gw:9000"},
+                                     mode="read")
+    assert dict(options.client_settings().broker_address_map) == {"10.0.0.5:8123": "127.0.0.1:18123",
+                                                                   "10.0.0.6:8123": "gw:9000"}
+    assert TubeMQOptions.from_raw({"master": "m:8715", "topic": "tt", "group": "g1"},
+                                  mode="read").client_settings().broker_address_map == ()

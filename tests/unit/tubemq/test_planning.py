@@ -702,3 +702,27 @@ def test_a_partition_whose_broker_is_down_is_not_a_vanished_one(make_reader, mas
         fresh = make_reader(masterWebUrl=web.url)
         with pytest.raises(DataLossError, match=f"partition {keys[1]} vanished at offset {end[keys[1]]}"):
             fresh.latestOffset(end2, ReadAllAvailable())
+
+
+@pytest.mark.parametrize("broker_answers", [False, True])
+def test_a_partition_whose_broker_is_down_is_not_a_vanished_one_when_no_web_api_answers(make_reader, master, broker,
+                                                                                        keys, broker_answers):
+    """Issue 22 part 7, issue 23 part 8: without a web API the configuration is unknown, which must never read
+    as "not listed". The master stops listing a partition and revokes it; its broker, asked directly, does
+    not answer: a broker that is down, so the partition stays in the offsets. A broker that answers that it
+    has no such partition is evidence of removal: a vanished partition (failOnDataLoss)."""
+    reader = make_reader()  # nothing answers at the default masterWebUrl (port 8080 of the master's host)
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    p1 = broker.partitions(TOPIC)[1]
+    master.push_event(EventType.DISCONNECT, [p1])
+    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
+    with broker.lock:  # the master lists it no more
+        del broker.stores[(TOPIC, p1.partition_id)]
+    if broker_answers:
+        with pytest.raises(DataLossError, match=f"partition {keys[1]} vanished at offset {end[keys[1]]}"):
+            reader.latestOffset(end, ReadAllAvailable())
+        return
+    broker.fault(Method.BROKER_REGISTER, "reset", times=None)  # its broker does not answer: down
+    end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert partitions_of(end2)[keys[1]] == end[keys[1]]  # kept where the query stands
+    assert reader.ledger.state(keys[1]) is PartitionState.REVOKED

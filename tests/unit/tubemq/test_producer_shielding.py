@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
 
@@ -132,4 +133,36 @@ def test_when_the_master_releases_a_broker_its_partitions_leave_the_layout(maste
         assert producer.shielded_brokers() == set()  # nothing failed: nothing shielded
         assert _stored(two) == []
     finally:
+        producer.close()
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["per-message", "batched"])
+@pytest.mark.parametrize("outage_s", [0.0, 20.0])
+def test_a_send_rides_out_an_outage_of_every_broker_within_the_outage_window(master, brokers, outage_s, batched):
+    """Every broker of the topic drops its connections for ~2 s (a restart): after its ``max_retries`` the
+    send used to fail the task; now it is tried again for ``outage_s`` (the sink's ``outageTimeoutMs``) and
+    lands (at least once: a reset after the broker stored it sends it again). ``outage_s=0``: it fails with
+    the connection error as before."""
+    for broker in brokers:
+        broker.fault(Method.SEND_MESSAGE, "reset", times=None)
+    producer = Producer(master.address, fast_settings(heartbeat_interval_s=30.0), max_retries=1, outage_s=outage_s)
+    producer.start()
+    producer.publish([TOPIC], timeout_s=5)
+    healer = threading.Timer(2.0, lambda: [broker.heal(Method.SEND_MESSAGE) for broker in brokers])
+    healer.start()
+    try:
+        def send() -> int:  # the broker id it landed on; the sink's batched path or the per-message one
+            if batched:
+                item = producer.prepare(TOPIC, OutgoingMessage(b"during the outage"))
+                assert producer.send_prepared([item]) == 1
+                return item.partition.broker_id
+            return producer.send(TOPIC, OutgoingMessage(b"during the outage")).partition.broker_id
+
+        if not outage_s:
+            with pytest.raises(BrokerConnectionError):
+                send()
+            return
+        assert b"during the outage" in _stored(brokers[send() - 1])
+    finally:
+        healer.cancel()
         producer.close()

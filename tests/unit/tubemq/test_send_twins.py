@@ -15,13 +15,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.core.test_fuzz_decoders import ENVELOPE_RESPONSE_SEEDS, FUZZ, byte_inputs, survives
+from tubespark.core.framed_io import BytesReader
 from tubespark.errors import TubeSparkError
 from tubespark.tubemq.errors import ProtobufDecodeError, RpcError
 from tubespark.tubemq.wire import send, twin
-from tubespark.tubemq.wire.constants import Method
+from tubespark.tubemq.wire.constants import (
+    BEGIN_TOKEN,
+    MAX_BLOCK_SIZE,
+    MAX_BLOCKS_PER_FRAME,
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    Method,
+    ServiceType,
+)
 from tubespark.tubemq.wire.envelope import decode_request, decode_response, encode_exception, encode_response
+from tubespark.tubemq.wire.frame import encode_frame, read_frame
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
-from tubespark.tubemq.wire.send import SendRequest, parse_send_answer
+from tubespark.tubemq.wire.send import SendRequest, encode_send_frames, parse_send_answer
 
 NATIVE = twin.loaded()
 TWINS_FUZZ = settings(FUZZ, deadline=timedelta(milliseconds=500))
@@ -172,3 +182,64 @@ def test_the_compiled_twin_encodes_requests_itself(monkeypatch: pytest.MonkeyPat
     for request in REQUESTS.values():
         for auth in AUTHS:
             assert decode_request(request.envelope(1000, auth)).method == Method.SEND_MESSAGE
+
+
+# --- a window of requests in one call: encode_send_frames ---------------------------------------------------
+
+
+def _frames_one_by_one(requests: list[SendRequest], serials: list[int], timeout_ms: int,
+                       auth: tuple[int, str] | None) -> bytes:
+    """The reference: each request's envelope framed on its own, as the per-message path sends them."""
+    return b"".join(encode_frame(serial, request.envelope(timeout_ms, auth))
+                    for request, serial in zip(requests, serials, strict=True))
+
+
+@pytest.mark.parametrize("auth", AUTHS)
+@pytest.mark.parametrize("timeout_ms", [1, 10_000, 2**40])
+def test_a_window_of_frames_is_byte_identical_to_framing_each_request(auth: tuple[int, str] | None,
+                                                                      timeout_ms: int) -> None:
+    requests = list(REQUESTS.values()) * 2  # "unicode" spans 13 blocks of 8 KiB
+    serials = [1, 2**31 - 1, 7, 0, 42, 3, 99, 100, 2**31 - 2, 5]
+    compiled, pure = both(lambda: encode_send_frames(requests, serials, timeout_ms, auth))
+    assert compiled == pure == ("ok", _frames_one_by_one(requests, serials, timeout_ms, auth))
+    reader = BytesReader(pure[1])  # type: ignore[index]
+    for request, serial in zip(requests, serials, strict=True):
+        got_serial, payload = read_frame(reader)
+        assert got_serial == serial and decode_request(payload).request == request.message(auth).SerializeToString()
+    if NATIVE is not None:  # the fast lane itself, no fallback
+        assert NATIVE.encode_send_frames(requests, serials, auth[0] if auth else None, auth[1] if auth else None,
+                                         Method.SEND_MESSAGE, ServiceType.BROKER_WRITE, PROTOCOL_VERSION, timeout_ms,
+                                         BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME) == pure[1]
+
+
+def test_an_empty_window_is_no_bytes() -> None:
+    assert both(lambda: encode_send_frames([], [], 1000)) == (("ok", b""), ("ok", b""))
+
+
+@pytest.mark.parametrize(("requests", "timeout_ms"), [
+    ([REQUESTS["plain"], SendRequest(CLIENT, "t", 2**31, b"x", 0, 0, 0)], 1000),  # int32 overflow
+    ([SendRequest(CLIENT, "t", 0, b"x", 0, 0, 0, "\udcff"), REQUESTS["plain"]], 1000),  # not UTF-8
+    ([REQUESTS["plain"]], 0),  # a timeout of 0
+    ([SendRequest(CLIENT, "t", 0, b"x" * MAX_FRAME_BYTES, 0, 0, 0)], 1000),  # more blocks than a frame holds
+], ids=["partition out of range", "surrogate msgType", "zero timeout", "frame too large"])
+def test_windows_the_compiled_twin_refuses_end_as_in_python(requests: list[SendRequest], timeout_ms: int) -> None:
+    serials = list(range(1, len(requests) + 1))
+    compiled, pure = both(lambda: encode_send_frames(requests, serials, timeout_ms))
+    assert compiled == pure
+    if pure[0] == "ok":
+        assert pure[1] == _frames_one_by_one(requests, serials, timeout_ms, None)
+
+
+@TWINS_FUZZ
+@given(st.lists(st.tuples(st.text(max_size=20), st.integers(-(2**31), 2**31 - 1), st.binary(max_size=200),
+                          st.text(max_size=8), st.text(max_size=8)), max_size=8),
+       st.one_of(st.none(), st.tuples(st.integers(-(2**63), 2**63 - 1), st.text(max_size=30))))
+def test_fuzz_windows_are_byte_identical(fields: list[tuple[str, int, bytes, str, str]],
+                                         auth: tuple[int, str] | None) -> None:
+    requests = [SendRequest(CLIENT, topic, number, data, number, number ^ 3, 0, msg_type, msg_time)
+                for topic, number, data, msg_type, msg_time in fields]
+    serials = [(k * 7919) & 0x7FFFFFFF for k in range(len(requests))]
+    compiled, pure = both(lambda: encode_send_frames(requests, serials, 30_000, auth))
+    assert compiled == pure
+    if pure[0] == "ok":
+        assert pure[1] == _frames_one_by_one(requests, serials, 30_000, auth)

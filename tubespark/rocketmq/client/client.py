@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.core.settings import ConnectionSettings
-from tubespark.errors import BrokerConnectionError, TubeSparkError, UnknownTopicError
+from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, TubeSparkError, UnknownTopicError
 from tubespark.rocketmq.errors import NoNameServerAvailableError
 from tubespark.rocketmq.net.connection import RemotingConnection, connection_pool, wait
 from tubespark.rocketmq.wire import codes, headers
@@ -99,7 +99,9 @@ class RocketMQClient:
     # --- routes -------------------------------------------------------------------------------------
 
     def route(self, topic: str, *, refresh: bool = False) -> TopicRoute:
-        """The topic's route (cached ``route_ttl_s``); UnknownTopicError when no name server knows it."""
+        """The topic's route (cached ``route_ttl_s``); UnknownTopicError when no name server knows it, and
+        :class:`BrokerUnavailableError` (retriable) when it knew it before in this client: a topic's route
+        vanishes from the name server while its brokers are down (issue 23 part 8)."""
         now = time.monotonic()
         with self._lock:
             cached = self._routes.get(topic)
@@ -117,13 +119,33 @@ class RocketMQClient:
                     self._next_ns += 1
                 continue
             if response.code == codes.TOPIC_NOT_EXIST:
-                raise UnknownTopicError(response.code, response.remark or "", context=f"route of {topic}")
+                if cached is not None or self._no_broker_registered(address):
+                    # the name server gave a route before: it drops a topic's route when the topic's only
+                    # brokers stop or stop registering, so this is an outage, not a missing topic
+                    raise BrokerUnavailableError(f"the name server {address} has no route for topic {topic} now, "
+                                                 f"though it had one or no broker is registered there at all: "
+                                                 f"its brokers are down or restarting "
+                                                 f"({response.remark or 'no route'})")
+                raise UnknownTopicError(response.code, f"{response.remark or 'no route'}: check the `topic` option, or "
+                                        f"create the topic first (mqadmin updateTopic)", context=f"route of {topic}")
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)
             with self._lock:
                 self._routes[topic] = (time.monotonic(), route)
             return route
         raise NoNameServerAvailableError(f"no name server of {self.namesrv} answered: {last}")
+
+    def _no_broker_registered(self, address: str) -> bool:
+        """True when the name server at ``address`` lists no broker group at all: then a topic without a
+        route cannot be told from one whose brokers are all down, and the cluster is plainly in an outage
+        (a restart of its only broker). False when brokers are registered or the answer is unreadable."""
+        try:
+            count = headers.registered_brokers(self.call_address(address, headers.cluster_info_request(),
+                                                                 "cluster info"), "cluster info")
+        except TubeSparkError as exc:
+            log.info("cannot ask the name server %s which brokers are registered: %s", address, exc)
+            return False
+        return count == 0
 
     def read_candidates(self, mq: MessageQueue, *, refresh: bool = False) -> list[str]:
         """Addresses that may serve reads of ``mq``'s group, best first: id 0, then the other members, the

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from tubespark.core.outage import OutageWindow
 from tubespark.core.retry import RetryPolicy
 from tubespark.errors import MessageTooLargeError, TubeSparkError, UnknownTopicError
 from tubespark.rocketmq.client.client import RocketMQClient
@@ -48,6 +49,7 @@ class _Batch:
     attempts: int = 0
     future: Future[Command] | None = None
     address: str = ""
+    outage: OutageWindow | None = None
 
 
 class _Ids:
@@ -71,7 +73,8 @@ class BatchProducer:
     """Not thread-safe: one per writing task (it shares the client's connections)."""
 
     def __init__(self, client: RocketMQClient, *, group: str = "tubespark_producer", max_in_flight: int = 64,
-                 batch_messages: int = 256, batch_bytes: int = 1024 * 1024, retries: int = 3) -> None:
+                 batch_messages: int = 256, batch_bytes: int = 1024 * 1024, retries: int = 3,
+                 outage_s: float = 0.0) -> None:
         if not 0 < batch_bytes <= MAX_BATCH_BYTES:
             raise ValueError(f"batch_bytes must be in 1..{MAX_BATCH_BYTES}")
         self.client = client
@@ -80,6 +83,8 @@ class BatchProducer:
         self.batch_messages = batch_messages
         self.batch_bytes = batch_bytes
         self.retries = retries
+        self.outage_s = outage_s
+        """After ``retries``: how long a batch whose broker is unreachable is sent again (``core.outage``)."""
         self._open: dict[MessageQueue, _Batch] = {}
         self._sticky: dict[str, int] = {}
         self._inflight: deque[_Batch] = deque()
@@ -140,12 +145,13 @@ class BatchProducer:
             self._settle(self._inflight.popleft())
         self._busy[batch.mq] = self._busy.get(batch.mq, 0) + 1
         batch.attempts += 1
-        batch.address = self.client.write_address(batch.mq)
+        batch.address = ""
         body = b"".join(batch.entries)
-        cmd = headers.send_request(group=self.group, topic=batch.mq.topic, queue_id=batch.mq.queue_id,
-                                   born_ms=int(time.time() * 1000), properties="", body=body, batch=True,
-                                   queue_nums=len(self.queues(batch.mq.topic)))
-        try:
+        try:  # no route or no connection now: the batch fails like a send, and _settle decides on a retry
+            batch.address = self.client.write_address(batch.mq)
+            cmd = headers.send_request(group=self.group, topic=batch.mq.topic, queue_id=batch.mq.queue_id,
+                                       born_ms=int(time.time() * 1000), properties="", body=body, batch=True,
+                                       queue_nums=len(self.queues(batch.mq.topic)))
             batch.future = self.client.call_async(batch.address, cmd, defer=True)
         except TubeSparkError as exc:
             failed: Future[Command] = Future()
@@ -159,21 +165,39 @@ class BatchProducer:
         self._busy[batch.mq] -= 1
         what = f"batch send of {len(batch.entries)} messages to {batch.mq.key}"
         try:
-            self.client.connection(batch.address).send_deferred()  # deferred frames go out before the wait
+            if batch.address:
+                self.client.connection(batch.address).send_deferred()  # deferred frames go out before the wait
             headers.read_send(wait(batch.future, self.client.settings.request_timeout_s, what), what)
         except TubeSparkError as exc:
-            if not exc.retriable or batch.attempts > self.retries:
-                raise
-            log.info("%s failed (%s); sending it again after a route refresh (try %d of %d)", what, exc,
-                     batch.attempts + 1, self.retries + 1)
-            time.sleep(RetryPolicy(attempts=self.retries + 1, backoff_s=0.2, max_backoff_s=2.0).delay(batch.attempts))
-            queues = self.queues(batch.mq.topic, refresh=True)
-            if batch.mq not in queues:
-                batch.mq = queues[batch.attempts % len(queues)]
-            self._dispatch(batch)
+            self._resend(batch, exc, what)
             return
         self.sent_messages += len(batch.entries)
         self.sent_bytes += batch.size
+
+    def _resend(self, batch: _Batch, exc: TubeSparkError, what: str) -> None:
+        """Send ``batch`` again after a retriable failure, following a fresh route: ``retries`` times, then for
+        as long as its broker stays unreachable within ``outage_s``; raise when neither allows another try."""
+        window = batch.outage or OutageWindow(self.outage_s)
+        batch.outage = window
+        while True:
+            if not exc.retriable or (batch.attempts > self.retries and not window.allows(exc)):
+                final = window.error(exc, what)
+                if final is exc:
+                    raise exc
+                raise final from exc
+            log.info("%s failed (%s); sending it again after a route refresh (try %d)", what, exc, batch.attempts + 1)
+            time.sleep(RetryPolicy(attempts=self.retries + 1, backoff_s=0.2, max_backoff_s=2.0)
+                       .delay(min(batch.attempts, 8)))
+            try:
+                queues = self.queues(batch.mq.topic, refresh=True)
+                if batch.mq not in queues:
+                    batch.mq = queues[batch.attempts % len(queues)]
+            except TubeSparkError as again:  # no route now (its brokers are away): counts as a failed try
+                batch.attempts += 1
+                exc = again
+                continue
+            self._dispatch(batch)
+            return
 
     def flush(self) -> None:
         """Send every open batch and wait until all batches are acknowledged (raises the first failure)."""

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.errors import TubeSparkError
+from tubespark.errors import BrokerUnavailableError, TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.read_task import PullRange, read_range
@@ -79,7 +79,12 @@ class PullStreamReader(StreamEngine):
         return offsets
 
     def survey(self, start: Offsets) -> Survey:
-        queues = self._queues()
+        queues: list[MessageQueue] = []
+        for topic in self.options.topics or ():
+            try:
+                queues += all_queues(self.client, [topic], refresh=True)
+            except BrokerUnavailableError as exc:  # its brokers are away: its queues plan nothing, stay in the offsets
+                log.warning("topic %s: %s; its queues read on once a broker serves them again", topic, exc)
         found = self.client.bounds(queues, follow=False)  # a dead broker plans nothing this trigger
         survey = Survey(bounds={key: Bounds(low, high) for key, (low, high) in found.items()})
         routed = {mq.key for mq in queues}

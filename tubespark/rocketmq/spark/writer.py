@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from functools import partial
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
+from tubespark.core.outage import ride_out
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.producer import BatchProducer
 from tubespark.rocketmq.spark.clients import shared_client
@@ -53,8 +55,10 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: RocketMQOptions) ->
     """Send every row; return after all are acknowledged."""
     producer = BatchProducer(shared_client(options), group=options.producer_group,
                              max_in_flight=options.max_in_flight, batch_messages=options.batch_max_messages,
-                             batch_bytes=options.batch_max_bytes, retries=options.send_retries)
+                             batch_bytes=options.batch_max_bytes, retries=options.send_retries,
+                             outage_s=options.outage_timeout_ms / 1000)
     fixed_topic = options.topics[0] if options.topics else None
+    routed: set[str] = set()
     rows = 0
     try:
         for batch in batches:
@@ -65,6 +69,10 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: RocketMQOptions) ->
                 topic = fixed_topic or (topics[i] if topics else None)
                 if not topic:
                     raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
+                if topic not in routed:  # its brokers may be restarting: wait for the route like the sends do
+                    ride_out(partial(producer.queues, topic), outage_s=options.outage_timeout_ms / 1000,
+                             what=f"route of RocketMQ topic {topic}")
+                    routed.add(topic)
                 props = dict(properties[i] or ()) if properties else {}
                 if tags and tags[i]:
                     props[TAGS] = tags[i]

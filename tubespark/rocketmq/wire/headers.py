@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,27 @@ def _check(response: Command, what: str, *, ok: Sequence[int] = (codes.SUCCESS,)
 def route_request(topic: str) -> Command:
     """GET_ROUTEINFO_BY_TOPIC; ``acceptStandardJsonOnly`` so even an older name server quotes its map keys."""
     return request(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True})
+
+
+def cluster_info_request() -> Command:
+    """GET_BROKER_CLUSTER_INFO: the broker groups registered at the name server now."""
+    return request(codes.GET_BROKER_CLUSTER_INFO)
+
+
+def registered_brokers(response: Command, what: str) -> int | None:
+    """How many broker groups a GET_BROKER_CLUSTER_INFO answer lists; ``None`` when the answer cannot be read.
+
+    The body is fastjson, whose maps may have unquoted integer keys (``{0:"host:port"}``); only the size of
+    ``brokerAddrTable`` matters here, so those keys are quoted before parsing.
+    """
+    _check(response, what)
+    text = response.body.decode("utf-8", "replace")
+    try:
+        doc = json.loads(re.sub(r'([{,])\s*(-?\d+)\s*:', r'\1"\2":', text))
+    except ValueError:
+        return None
+    table = doc.get("brokerAddrTable") if isinstance(doc, dict) else None
+    return len(table) if isinstance(table, dict) else None
 
 
 # --- admin ----------------------------------------------------------------------------------------

@@ -34,6 +34,9 @@ from tubespark.tank.wire.requests import (
     TopicInfo,
 )
 
+UNKNOWN_TOPIC = "unknown topic: check the `topic` option, or create the topic on the TANK broker first"
+"""What a broker that does not have a topic tells the user (the message says what to do)."""
+
 
 @dataclass(frozen=True)
 class ClientSettings(ConnectionSettings):
@@ -78,7 +81,7 @@ class TankClient:
         """
         infos = self.connection().call(DiscoverPartitionsRequest(topic), self.settings.request_timeout_s)
         if infos is None:
-            raise UnknownTopicError(0, "unknown topic", context=topic, broker=self.address)
+            raise UnknownTopicError(0, UNKNOWN_TOPIC, context=topic, broker=self.address)
         for info in infos:
             if info.error:
                 raise fetch_error(info.error, f"{topic}/{info.partition}", leader=info.leader, broker=self.address)
@@ -116,7 +119,7 @@ class TankClient:
         response: FetchResponse = self.connection().call(request, wait_s)
         where = f"{topic}/{partition}"
         if topic in response.unknown_topics:
-            raise UnknownTopicError(0, "unknown topic", context=where, broker=self.address)
+            raise UnknownTopicError(0, UNKNOWN_TOPIC, context=where, broker=self.address)
         if len(response.partitions) != 1 or response.partitions[0].partition != partition:
             raise TankProtocolError(f"fetch of {where} was answered for {[p.partition for p in response.partitions]}")
         part = response.partitions[0]

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from tubespark.core.framed import wait
+from tubespark.core.outage import OutageWindow
 from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tank.client.broker import ClientSettings, TankClient
 from tubespark.tank.errors import LeaderMovedError
@@ -45,13 +46,14 @@ class Producer:
     """Produce requests to one broker; not thread-safe (one per writing task or thread)."""
 
     def __init__(self, address: str, settings: ClientSettings | None = None, *, max_in_flight: int = 16,
-                 retries: int = 3) -> None:
+                 retries: int = 3, outage_s: float = 0.0) -> None:
         if max_in_flight < 1 or retries < 0:
             raise ValueError("max_in_flight >= 1 and retries >= 0")
         self.settings = settings or ClientSettings()
         self.client = TankClient(address, self.settings)
         self.max_in_flight = max_in_flight
         self.retries = retries
+        self._outage = OutageWindow(outage_s)  # after the retries, a broker that is down is waited for this long
         self._window: deque[_InFlight] = deque()
         self.requests_sent = 0
         self.resent = 0
@@ -119,10 +121,15 @@ class Producer:
             last_error = error
         if failed and last_error is not None:
             self._retry(item, failed, last_error)
+        else:
+            self._outage.clear()
 
     def _retry(self, item: _InFlight, bundles: Sequence[ProduceBundle], error: TubeSparkError) -> None:
-        if item.attempt >= self.retries:
-            raise error
+        if item.attempt >= self.retries and not self._outage.allows(error):
+            final = self._outage.error(error, f"Produce to {item.request.topics[0][0]} on {self.client.address}")
+            if final is error:
+                raise error
+            raise final from error
         parts = list(bundles)
         time.sleep(min(0.05 * 2 ** item.attempt, 1.0))  # a broker that just faulted gets a moment
         log.info("re-sending %d bundle(s) to %s (try %d of %d) after: %s", len(parts), item.request.topics[0][0],

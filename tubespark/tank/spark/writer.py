@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, LongType, ShortType, StringType, StructType, TimestampType
 
+from tubespark.core.outage import ride_out
 from tubespark.errors import MessageFormatError, OptionError
 from tubespark.spark.arrow import column_values
 from tubespark.spark.bundling import Bundle, Bundler
@@ -96,7 +97,7 @@ class BundledSend:
     def __init__(self, options: TankOptions) -> None:
         self.options = options
         self.producer = Producer(options.broker, options.client_settings(), max_in_flight=options.max_in_flight,
-                                 retries=options.send_retries)
+                                 retries=options.send_retries, outage_s=options.outage_timeout_ms / 1000)
         self.bundler: Bundler[_Key, _Extra] = Bundler(max_rows=options.bundle_max_rows,
                                                       linger_s=options.bundle_linger_ms / 1000, max_open=4096)
         self.partition_counts: dict[str, int] = {}
@@ -108,8 +109,10 @@ class BundledSend:
 
     def _partitions(self, topic: str) -> int:
         count = self.partition_counts.get(topic)
-        if count is None:
-            count = self.partition_counts[topic] = len(self.producer.client.partitions(topic))
+        if count is None:  # the broker may be restarting: wait for it like the sends do
+            infos = ride_out(lambda: self.producer.client.partitions(topic),
+                             outage_s=self.options.outage_timeout_ms / 1000, what=f"partitions of TANK topic {topic}")
+            count = self.partition_counts[topic] = len(infos)
         return count
 
     def send_all(self, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
@@ -192,9 +195,8 @@ class _TankSink(StampedWriter):
     broker = "TANK"
     options: TankOptions
 
-    def __init__(self, options: TankOptions) -> None:
-        super().__init__(options)  # the Stamped*Writer next in the MRO
-        check_sink_reachable(options)
+    def check_reachable(self) -> None:
+        check_sink_reachable(self.options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         return send_batches(batches, self.options)

@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 
 from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tubemq.client.common import ClientSettings, Reply, check
-from tubespark.tubemq.net.connection import wait
+from tubespark.tubemq.net.connection import Connection, wait
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
 from tubespark.tubemq.wire.fetch import Columns, FetchReply, parse_fetch_reply
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -67,8 +67,10 @@ class Fetch:
 class PendingCall(Generic[R]):
     """A call sent to a broker whose answer is awaited later: :meth:`result` or :meth:`cancel`."""
 
-    def __init__(self, client: BrokerClient, part: PartitionRef, method: Method, future: Future[R], what: str) -> None:
+    def __init__(self, client: BrokerClient, part: PartitionRef, method: Method, future: Future[R], what: str,
+                 conn: Connection) -> None:
         self._client, self._part, self._method, self._future, self._what = client, part, method, future, what
+        self._conn = conn
         self._deadline = time.monotonic() + client.settings.request_timeout_s
 
     def result(self) -> R:
@@ -79,7 +81,7 @@ class PendingCall(Generic[R]):
             response = wait(self._future, max(0.0, self._deadline - time.monotonic()),
                             f"method {int(self._method)} on {address}")
         except BrokerConnectionError:
-            self._client.pool.drop(address)
+            self._client.pool.drop(address, self._conn)
             raise
         return check(response, self._what)
 
@@ -114,23 +116,24 @@ class BrokerClient:
 
     def _call(self, part: PartitionRef, method: Method, request: Message, response_cls: type[M]) -> M:
         address = part.broker.address
+        conn = self.pool.get(address)
         try:
-            return self.pool.get(address).call(method, ServiceType.BROKER_READ, request, response_cls,
-                                                 self.settings.request_timeout_s)
+            return conn.call(method, ServiceType.BROKER_READ, request, response_cls, self.settings.request_timeout_s)
         except BrokerConnectionError:
-            self.pool.drop(address)
+            self.pool.drop(address, conn)  # a silent or broken connection: the next call opens a new one
             raise
 
     def _send(self, part: PartitionRef, method: Method, request: Message, parse: Callable[[bytes], R],
               what: str) -> PendingCall[R]:
         address = part.broker.address
+        conn = self.pool.get(address)
         try:
-            future = self.pool.get(address).call_async_parsed(method, ServiceType.BROKER_READ, request, parse,
-                                                              self.settings.request_timeout_s)
+            future = conn.call_async_parsed(method, ServiceType.BROKER_READ, request, parse,
+                                            self.settings.request_timeout_s)
         except BrokerConnectionError:
-            self.pool.drop(address)
+            self.pool.drop(address, conn)
             raise
-        return PendingCall(self, part, method, future, what)
+        return PendingCall(self, part, method, future, what, conn)
 
     def register(self, part: PartitionRef, group: str, *, offset: int | None = None,
                  read_status: ReadStatus = ReadStatus.FROM_STORED_OR_MIN,

@@ -98,6 +98,10 @@ class ClientSettings(ConnectionSettings):
     master_election_s: float = 40.0
     credentials: Credentials | None = None
     ssl_context: ssl.SSLContext | None = None
+    broker_address_map: tuple[tuple[str, str], ...] = ()
+    """``(listed, reachable)`` address pairs: a broker the master lists as ``listed`` (``ip:port``) is connected
+    to at ``reachable`` instead (NAT, a port forward, the testbed's fault proxy). Everything else (partition keys,
+    log lines, shielding) keeps the listed address; see docs/tubemq/brokers.md."""
 
     @property
     def default_broker_port(self) -> int:
@@ -105,8 +109,10 @@ class ClientSettings(ConnectionSettings):
         return DEFAULT_BROKER_TLS_PORT if self.ssl_context is not None else DEFAULT_BROKER_PORT
 
     def connection_pool(self) -> ConnectionPool:
+        """The pool of broker connections, keyed by the address the master lists, reaching each through
+        :attr:`broker_address_map`."""
         return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.request_timeout_s,
-                              ssl_context=self.ssl_context)
+                              ssl_context=self.ssl_context, address_map=dict(self.broker_address_map))
 
     def master_channel(self, masters: str | Sequence[str]) -> MasterChannel:
         return MasterChannel(masters, connect_timeout_s=self.connect_timeout_s,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import AuthError, TlsError, TubeSparkError, UnknownTopicError
+from tubespark.errors import AuthError, BrokerConnectionError, TlsError, TubeSparkError, UnknownTopicError
 from tubespark.tubemq.client.broker import BrokerClient, Position
 from tubespark.tubemq.client.common import (
     CHECK_TOPIC,
@@ -238,11 +238,7 @@ class GroupSession:
             held, self._held = list(self._held.values()), {}
             self._assigned.clear()
             self._changed.notify_all()
-        for item in held:
-            try:
-                self.brokers.unregister(item.ref, self.group, consumed=self.release_consumed)
-            except TubeSparkError as exc:
-                log.debug("unregister %s on close failed: %s", item.ref.key, exc)
+        self._unregister([item.ref for item in held], "on close")
         try:
             request = mpb.CloseRequestC2M(clientId=self.client_id, groupName=self.group)
             self.settings.add_master_auth(request)
@@ -333,10 +329,7 @@ class GroupSession:
                     held = self._held.pop(ref.key, None)
                 if held is not None:
                     removed.append(ref)
-                    try:
-                        self.brokers.unregister(ref, self.group, consumed=self.release_consumed)
-                    except TubeSparkError as exc:
-                        log.info("unregister %s failed: %s", ref.key, exc)
+            self._unregister(removed, f"for event {event.rebalanceId}")
         elif event.opType in _CONNECT_EVENTS:
             with self._lock:
                 for ref in parts:
@@ -351,6 +344,21 @@ class GroupSession:
             self._changed.notify_all()
         if self.listener is not None and (added or removed):
             self.listener(added, removed)
+
+    def _unregister(self, refs: list[PartitionRef], why: str) -> None:
+        """Release ``refs`` on their brokers, best effort. A broker whose connection fails is not asked again
+        for its other partitions: each would wait a timeout more (the heartbeat thread's, or a stopping query's),
+        and the broker expires the registrations itself."""
+        silent: set[str] = set()
+        for ref in refs:
+            if ref.broker.address in silent:
+                continue
+            try:
+                self.brokers.unregister(ref, self.group, consumed=self.release_consumed)
+            except TubeSparkError as exc:
+                if isinstance(exc, BrokerConnectionError):
+                    silent.add(ref.broker.address)
+                log.info("unregister %s %s failed: %s", ref.key, why, exc)
 
     def _hold_all(self, refs: list[PartitionRef], rounds: int = 3) -> list[PartitionRef]:
         """Register ``refs`` on their brokers; the ones now held.

@@ -7,6 +7,9 @@ matched to its reply by serial number. :meth:`Producer.flush` waits for every re
 what failed with a retriable error, so nothing is dropped silently: after the retries the error is
 raised.
 
+:meth:`Producer.send_prepared` sends a whole list of messages (:meth:`Producer.prepare`) the same way
+without a future per message (:mod:`~tubespark.tubemq.client.batch_send`): the sink's path.
+
 Several brokers: a broker that fails a send (unreachable, connection lost, no answer in time, or 503
 "service unavailable") is *shielded* for ``shield_s``: messages the producer places itself (round-robin,
 or by a key hash) go to the other brokers' partitions meanwhile, and a failed one is re-sent there. The
@@ -18,24 +21,28 @@ partition the caller named stays on that partition.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
 
+from tubespark.core.outage import ride_out
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
 from tubespark.errors import (
     BrokerConnectionError,
+    BrokerUnavailableError,
     MessageFormatError,
     MessageTooLargeError,
     RpcTimeoutError,
     TubeSparkError,
     UnknownTopicError,
 )
+from tubespark.tubemq.client.batch_send import BatchSend, Prepared
 from tubespark.tubemq.client.common import (
     CHECK_TOPIC,
     ClientSettings,
@@ -93,16 +100,20 @@ class Producer:
         max_in_flight: requests outstanding per broker connection before ``send_async`` blocks.
         max_retries: re-sends of a message after a retriable error (busy broker, lost connection).
         shield_s: how long a broker that failed a send is left out when the producer places messages.
+        outage_s: after its retries, how long a send whose brokers are all unreachable (down, restarting,
+            no partition of the topic listed any more) is tried again (:mod:`tubespark.core.outage`).
     """
 
     def __init__(self, masters: str | Sequence[str], settings: ClientSettings | None = None, *,
                  max_in_flight: int = 64, max_retries: int = 3, client_id: str | None = None,
-                 shield_s: float = DEFAULT_SHIELD_S) -> None:
+                 shield_s: float = DEFAULT_SHIELD_S, outage_s: float = 0.0) -> None:
         self.settings = settings or ClientSettings()
         self.client_id = client_id or new_client_id("producer")
         self.max_in_flight = max_in_flight
         self.max_retries = max_retries
         self.shield_s = shield_s
+        self.outage_s = outage_s
+        self._served: set[str] = set()  # topics the master listed partitions of to this producer at some point
         self._shielded: dict[int, float] = {}  # broker id -> monotonic time its shield ends
         self._probing: set[int] = set()  # shield ended, no send acknowledged since: log its return once
         self._master = self.settings.master_channel(masters)
@@ -165,7 +176,12 @@ class Producer:
         with self._lock:  # stop asking the master about topics that never had partitions
             self._topics.difference_update(t for t in absent if t not in self._layouts)
         # the master lists the partitions of serving brokers only: a broker that died or went offline
-        # takes its partitions out of the list, exactly like a topic that was never deployed
+        # takes its partitions out of the list, exactly like a topic that was never deployed; one this
+        # producer saw served is the first case
+        if all(t in self._served for t in absent):
+            raise BrokerUnavailableError(f"topic {', '.join(absent)} has no partition to serve on the TubeMQ cluster "
+                                         f"of master {self._master.active_address} now (none listed within "
+                                         f"{timeout_s:.0f} s), though it had: its brokers are down or restarting")
         raise UnknownTopicError(ErrCode.FORBIDDEN, f"topic {', '.join(absent)} has no partition to serve on the "
                                                    f"TubeMQ cluster of master {self._master.active_address} (none "
                                                    f"listed within {timeout_s:.0f} s): it is not deployed, its "
@@ -207,6 +223,8 @@ class Producer:
             for text in response.topicInfos:
                 layout = TopicLayout.parse(text, self._brokers)
                 self._layouts[layout.topic] = layout
+                if layout.partitions:
+                    self._served.add(layout.topic)
 
     def _register(self) -> None:
         request = mpb.RegisterRequestP2M(clientId=self.client_id, topicList=sorted(self._topics),
@@ -252,13 +270,18 @@ class Producer:
         brokers still serving (equal hashes still land together for as long as the same brokers serve).
         """
         partitions = self.partitions(topic)
-        live = self._serving(partitions)
+        if not partitions:  # published, but the master lists none now: its brokers are away
+            raise BrokerUnavailableError(f"no partition of topic {topic!r} is served now (its brokers are down or "
+                                         f"restarting)")
+        live = self._serving(partitions) if self._shielded else partitions  # no lock per row while none is
         if key_hash is not None:
             chosen = partitions[key_hash % len(partitions)]
             return chosen if chosen in live else live[key_hash % len(live)]
-        with self._lock:
-            counter = self._round_robin.setdefault(topic, itertools.count(random.randrange(len(partitions))))
-            return live[next(counter) % len(live)]
+        counter = self._round_robin.get(topic)
+        if counter is None:
+            with self._lock:
+                counter = self._round_robin.setdefault(topic, itertools.count(random.randrange(len(partitions))))
+        return live[next(counter) % len(live)]  # next() of a count is atomic (one C call)
 
     def _serving(self, partitions: tuple[PartitionRef, ...]) -> tuple[PartitionRef, ...]:
         """The partitions whose broker is not shielded now; all of them when every broker is."""
@@ -323,6 +346,26 @@ class Producer:
         return self._settle(_InFlight(request, part, self._transmit(request, part), placed=partition is None,
                                       key_hash=key_hash))
 
+    def prepare(self, topic: str, message: OutgoingMessage, partition: PartitionRef | None = None, *,
+                key_hash: int | None = None) -> Prepared:
+        """Place and encode one message for :meth:`send_prepared` (nothing is sent yet).
+
+        Raises MessageFormatError (empty, too large) as :meth:`send_async` does, before anything is sent.
+        """
+        part = partition or self.choose_partition(topic, key_hash)
+        return Prepared(self._request(topic, message, part), part, partition is None, key_hash)
+
+    def send_prepared(self, items: Sequence[Prepared]) -> int:
+        """Send ``items`` pipelined and return once the brokers acknowledged every one (their count).
+
+        The batched path (:mod:`~tubespark.tubemq.client.batch_send`): up to ``max_in_flight`` requests
+        per broker on the wire, one counter and condition for the batch instead of a future per message;
+        retries, shielding and errors as :meth:`flush`, except that after the first unrecoverable error
+        no further message is sent (those on the wire are settled first). Each item's fields say where it
+        was stored.
+        """
+        return BatchSend(self, items).run() if items else 0
+
     def flush(self) -> list[SendResult]:
         """Wait for every pending send; retry retriable failures; raise the first unrecoverable error.
 
@@ -355,7 +398,7 @@ class Producer:
             if record.future is None:
                 if record.placed:
                     record.partition = self.choose_partition(record.request.topic, record.key_hash)
-                    record.request = replace(record.request, partition_id=record.partition.partition_id)
+                    record.request = record.request._replace(partition_id=record.partition.partition_id)
                 record.future = self._transmit(record.request, record.partition)
             part = record.partition
             try:
@@ -363,8 +406,12 @@ class Producer:
             except TubeSparkError as exc:
                 record.future = None
                 # Reconnect rather than reuse a broken socket. A call that only timed out leaves the
-                # connection up: dropping it would fail, and re-send, every other send in flight on it.
-                if isinstance(exc, BrokerConnectionError) and not isinstance(exc, RpcTimeoutError):
+                # connection up while the broker answers other sends on it (dropping it would fail, and
+                # re-send, each of them), but not when the broker sent nothing for as long: stalled or
+                # half-open, a socket that never answers again and never fails on its own.
+                if isinstance(exc, RpcTimeoutError):
+                    self._pool.drop_if_quiet(part.broker.address, self.settings.request_timeout_s * 2)
+                elif isinstance(exc, BrokerConnectionError):
                     self._pool.drop(part.broker.address)
                 if isinstance(exc, BrokerConnectionError) or getattr(exc, "code", None) == ErrCode.SERVICE_UNAVAILABLE:
                     self._shield(part, exc)
@@ -372,8 +419,9 @@ class Producer:
             self._acknowledged_by(part)
             return result
 
-        return call_with_retry(attempt, RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0),
-                               what=f"send to {record.partition.key}")
+        what = f"send to {record.partition.key}"
+        policy = RetryPolicy(attempts=self.max_retries + 1, backoff_s=0.2, max_backoff_s=2.0)
+        return ride_out(lambda: call_with_retry(attempt, policy, what=what), outage_s=self.outage_s, what=what)
 
     def _request(self, topic: str, message: OutgoingMessage, part: PartitionRef) -> SendRequest:
         """Encode ``message`` once (payload, flag, CRC) into the request every (re-)send reuses.
@@ -418,14 +466,17 @@ class Producer:
 
         def done(fut: Future[SendAnswer]) -> None:
             slot.release()
-            try:
-                response = check(fut.result(), f"send to {part.key}")
-                result.set_result(SendResult(part, response.messageId, response.appendOffset,
-                                             response.appendTime))
-            except TubeSparkError as exc:
-                result.set_exception(exc)
-            except Exception as exc:  # noqa: BLE001 - cancelled or unexpected: surface, never lose
-                result.set_exception(BrokerConnectionError(f"send to {part.key} failed: {exc!r}"))
+            if result.done():  # its waiter gave up (timed out, cancelled) before the answer or failure came
+                return
+            with contextlib.suppress(InvalidStateError):  # ... or just now
+                try:
+                    response = check(fut.result(), f"send to {part.key}")
+                    result.set_result(SendResult(part, response.messageId, response.appendOffset,
+                                                 response.appendTime))
+                except TubeSparkError as exc:
+                    result.set_exception(exc)
+                except Exception as exc:  # noqa: BLE001 - cancelled or unexpected: surface, never lose
+                    result.set_exception(BrokerConnectionError(f"send to {part.key} failed: {exc!r}"))
 
         inner.add_done_callback(done)
         return result

@@ -35,7 +35,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 from tubespark.core.retry import RetryPolicy, call_with_retry, poll
-from tubespark.errors import DataLossError, NoDataError, RangeReadError, TubeSparkError
+from tubespark.errors import BrokerConnectionError, DataLossError, NoDataError, RangeReadError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
 from tubespark.tubemq.errors import PartitionOccupiedError
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
@@ -72,8 +72,12 @@ def probe_bounds(broker: BrokerClient, part: PartitionRef, probe_group: str, *,
     """Learn ``[min, max)`` of ``part`` by registering a private probe group at offset 0 (clamped to min)."""
     try:
         position = _register(broker, part, probe_group, 0, (), occupied_wait_s)
-    finally:
+    except BrokerConnectionError:
+        raise  # the broker is silent or gone: a release would wait a second timeout (it expires the probe itself)
+    except BaseException:
         _release(broker, part, probe_group)
+        raise
+    _release(broker, part, probe_group)
     return Bounds(position.offset, max(position.max_offset, position.offset))
 
 
@@ -109,6 +113,7 @@ class _Cursor:
     done: bool = False
     yielded: int = 0
     faults: int = 0
+    broken: bool = False  # the last try failed on the connection (silent, reset, refused)
 
 
 class RangeReader:
@@ -168,7 +173,10 @@ class RangeReader:
                 cursor.yielded += len(batch)
                 yield batch
         finally:
-            _release(self.broker, part, self.read_group)
+            # Not after a connection fault: the release would wait a timeout more past the read's budget, on
+            # a broker that expires the registration itself (consumerRegTimeoutMs).
+            if not cursor.broken:
+                _release(self.broker, part, self.read_group)
 
     def _next_batch(self, cursor: _Cursor) -> Columns | None:
         """The next batch (``None`` at the end), retrying faults; RangeReadError once they persist."""
@@ -193,14 +201,17 @@ class RangeReader:
         """One try at the next batch. A failure forgets the registration and the unyielded batch, so the
         next try registers again at ``cursor.next_offset``: the end of what was yielded."""
         try:
-            return self._advance(cursor)
+            batch = self._advance(cursor)
         except Exception as exc:
             cursor.faults += 1
+            cursor.broken = isinstance(exc, BrokerConnectionError)
             cursor.open, cursor.pending, cursor.decoded = False, None, None
             if getattr(exc, "retriable", False):
                 log.info("reading %s from %s: %s; resuming at %d", cursor.part.key, cursor.part.broker.address,
                          exc, cursor.next_offset)
             raise
+        cursor.broken = False
+        return batch
 
     def _open(self, cursor: _Cursor) -> None:
         """Register the read group at ``cursor.next_offset``; check what the broker still holds there."""
@@ -217,7 +228,8 @@ class RangeReader:
             cursor.next_offset = position
         elif position < wanted:
             raise DataLossError(f"{part.key}: planned start {wanted} is beyond the broker's max offset "
-                                f"{position}; the partition was truncated or recreated")
+                                f"{position}; the partition was truncated or recreated, or the checkpoint is another "
+                                f"cluster's: start the query from a new checkpoint")
         cursor.open, cursor.pending, cursor.decoded = True, None, None
 
     def _advance(self, cursor: _Cursor) -> Columns | None:

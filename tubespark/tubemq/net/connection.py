@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
@@ -59,6 +59,11 @@ class Connection:
     def closed(self) -> bool:
         return self._framed.closed
 
+    @property
+    def quiet_s(self) -> float:
+        """See :attr:`tubespark.core.framed.FramedConnection.quiet_s`."""
+        return self._framed.quiet_s
+
     def call_async(self, method: int, service_type: int, request: Message, response_cls: type[M],
                    timeout_s: float = DEFAULT_CALL_TIMEOUT_S, *, defer: bool = False) -> Future[M]:
         """Send one request; the future resolves to the parsed response or an error.
@@ -81,6 +86,18 @@ class Connection:
         timeout is the one inside the envelope."""
         return self._framed.call_async(envelope, functools.partial(_response_decoder, parse), defer=defer)
 
+    def call_framed_many(self, frames: Callable[[list[int]], bytes], parse: Callable[[bytes], Any],
+                         sink: framed.BatchSink, tags: Sequence[int]) -> list[int]:
+        """Send a window of requests the caller frames itself (``frames(serial numbers)`` -> the wire bytes of
+        all of them, e.g. :func:`~tubespark.tubemq.wire.send.encode_send_frames`), now; each parsed answer goes
+        to ``sink`` with its tag (no future per call: :meth:`tubespark.core.framed.FramedConnection.call_many`).
+        """
+        return self._framed.call_many_framed(frames, functools.partial(_response_decoder, parse), sink, tags)
+
+    def forget(self, correlation_ids: Sequence[int]) -> None:
+        """Ignore the late answers of these :meth:`call_encoded_many` calls."""
+        self._framed.forget(correlation_ids)
+
     def send_deferred(self) -> None:
         """Write the deferred requests now."""
         self._framed.send_deferred()
@@ -101,10 +118,28 @@ class Connection:
         self.close()
 
 
+def _open_mapped(address_map: dict[str, str], address: str, **kwargs: Any) -> Connection:
+    """Open ``address``, or the address ``address_map`` gives for it (a broker reachable elsewhere than listed)."""
+    return Connection.open(address_map.get(address, address), **kwargs)
+
+
 class ConnectionPool(framed.ConnectionPool[Connection]):
-    """One live TubeMQ connection per address, reopened after a failure. Thread-safe."""
+    """One live TubeMQ connection per address, reopened after a failure. Thread-safe.
+
+    ``address_map`` sends a listed address elsewhere (``brokerAddressMap``): the pool stays keyed by the
+    listed address, and only the socket goes to the mapped one."""
 
     def __init__(self, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-                 io_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, ssl_context: ssl.SSLContext | None = None) -> None:
-        super().__init__(functools.partial(Connection.open, connect_timeout_s=connect_timeout_s,
+                 io_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, ssl_context: ssl.SSLContext | None = None,
+                 address_map: dict[str, str] | None = None) -> None:
+        super().__init__(functools.partial(_open_mapped, dict(address_map or {}), connect_timeout_s=connect_timeout_s,
                                            io_timeout_s=io_timeout_s, ssl_context=ssl_context))
+
+    def drop_if_quiet(self, address: str, quiet_s: float) -> bool:
+        """Drop the connection to ``address`` if its peer sent nothing for ``quiet_s`` (see ``quiet_s``);
+        whether it did. A call that timed out on a connection that still answers others leaves it up."""
+        conn = self.current(address)
+        if conn is None or conn.quiet_s < quiet_s:
+            return False
+        self.drop(address, conn)
+        return True

@@ -109,7 +109,7 @@ class MasterChannel:
                 try:
                     if self._conn is None or self._conn.closed:
                         self._conn = Connection.open(address, connect_timeout_s=self.connect_timeout_s,
-                                                     ssl_context=self._ssl)
+                                                     io_timeout_s=self.request_timeout_s, ssl_context=self._ssl)
                     return self._conn.call(method, ServiceType.MASTER, request, response_cls,
                                            self.request_timeout_s)
                 except (BrokerConnectionError, StandbyMasterError, CodecError) as exc:

@@ -132,6 +132,23 @@ def _pem_file(name: str, value: str) -> str:
     return value
 
 
+def _address_map(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    pairs: dict[str, str] = {}
+    for item in comma_list(value):
+        listed, sep, reachable = item.partition("=")
+        try:
+            listed, reachable = (parse_host_ports(name, part.strip())[0] for part in (listed, reachable))
+        except OptionError:
+            sep = ""
+        if not sep:
+            raise OptionError(f"option {name}={value!r}: expected listed=reachable[,...], each host:port "
+                              f"(bad: {item})") from None
+        if pairs.get(listed, reachable) != reachable:
+            raise OptionError(f"option {name}={value!r}: {listed} is mapped twice")
+        pairs[listed] = reachable
+    return tuple(sorted(pairs.items()))
+
+
 UNAVAILABLE_CHOICES = ("fail", "skip")
 """``onUnavailablePartitions``: fail the batch read, or read what is served and say what was left out."""
 
@@ -194,8 +211,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "web API (`masterWebUrl`); a stream picks up a new matching topic within `topicRefreshIntervalMs`, "
                "from its earliest offset."),
     OptionSpec("masterWebUrl", None, _web_urls, "The masters' web API, `http://host:port[,...]`: where "
-               "`topicPattern` lists topics and where batch reads learn which partitions are configured "
-               "(`onUnavailablePartitions`). Unset: port 8080 of each `master` host.", attr="master_web_urls"),
+               "`topicPattern` lists topics and where reads and the sink learn which partitions are configured, "
+               "so a broker that is down is told from a partition or topic that is gone "
+               "(`onUnavailablePartitions`, `outageTimeoutMs`). Unset: port 8080 of each `master` host.",
+               applies="both", attr="master_web_urls"),
     OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
                "lists the topics again."),
     OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
@@ -267,6 +286,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "host connected to (the master address given, the broker address the master lists). `false` "
                "still checks the certificate's CA and dates, but accepts a certificate for any host.", False,
                BOTH, attr="tls_verify_hostname"),
+    OptionSpec("brokerAddressMap", "", _address_map, "`listed=reachable[,...]` (each `host:port`): connect to a "
+               "broker the master lists as `listed` at `reachable` instead, e.g. behind NAT or a port forward. "
+               "Partition keys and log lines keep the listed address.", False, BOTH),
 )
 
 PROTECTED = {
@@ -324,6 +346,7 @@ class TubeMQOptions(SharedOptions):
     tls_key_file: str | None
     tls_key_password: str | None = field(repr=False)
     tls_verify_hostname: bool
+    broker_address_map: tuple[tuple[str, str], ...]
 
     def check(self, mode: str) -> None:
         super().check(mode)
@@ -379,7 +402,8 @@ class TubeMQOptions(SharedOptions):
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
                               request_timeout_s=self.request_timeout_ms / 1000,
                               heartbeat_interval_s=self.heartbeat_interval_ms / 1000,
-                              credentials=credentials, ssl_context=context)
+                              credentials=credentials, ssl_context=context,
+                              broker_address_map=self.broker_address_map)
 
 
 def option_table(mode: str | None = None) -> str:

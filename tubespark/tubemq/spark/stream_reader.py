@@ -246,25 +246,47 @@ class TubeStreamReader(StreamEngine):
         survey.bounds[key] = Bounds(None, fresh.max_offset)
 
     def _partition_exists(self, key: str) -> bool:
-        """Whether the master's configuration still holds ``key``. A broker that is down, stopped or whose
-        heartbeat timed out drops out of the master's RPC views exactly like a deleted partition; only the
-        configuration (its web API, docs/tubemq/protocol.md "Configured and served partitions") tells a down
-        broker from a deleted topic. Without a web API, the RPC view decides, as before."""
+        """False only on evidence that ``key`` was removed; a partition that may merely be unserved now counts
+        as existing (it stays in the offsets, plans nothing, and resumes when its broker serves again).
+
+        A broker that is down, stopped or whose heartbeat timed out drops out of the master's RPC views
+        exactly like a deleted partition. The configuration (the masters' web API, ``masterWebUrl``;
+        docs/tubemq/brokers.md "Configured and served partitions") decides. When no web API answers, the
+        configuration is unknown, never "not listed": the partition exists if the master lists it, and
+        otherwise its own broker is asked. A broker that answers that it has no such topic or partition
+        is evidence of removal; one that does not answer is down, which is no evidence at all.
+        """
         topic = PartitionRef.parse_key(key)[1]
         try:
             return configured_partitions(self.options.web_urls(), [topic],
                                          timeout_s=self.options.request_timeout_ms / 1000).is_configured(key)
         except AdminApiError as exc:
-            log.info("no master web API answered (%s): whether %s still exists is judged from the partitions the "
-                     "master serves, which leave out a broker that is down", exc, key)
+            log.info("no master web API answered (%s): whether %s still exists is asked of the master's served "
+                     "partitions and of its broker; set masterWebUrl so a broker that is down is never taken for "
+                     "a removed partition", exc, key)
         try:
             layout = self.member.layout([topic])
+            if any(ref.key == key for ref in layout.get(topic, ())):
+                return True
         except UnknownTopicError:
-            return False
+            pass  # the master lists none of the topic's partitions: removed, or its brokers are all down
         except TubeSparkError as exc:  # the master cannot tell right now: assume it exists, ask again later
             log.info("cannot check whether partition %s still exists: %s", key, exc)
             return True
-        return any(ref.key == key for ref in layout.get(topic, ()))
+        ref = self.member.refs.get(key)
+        if ref is None:
+            return True
+        try:
+            with self.member.probe_broker() as broker:
+                probe_bounds(broker, ref, self.member.probe_group, occupied_wait_s=1.0)
+        except UnknownTopicError as exc:
+            log.info("broker %s says partition %s is not there: %s", ref.broker.address, key, exc)
+            return False
+        except TubeSparkError as exc:
+            log.warning("partition %s: the master does not list it and its broker %s does not answer (%s); taken "
+                        "as a broker that is down, not a removed partition: no new data until it serves again",
+                        key, ref.broker.address, exc)
+        return True
 
     def _report_skips(self) -> None:
         """Log the running total of messages the read tasks skipped (ignoreParseErrors + skippedBundlesPath)."""

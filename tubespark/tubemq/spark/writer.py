@@ -10,10 +10,11 @@ partitions, those that failed are re-sent there, and the executor log says so. R
 ``partitionKey`` then go to a serving broker's partition too, the same one for the same key as long as
 the same brokers serve.
 
-Each executor process keeps one producer per cluster and pipelines many SendMessage requests per
-broker, written to the socket in groups (``defer``: one write for up to 32 requests); a task returns
-only after the broker acknowledged every row, and fails (after retries) on any send error, so nothing
-is dropped silently. Delivery is at-least-once: a retried task sends its rows again. With
+Each executor process keeps one producer per cluster. One message per row: each Arrow batch of rows goes
+through the producer's batched path (:meth:`Producer.send_prepared`): up to ``maxInFlight`` SendMessage
+requests per broker on the wire, each window written in one socket write, no future per row; a task
+returns only after the broker acknowledged every row, and fails (after retries) on any send error, so
+nothing is dropped silently. Delivery is at-least-once: a retried task sends its rows again. With
 ``dedupAttribute`` every message carries a stable id (write, task, row), and a tubespark reader
 with ``dedupe=true`` drops the replays.
 
@@ -33,11 +34,19 @@ import logging
 import zlib
 from collections.abc import Hashable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType, TimestampType
 
-from tubespark.errors import MessageFormatError, OptionError
+from tubespark.core.outage import ride_out
+from tubespark.errors import (
+    BrokerConnectionError,
+    BrokerUnavailableError,
+    MessageFormatError,
+    OptionError,
+    UnknownTopicError,
+)
 from tubespark.formats import PayloadEncodeError, format_attributes
 from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG
 from tubespark.spark.arrow import column_values
@@ -50,7 +59,10 @@ from tubespark.spark.writers import (
     check_sink_columns,
     task_index,
 )
+from tubespark.tubemq.client.batch_send import Prepared
+from tubespark.tubemq.client.placement import configured_partitions
 from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time, parse_msg_time
 
@@ -78,11 +90,12 @@ def _producer(options: TubeMQOptions) -> Producer:
     """One producer per cluster per executor process: Python workers are reused across tasks."""
     settings = options.client_settings()
     key = (tuple(options.masters), settings.connect_timeout_s, settings.request_timeout_s, settings.credentials,
-           options.tls_enable, options.tls_ca_file, options.max_in_flight, options.send_retries)
+           options.tls_enable, options.tls_ca_file, options.max_in_flight, options.send_retries,
+           options.outage_timeout_ms)
     producer = _producers.get(key)
     if producer is None:
         producer = Producer(list(options.masters), settings, max_in_flight=options.max_in_flight,
-                            max_retries=options.send_retries).start()
+                            max_retries=options.send_retries, outage_s=options.outage_timeout_ms / 1000).start()
         _producers[key] = producer
     return producer
 
@@ -96,7 +109,7 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeMQOptions, stam
         if options.inlongmsg:
             rows, sent_bytes = BundledSend(producer, options, fixed_topic, stamp).send_all(batches)
         else:
-            rows, sent_bytes = _send_all(batches, producer, fixed_topic, dedup_attribute, stamp)
+            rows, sent_bytes = _send_all(batches, producer, fixed_topic, dedup_attribute, stamp, options)
     except BaseException:
         try:  # settle what this task already sent, so the next task on this worker starts clean
             producer.flush()
@@ -107,19 +120,25 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: TubeMQOptions, stam
 
 
 def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic: str | None,
-              dedup_attribute: str | None, stamp: str | None) -> tuple[int, int]:
+              dedup_attribute: str | None, stamp: str | None, options: TubeMQOptions) -> tuple[int, int]:
+    """One message per row, an Arrow batch at a time through the producer's batched path
+    (:meth:`Producer.send_prepared`: pipelined, no future per row); every row is acknowledged before the
+    next batch is read, which also bounds what is held in memory to one Arrow batch of rows."""
+    outage_s = options.outage_timeout_ms / 1000
     published: set[str] = set()
     rows = sent_bytes = 0
     for batch in batches:
         values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
         stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
         attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
+        prepared: list[Prepared] = []
         for i, value in enumerate(values):
             topic = fixed_topic or (topics[i] if topics else None)
             if not topic:
+                producer.send_prepared(prepared)  # the rows before it are sent, as the error says
                 raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
             if topic not in published:
-                producer.publish([topic])
+                publish(producer, topic, options)
                 published.add(topic)
             data = value.encode() if isinstance(value, str) else (value or b"")
             attrs = dict(attributes[i] or ()) if attributes else {}
@@ -132,14 +151,35 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
                                       msg_time=format_msg_time(when) if isinstance(when, datetime) else when,
                                       attributes=attrs)
             try:
-                producer.send_async(topic, message, key_hash=route_hash(route), defer=True)
+                try:
+                    item = producer.prepare(topic, message, key_hash=route_hash(route))
+                except BrokerConnectionError:  # a broker restarting now (no partition listed): nothing was sent
+                    item = ride_out(partial(producer.prepare, topic, message, key_hash=route_hash(route)),
+                                    outage_s=outage_s, what=f"send to TubeMQ topic {topic}")
+                prepared.append(item)
             except MessageFormatError as exc:  # too large or empty: nothing of this row was sent
+                producer.send_prepared(prepared)
                 raise type(exc)(f"row {rows} of this task (topic {topic!r}, value of {len(data)} bytes) cannot be "
                                 f"sent: {exc}; the {rows} rows before it were sent") from exc
             rows += 1
             sent_bytes += len(data)
-        producer.flush()  # bound what is held in memory to one Arrow batch of rows
+        producer.send_prepared(prepared)
     return rows, sent_bytes
+
+
+def publish(producer: Producer, topic: str, options: TubeMQOptions) -> None:
+    """Declare ``topic`` to the producer, waiting (``outageTimeoutMs``) for one whose brokers are away: one
+    this producer saw served, or one the master's configuration holds (:func:`check_sink_reachable`)."""
+    outage_s = options.outage_timeout_ms / 1000
+
+    def declare() -> None:
+        try:
+            producer.publish([topic], timeout_s=max(5.0, min(60.0, outage_s)))
+        except UnknownTopicError as exc:
+            raise_if_configured(exc, options, (topic,))
+            raise
+
+    ride_out(declare, outage_s=outage_s, what=f"partitions of TubeMQ topic {topic}")
 
 
 def route_hash(route: str | None) -> int | None:
@@ -188,7 +228,7 @@ class BundledSend:
     def _limit(self, topic: str) -> int:
         limit = self.limits.get(topic)
         if limit is None:
-            self.producer.publish([topic])
+            publish(self.producer, topic, self.options)
             limit = self.limits[topic] = self.producer.max_message_size(topic) - BUNDLE_HEADROOM
         return limit
 
@@ -271,7 +311,9 @@ class BundledSend:
                 message = OutgoingMessage(payload, msg_type=stream_id, msg_time=minute,
                                           attributes=dict(_BUNDLE_ATTRIBUTES))
                 try:
-                    self.producer.send_async(topic, message, key_hash=self.key_hashes[key], defer=True)
+                    ride_out(partial(self.producer.send_async, topic, message, key_hash=self.key_hashes[key],
+                                     defer=True), outage_s=self.options.outage_timeout_ms / 1000,
+                             what=f"send to TubeMQ topic {topic}")
                 except MessageFormatError as exc:
                     raise type(exc)(f"the bundle of rows {rows[0]}..{rows[-1]} of this task (topic {topic!r}, "
                                     f"{len(rows)} rows) cannot be sent: {exc}; rows in bundles before it were "
@@ -282,17 +324,42 @@ class BundledSend:
 def check_sink_reachable(options: TubeMQOptions) -> None:
     """On the driver, before any task runs: the master answers and the ``topic`` option's topic is publishable.
 
-    Fails with NoMasterAvailableError / BrokerConnectionError (master unreachable) or UnknownTopicError
-    (no such topic, or it does not accept publishing) instead of one failure per task later. A topic
-    taken from a ``topic`` column is only known per row, so the tasks check those.
+    Fails with NoMasterAvailableError / BrokerConnectionError (master unreachable), UnknownTopicError (no
+    such topic, or it does not accept publishing) or BrokerUnavailableError (the master's configuration
+    holds the topic, but no broker serves it now: down or restarting) instead of one failure per task
+    later. A topic taken from a ``topic`` column is only known per row, so the tasks check those.
     """
     producer = Producer(list(options.masters), options.client_settings())
     try:
         producer.start()
         if options.topics:
-            producer.publish(options.topics, timeout_s=max(5.0, options.request_timeout_ms / 1000 * 2))
+            try:
+                producer.publish(options.topics, timeout_s=max(5.0, options.request_timeout_ms / 1000 * 2))
+            except UnknownTopicError as exc:
+                raise_if_configured(exc, options, options.topics)
+                raise
     finally:
         producer.close()
+
+
+def raise_if_configured(exc: UnknownTopicError, options: TubeMQOptions, topics: tuple[str, ...]) -> None:
+    """The master lists no partition of ``topics`` (``exc``): raise :class:`BrokerUnavailableError` when its
+    configuration holds them all (their brokers are away: waited for), else return (a missing topic)."""
+    if configured(options, topics):
+        raise BrokerUnavailableError(f"{exc} (the master's configuration holds the topic: its brokers are down "
+                                     f"or restarting)") from exc
+
+
+def configured(options: TubeMQOptions, topics: tuple[str, ...]) -> bool:
+    """Whether the master's configuration (its web API) holds a partition of every one of ``topics``: then
+    "no partition to serve" means their brokers are away, not that a topic is missing. False when no web
+    API answers (the sink cannot tell; ``masterWebUrl`` lets it)."""
+    try:
+        placement = configured_partitions(options.web_urls(), topics, timeout_s=options.request_timeout_ms / 1000)
+    except AdminApiError as exc:
+        log.info("cannot tell a missing topic from brokers that are down (no master web API answered): %s", exc)
+        return False
+    return all(placement.partitions.get(topic) for topic in topics)
 
 
 class _TubeSink(StampedWriter):
@@ -301,9 +368,13 @@ class _TubeSink(StampedWriter):
     broker = "TubeMQ"
     options: TubeMQOptions
 
-    def __init__(self, options: TubeMQOptions) -> None:
-        super().__init__(options)  # the Stamped*Writer next in the MRO
-        check_sink_reachable(options)
+    def check_reachable(self) -> None:
+        check_sink_reachable(self.options)
+
+    def is_outage(self, exc: BaseException) -> bool:
+        """Only brokers known to be away: a master address where nothing answers is far more often a
+        mistake than a restart, and fails at once naming the address (``NoMasterAvailableError``)."""
+        return isinstance(exc, BrokerUnavailableError)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         return send_batches(batches, self.options, stamp)

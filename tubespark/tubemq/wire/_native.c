@@ -693,6 +693,196 @@ static PyObject *encode_send(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* One SendRequest's fields, borrowed from the request tuple for the length of one encode_send_frames call. */
+typedef struct {
+    const char *client, *topic, *msg_type, *msg_time;
+    Py_ssize_t client_len, topic_len, msg_type_len, msg_time_len, inner, body, envelope, frame;
+    long partition, flag, checksum, sent_addr;
+    PyObject *data; /* bytes */
+} SendFields;
+
+static int int32_item(PyObject *obj, long *out) {
+    if (!PyLong_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "encode_send_frames: an int field is not an int");
+        return 0;
+    }
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred()) return 0;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "encode_send_frames: value out of int32 range");
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int text_item(PyObject *obj, const char **out, Py_ssize_t *len, int optional) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "encode_send_frames: a text field is not a str");
+        return 0;
+    }
+    *out = PyUnicode_AsUTF8AndSize(obj, len);
+    if (!*out) return 0;
+    if (optional && *len == 0) *out = NULL; /* "" = unset, as SendRequest.envelope passes `or None` */
+    return 1;
+}
+
+PyDoc_STRVAR(encode_send_frames_doc,
+"encode_send_frames(requests, serials, visit_token, auth_token, method, service_type, protocol_ver,\n"
+"                   timeout_ms, begin_token, max_block_size, max_blocks) -> bytes\n\n"
+"The TubeMQ frames of a window of SendMessage calls, concatenated: request i (a SendRequest tuple:\n"
+"client_id, topic, partition_id, data, flag, checksum, sent_addr, msg_type, msg_time) enveloped as\n"
+"encode_send does and framed with serial number serials[i] as frame.encode_frame does (blocks of at most\n"
+"max_block_size bytes). One call per window instead of two Python calls per message. Raises\n"
+"OverflowError / UnicodeEncodeError / TypeError / ValueError where the pure-Python twin must decide.");
+
+static PyObject *encode_send_frames(PyObject *self, PyObject *args) {
+    PyObject *requests, *serials, *visit_obj, *out = NULL;
+    const char *auth_token;
+    Py_ssize_t auth_token_len;
+    int method, service_type, protocol_ver;
+    long long timeout, visit = 0;
+    unsigned int begin_token;
+    Py_ssize_t max_block, max_blocks;
+    if (!PyArg_ParseTuple(args, "O!O!Oz#iiiLInn", &PyList_Type, &requests, &PyList_Type, &serials, &visit_obj,
+                          &auth_token, &auth_token_len, &method, &service_type, &protocol_ver, &timeout,
+                          &begin_token, &max_block, &max_blocks))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(requests);
+    if (PyList_GET_SIZE(serials) != n || max_block <= 0 || timeout <= 0) {
+        PyErr_SetString(PyExc_ValueError, "encode_send_frames: bad arguments");
+        return NULL;
+    }
+    int auth = visit_obj != Py_None;
+    if (auth) {
+        visit = PyLong_AsLongLong(visit_obj);
+        if (visit == -1 && PyErr_Occurred()) return NULL;
+        if (!auth_token) auth_token = "", auth_token_len = 0;
+    }
+    Py_ssize_t auth_len = auth ? INT_LEN(visit) + BYTES_LEN(auth_token_len) : 0;
+    Py_ssize_t header = INT_LEN(service_type) + INT_LEN(protocol_ver);
+    if (header >= 0x80) {
+        PyErr_SetString(PyExc_ValueError, "encode_send_frames: header too long");
+        return NULL;
+    }
+    SendFields *f = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(SendFields));
+    if (!f) return PyErr_NoMemory();
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(requests, i);
+        SendFields *x = &f[i];
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 9 || !PyBytes_Check(PyTuple_GET_ITEM(r, 3))) {
+            PyErr_SetString(PyExc_TypeError, "encode_send_frames: not a SendRequest");
+            goto done;
+        }
+        if (!text_item(PyTuple_GET_ITEM(r, 0), &x->client, &x->client_len, 0) ||
+            !text_item(PyTuple_GET_ITEM(r, 1), &x->topic, &x->topic_len, 0) ||
+            !int32_item(PyTuple_GET_ITEM(r, 2), &x->partition) || !int32_item(PyTuple_GET_ITEM(r, 4), &x->flag) ||
+            !int32_item(PyTuple_GET_ITEM(r, 5), &x->checksum) || !int32_item(PyTuple_GET_ITEM(r, 6), &x->sent_addr) ||
+            !text_item(PyTuple_GET_ITEM(r, 7), &x->msg_type, &x->msg_type_len, 1) ||
+            !text_item(PyTuple_GET_ITEM(r, 8), &x->msg_time, &x->msg_time_len, 1))
+            goto done;
+        x->data = PyTuple_GET_ITEM(r, 3);
+        Py_ssize_t data_len = PyBytes_GET_SIZE(x->data);
+        x->inner = BYTES_LEN(x->client_len) + BYTES_LEN(x->topic_len) + INT_LEN(x->partition) + BYTES_LEN(data_len) +
+                   INT_LEN(x->flag) + INT_LEN(x->checksum) + INT_LEN(x->sent_addr) +
+                   (x->msg_type ? BYTES_LEN(x->msg_type_len) : 0) + (x->msg_time ? BYTES_LEN(x->msg_time_len) : 0) +
+                   (auth ? BYTES_LEN(auth_len) : 0);
+        x->body = INT_LEN(method) + INT_LEN(timeout) + BYTES_LEN(x->inner);
+        x->envelope = 3 + 1 + header + varint_len((uint64_t)x->body) + x->body;
+        Py_ssize_t blocks = (x->envelope + max_block - 1) / max_block;
+        if (blocks > max_blocks) {
+            PyErr_SetString(PyExc_ValueError, "encode_send_frames: frame too large");
+            goto done;
+        }
+        x->frame = 12 + 4 * blocks + x->envelope;
+        total += x->frame;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    unsigned char *scratch = NULL;
+    Py_ssize_t scratch_len = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        SendFields *x = &f[i];
+        long long serial = PyLong_AsLongLong(PyList_GET_ITEM(serials, i));
+        if (serial == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        Py_ssize_t blocks = (x->envelope + max_block - 1) / max_block;
+        /* the envelope goes straight after the frame head when it is one block, else via a scratch buffer */
+        unsigned char *e;
+        if (blocks == 1) {
+            e = p + 16;
+        } else {
+            if (scratch_len < x->envelope) {
+                PyMem_Free(scratch);
+                scratch = PyMem_Malloc((size_t)x->envelope);
+                scratch_len = scratch ? x->envelope : 0;
+                if (!scratch) {
+                    PyErr_NoMemory();
+                    Py_CLEAR(out);
+                    break;
+                }
+            }
+            e = scratch;
+        }
+        unsigned char *q = e;
+        *q++ = 2;
+        *q++ = 0x08;
+        *q++ = 0;
+        *q++ = (unsigned char)header;
+        q = put_int(q, 1, service_type);
+        q = put_int(q, 2, protocol_ver);
+        q = put_varint(q, (uint64_t)x->body);
+        q = put_int(q, 1, method);
+        q = put_int(q, 2, timeout);
+        *q++ = 3 << 3 | 2;
+        q = put_varint(q, (uint64_t)x->inner);
+        q = put_bytes(q, 1, x->client, x->client_len);
+        q = put_bytes(q, 2, x->topic, x->topic_len);
+        q = put_int(q, 3, x->partition);
+        q = put_bytes(q, 4, PyBytes_AS_STRING(x->data), PyBytes_GET_SIZE(x->data));
+        q = put_int(q, 5, x->flag);
+        q = put_int(q, 6, x->checksum);
+        q = put_int(q, 7, x->sent_addr);
+        if (x->msg_type) q = put_bytes(q, 8, x->msg_type, x->msg_type_len);
+        if (x->msg_time) q = put_bytes(q, 9, x->msg_time, x->msg_time_len);
+        if (auth) {
+            *q++ = 10 << 3 | 2;
+            q = put_varint(q, (uint64_t)auth_len);
+            q = put_int(q, 1, visit);
+            q = put_bytes(q, 2, auth_token, auth_token_len);
+        }
+        if (q != e + x->envelope) {
+            PyErr_SetString(PyExc_SystemError, "encode_send_frames: size mismatch");
+            Py_CLEAR(out);
+            break;
+        }
+        uint32_t head[3] = {begin_token, (uint32_t)serial, (uint32_t)blocks};
+        for (int k = 0; k < 3; k++) {
+            *p++ = (unsigned char)(head[k] >> 24);
+            *p++ = (unsigned char)(head[k] >> 16);
+            *p++ = (unsigned char)(head[k] >> 8);
+            *p++ = (unsigned char)head[k];
+        }
+        for (Py_ssize_t off = 0; off < x->envelope; off += max_block) {
+            uint32_t len = (uint32_t)(x->envelope - off < max_block ? x->envelope - off : max_block);
+            *p++ = (unsigned char)(len >> 24);
+            *p++ = (unsigned char)(len >> 16);
+            *p++ = (unsigned char)(len >> 8);
+            *p++ = (unsigned char)len;
+            if (blocks != 1) memcpy(p, e + off, len);
+            p += len;
+        }
+    }
+    PyMem_Free(scratch);
+done:
+    PyMem_Free(f);
+    return out;
+}
+
 PyDoc_STRVAR(decode_send_answer_doc,
 "decode_send_answer(data) -> (success, errCode, errMsg, messageId, appendTime, appendOffset) | None\n\n"
 "A SendMessageResponseB2P's fields; None where the pure-Python parser must decide.");
@@ -742,6 +932,7 @@ static PyMethodDef methods[] = {
     {"decode_response", decode_response, METH_O, decode_response_doc},
     {"encode_send", encode_send, METH_VARARGS, encode_send_doc},
     {"decode_send_answer", decode_send_answer, METH_O, decode_send_answer_doc},
+    {"encode_send_frames", encode_send_frames, METH_VARARGS, encode_send_frames_doc},
     {NULL, NULL, 0, NULL},
 };
 

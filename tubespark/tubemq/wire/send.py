@@ -10,18 +10,29 @@ of (a value out of range, a string that is not UTF-8, an unusual encoding) goes 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from tubespark.tubemq.wire import twin
-from tubespark.tubemq.wire.constants import PROTOCOL_VERSION, Method, ServiceType
+from tubespark.tubemq.wire.constants import (
+    BEGIN_TOKEN,
+    MAX_BLOCK_SIZE,
+    MAX_BLOCKS_PER_FRAME,
+    PROTOCOL_VERSION,
+    Method,
+    ServiceType,
+)
 from tubespark.tubemq.wire.envelope import encode_request, parse_message
+from tubespark.tubemq.wire.frame import encode_frame
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 
 
-@dataclass(frozen=True)
-class SendRequest:
+class SendRequest(NamedTuple):
     """One message's SendMessageRequestP2B fields, encoded per (re-)send by :meth:`envelope` (the broker's
-    visit token may change between two tries). ``msg_type``/``msg_time`` empty: not sent."""
+    visit token may change between two tries). ``msg_type``/``msg_time`` empty: not sent.
+
+    A named tuple, not a frozen dataclass: one is built per message, and a frozen dataclass's ``__init__``
+    (a ``object.__setattr__`` per field) cost 1 us of a sink row's CPU."""
 
     client_id: str
     topic: str
@@ -62,9 +73,32 @@ class SendRequest:
         return request
 
 
-@dataclass(frozen=True)
-class SendAnswer:
-    """What a producer reads of a SendMessageResponseB2P (the field names :func:`check` reads are protobuf's)."""
+def encode_send_frames(requests: Sequence[SendRequest], serials: Sequence[int], timeout_ms: int,
+                       auth: tuple[int, str] | None = None) -> bytes:
+    """The TubeMQ frames of a window of SendMessage calls, concatenated for one socket write: request ``i``
+    enveloped as :meth:`SendRequest.envelope` and framed with serial number ``serials[i]`` as
+    :func:`~tubespark.tubemq.wire.frame.encode_frame`. The compiled twin does the whole window in one call
+    (two Python calls per message cost 1.2 us of a 100 B message's CPU); anything it is not sure of goes to
+    the pure-Python twin, which gives the same bytes or raises the typed error."""
+    compiled = twin.native()
+    if compiled is not None and timeout_ms > 0:
+        try:
+            encoded: bytes = compiled.encode_send_frames(
+                list(requests), list(serials), auth[0] if auth else None, auth[1] if auth else None,
+                Method.SEND_MESSAGE, ServiceType.BROKER_WRITE, PROTOCOL_VERSION, timeout_ms, BEGIN_TOKEN,
+                MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME)
+            return encoded
+        except (OverflowError, UnicodeEncodeError, TypeError, ValueError):
+            pass  # the pure-Python twin raises the error that belongs to it (or encodes it)
+    if len(requests) != len(serials):
+        raise ValueError(f"{len(requests)} requests but {len(serials)} serial numbers")
+    return b"".join([encode_frame(serial, request.envelope(timeout_ms, auth))
+                     for request, serial in zip(requests, serials, strict=True)])
+
+
+class SendAnswer(NamedTuple):
+    """What a producer reads of a SendMessageResponseB2P (the field names :func:`check` reads are protobuf's);
+    a named tuple for the cost, as :class:`SendRequest`."""
 
     success: bool
     errCode: int  # noqa: N815 - protobuf's names
@@ -80,7 +114,7 @@ def parse_send_answer(data: bytes) -> SendAnswer:
     if compiled is not None:
         fields = compiled.decode_send_answer(data)
         if fields is not None:
-            return SendAnswer(*fields)
+            return SendAnswer._make(fields)
     answer = parse_message(bpb.SendMessageResponseB2P, data)
     return SendAnswer(answer.success, answer.errCode, answer.errMsg, answer.messageId, answer.appendTime,
                       answer.appendOffset)
