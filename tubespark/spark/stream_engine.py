@@ -150,12 +150,12 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         Called on the driver for each partition a batch moves (one read per partition and trigger) and to
         check a start again, see :meth:`_check_reuse`. By default: the executors' read path, run here, of the
-        one message below ``offset``, its :attr:`fingerprint_columns` hashed."""
+        one message below ``offset`` (:meth:`driver_read`), its :attr:`fingerprint_columns` hashed."""
         if not self.fingerprint_columns or offset < self.record_size:
             return None
         last: pa.RecordBatch | None = None
         for task in self.read_tasks({key: (offset - self.record_size, offset)}):
-            for batch in self.read_partition(task):
+            for batch in self.driver_read(task):
                 if batch.num_rows:
                     last = batch.slice(batch.num_rows - 1)
         return None if last is None else row_fingerprint(last, self.fingerprint_columns)
@@ -165,10 +165,17 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         driver had to reconnect to it): a start is checked against its ``#last`` fingerprint again then."""
         return None
 
+    def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """A read the driver makes for itself (:meth:`fingerprint`, :meth:`sample_sizes`): by default the
+        executors' read path, run here. A broker whose range reader retries for long (a failover budget)
+        should bound this one shorter: its failure only leaves a check or an estimate for a later trigger,
+        while every trigger of the query waits for it."""
+        return self.read_partition(partition)
+
     def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
-        """Value sizes of the messages in ``[low, high)``: by default the executors' read path, run here."""
+        """Value sizes of the messages in ``[low, high)``, read by :meth:`driver_read`."""
         tasks = self.read_tasks({key: (low, high)})
-        return [size for task in tasks for batch in self.read_partition(task)
+        return [size for task in tasks for batch in self.driver_read(task)
                 for size in pc.binary_length(batch.column("value")).to_pylist() if size is not None]
 
     # --- pickling: executors get the options and the task state, never sockets or threads ----------

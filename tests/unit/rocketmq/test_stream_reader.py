@@ -1,20 +1,23 @@
 """The ``rocketmq`` pull stream reader on the shared engine, against an in-memory name server and brokers.
 
 ``FakeRocketMQ`` is a test double of :class:`tubespark.rocketmq.client.client.RocketMQClient` (routes, min
-and max offsets, group offsets): the real 5.3.x broker's behaviour is proved in tests/integration/rocketmq/;
-here the reader's rules run in milliseconds.
+and max offsets, group offsets) and of the driver's reads of stored messages (the ``#last`` fingerprints):
+the real 5.3.x broker's behaviour is proved in tests/integration/rocketmq/; here the reader's rules run in
+milliseconds.
 """
 
 from __future__ import annotations
 
 import pickle
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from tubespark.errors import AvailableNowIncompleteError, BrokerUnavailableError, DataLossError
+from tubespark.errors import AvailableNowIncompleteError, BrokerConnectionError, BrokerUnavailableError, DataLossError
 from tubespark.rocketmq.spark import stream_reader
 from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.read_task import PullRange
 from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.wire.route import MessageQueue
 
@@ -29,6 +32,7 @@ class FakeRocketMQ:
         self.queues = dict(queues)
         self.dead: set[str] = set()
         self.group_offsets: dict[str, int] = {}
+        self.bodies: dict[tuple[str, int], bytes] = {}  # (queue, offset) -> value; unset: "<queue>@<offset>"
         self.closed = False
 
     def bounds(self, queues: list[MessageQueue], *, follow: bool = True) -> dict[str, tuple[int, int]]:
@@ -43,12 +47,24 @@ class FakeRocketMQ:
     def close(self) -> None:
         self.closed = True
 
+    def read_range(self, task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None):
+        """The stored messages of ``[start, end)`` (those within the queue's bounds), as the read path's rows."""
+        key = task.mq.key
+        if task.broker_name in self.dead:
+            raise BrokerConnectionError(f"{task.broker_name} does not answer")
+        low, high = self.queues[key]
+        offsets = range(max(task.start, low), min(task.end, high))
+        if offsets:
+            yield pa.record_batch({"queueOffset": list(offsets), "msgId": [f"{key}/{o}" for o in offsets],
+                                   "value": [self.bodies.get((key, o), f"{key}@{o}".encode()) for o in offsets]})
+
 
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeRocketMQ:
     fake = FakeRocketMQ({Q0: (0, 30), Q1: (0, 10)})
     monkeypatch.setattr(stream_reader, "all_queues",
                         lambda client, topics, refresh=False: sorted(MessageQueue.parse_key(k) for k in fake.queues))
+    monkeypatch.setattr(stream_reader, "read_range", fake.read_range)
     return fake
 
 
@@ -182,3 +198,14 @@ def test_executors_get_the_options_not_the_client(cluster: FakeRocketMQ) -> None
     reader.initialOffset()
     copy = pickle.loads(pickle.dumps(reader))
     assert copy.options == reader.options and copy._client is None
+
+
+def test_offsets_reused_after_a_restart_are_data_loss(cluster: FakeRocketMQ) -> None:
+    """A broker that lost its store and was refilled holds other messages at the offsets the query read: the
+    restarted query's first plan compares the message below its start with the one it read last."""
+    end = make_reader(cluster).latestOffset({Q0: 0, Q1: 0}, ReadAllAvailable())
+    assert positions(end) == {Q0: 30, Q1: 10}
+    assert make_reader(cluster).latestOffset(end, ReadAllAvailable()) == end  # the same messages: nothing to do
+    cluster.bodies[(Q0, 29)] = b"another message at the same offset"
+    with pytest.raises(DataLossError, match=f"{Q0}.*reused"):
+        make_reader(cluster).latestOffset(end, ReadAllAvailable())

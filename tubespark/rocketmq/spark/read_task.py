@@ -34,12 +34,14 @@ class PullRange(InputPartition):
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
 
-def read_range(task: PullRange, options: RocketMQOptions) -> Iterator[pa.RecordBatch]:
-    """Executor side: every message of the task's range, in order, one Arrow batch per pull."""
+def read_range(task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None) -> Iterator[pa.RecordBatch]:
+    """Executor side: every message of the task's range, in order, one Arrow batch per pull; a failing pull
+    is retried for ``retry_s`` (by default ``failoverTimeoutMs``: long enough for a slave to act for its
+    master)."""
     schema = arrow_schema_for(read_schema(options.include_properties))
     reader = RangeReader(shared_client(options), options.group or READ_GROUP,
                          fail_on_data_loss=options.fail_on_data_loss, verify_crc=options.verify_checksums,
-                         retry_s=options.failover_timeout_ms / 1000)
+                         retry_s=options.failover_timeout_ms / 1000 if retry_s is None else retry_s)
     for messages in reader.read(task.mq, task.start, task.end):
         yield to_record_batch(messages, broker_name=task.broker_name, schema=schema)
 
