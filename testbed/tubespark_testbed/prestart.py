@@ -24,13 +24,16 @@ A test module declares its pieces at module level::
     def cluster(prestarted):
         return prestarted("cluster")
 
-``PRESTART_QUIET`` is for a module whose figures a JVM starting next to it could spoil (the soak's
+``PRESTART_LIGHT = True`` says a module's pieces are clusters that mostly wait (a TubeMQ master holds a new
+broker back for ~30 s; a JVM's start is a short burst): they count half against the limit below, so the next
+module's cluster starts while this module's runs, where a demo, a wheel build or a bench run (CPU all along)
+waits its turn. ``PRESTART_QUIET`` is for a module whose figures a JVM starting next to it could spoil (the soak's
 recovery times). Session pieces (the shared clusters) start as soon as the tests are collected; module
 pieces only once :meth:`Prestarter.open` says the tests that need them began (``./dev test`` runs the
 unit tests first, and their timings stay their own). ``TUBESPARK_PRESTART=0`` starts nothing in the
 background (everything starts when asked, as a plain fixture would); ``TUBESPARK_PRESTART_AHEAD``
 (default 1: a run with two heavy pieces beside the tests starved timing-sensitive tests on 2 cores) is how
-many modules' pieces may be up or starting at once.
+many modules' pieces may be up or starting at once (a light piece: half of one).
 
 Each piece starts in a thread of its own, which lives until the piece is torn down. JVMs started there
 are not armed with ``PR_SET_DEATHSIG`` (see :mod:`tubespark_testbed.procs` for why not from a thread
@@ -64,6 +67,7 @@ class Piece:
     key: str                   # "<module>:<name>", or "session:<name>"
     factory: Factory
     owner: str | None          # the module whose end releases it; None: the session's end
+    light: bool = False        # mostly waiting (a cluster): counts half against ``ahead``
     state: str = PENDING
     value: Any = None
     error: BaseException | None = None
@@ -93,9 +97,9 @@ class Prestarter:
 
     # --- planning (main thread, before the first test) ---------------------------------------------
 
-    def plan(self, key: str, factory: Factory, owner: str | None) -> None:
+    def plan(self, key: str, factory: Factory, owner: str | None, *, light: bool = False) -> None:
         if key not in self._pieces:
-            piece = Piece(key, factory, owner)
+            piece = Piece(key, factory, owner, light)
             self._pieces[key] = piece
             self._order.append(piece)
 
@@ -188,14 +192,15 @@ class Prestarter:
 
     # --- the background ------------------------------------------------------------------------------
 
-    def _held(self) -> int:
-        return sum(1 for p in self._pieces.values() if p.owner is not None and p.state in (STARTING, READY))
+    def _held(self) -> float:
+        return sum(_weight(p) for p in self._pieces.values() if p.owner is not None and p.state in (STARTING, READY))
 
     def _schedule(self) -> None:
         for piece in self._order:
             with self._cond:
                 while not self._stopping and piece.state == PENDING and (self._quiet or (
-                        piece.owner is not None and (not self._modules_open or self._held() >= self._ahead))):
+                        piece.owner is not None and (not self._modules_open
+                                                     or self._held() + _weight(piece) > self._ahead))):
                     self._cond.wait(timeout=1.0)
                 if self._stopping:
                     return
@@ -229,6 +234,10 @@ class Prestarter:
             piece.done.set()
             self._cond.notify_all()
         log.info("prestart %s: %s by %s in %.1f s", piece.key, piece.state, by, piece.seconds)
+
+
+def _weight(piece: Piece) -> float:
+    return 0.5 if piece.light else 1.0
 
 
 def enabled() -> bool:

@@ -172,8 +172,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     modules = list(dict.fromkeys(item.module for item in mine if getattr(item, "module", None) is not None))
     for module in modules:
         session.config.stash[_SESSION_TOPICS] += list(getattr(module, "SESSION_TOPICS", ()))
+        light = bool(getattr(module, "PRESTART_LIGHT", False))
         for name, factory in getattr(module, "PRESTART", {}).items():
-            prestarter.plan(f"{module.__name__}:{name}", factory, module.__name__)
+            prestarter.plan(f"{module.__name__}:{name}", factory, module.__name__, light=light)
     if not session.config.option.collectonly:
         prestarter.start()  # the session's clusters come up while the unit tests (run first) run
 

@@ -38,6 +38,7 @@ def _ha_stack(_tmp: Path) -> Iterator[Any]:
 
 
 PRESTART = {"ha_stack": _ha_stack}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")

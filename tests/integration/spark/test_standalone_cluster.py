@@ -161,6 +161,7 @@ def _standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
 
 
 PRESTART = {"standalone": _standalone}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")

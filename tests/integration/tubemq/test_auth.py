@@ -104,6 +104,7 @@ def _clusters(_tmp: Path) -> Iterator[Clusters]:
 
 
 PRESTART = {"clusters": _clusters}  # started ahead of this module, in the background (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,7 @@ def _expired(_tmp: Path) -> Iterator[Expired]:
 
 
 PRESTART = {"expired": _expired}
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,7 @@ def _cluster(_tmp: Path) -> Iterator[LocalCluster]:
 
 
 PRESTART = {"cluster": _cluster}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ def _fault_cluster(_tmp: Path) -> Iterator[LocalCluster]:
 
 
 PRESTART = {"fault_cluster": _fault_cluster}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")

@@ -144,6 +144,7 @@ def _tight_cluster(tmp: Path) -> Iterator[LocalCluster]:
 
 
 PRESTART = {"tight_cluster": _tight_cluster}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 def test_tight_flush_is_in_the_master_broker_record(prestarted):

@@ -34,6 +34,7 @@ def _master_group(_tmp: Path) -> Iterator[LocalCluster]:
 
 
 PRESTART = {"master_group": _master_group}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")

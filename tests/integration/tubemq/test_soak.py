@@ -310,6 +310,7 @@ def _soak_cluster(_tmp: Path) -> Iterator[LocalCluster]:
 # Started ahead of this module (tubespark_testbed/prestart.py); nothing else starts while the soak runs,
 # so no JVM coming up next to it spoils its recovery times.
 PRESTART = {"soak_cluster": _soak_cluster}
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 PRESTART_QUIET = True
 
 

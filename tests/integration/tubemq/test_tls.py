@@ -70,6 +70,7 @@ def _tls(tmp: Path) -> Iterator[Tls]:
 
 
 PRESTART = {"tls": _tls}  # the PKI and the cluster, made ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")
