@@ -52,6 +52,7 @@ def _brokers(_tmp: Path) -> Iterator[tuple[LocalCluster, TopicPool]]:
 
 
 PRESTART = {"brokers": _brokers}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")
