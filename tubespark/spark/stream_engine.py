@@ -331,11 +331,12 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _fingerprints(self, start: Mapping[str, int], recorded: Mapping[str, int], plan: Plan) -> Offsets:
         """The ``#last`` marks of a batch end: taken now for each partition the batch moves (the broker still
-        holds the message), carried over for the others."""
+        holds the message), carried over for the others. A partition moved back (a loss rule resumed it at
+        the broker's end) is moved too: the mark it had is of a message the broker lost."""
         out: Offsets = {}
         for key, position in sorted(plan.end.items()):
             begin = start.get(key)
-            if begin is None or position <= begin:  # not read by this batch: a read below it could only wait
+            if begin is None or position == begin:  # not read by this batch: a read below it could only wait
                 if key in recorded:  # (a broker behind the query, nothing below a joined partition's start)
                     out[key] = recorded[key]
                 continue

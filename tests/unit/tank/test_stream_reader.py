@@ -108,3 +108,24 @@ def test_numbers_a_broker_lost_and_gave_again_are_data_loss_after_a_restart(brok
     assert healthy.latestOffset({**after, "events:1": 1}, ReadAllAvailable())["events:1"] == 3
     for each in (restarted, skipping, healthy):
         each.stop()
+
+
+def test_a_partition_resumed_below_its_checkpoint_reads_what_comes_after_a_restart(broker: TankBroker) -> None:
+    """failOnDataLoss=false resumes a partition whose broker lost numbers at the broker's new end, below the
+    checkpoint: the batch end carries a #last mark of the message below the new position, not the lost one's,
+    so a query restarted there reads every message written since (integration: test_faults_driver's
+    test_broker_losing_acknowledged_messages_is_detected, which skipped them all before)."""
+    broker.append_bundle("events", 0, encode_bundle([b"a1", b"a2"], [1, 1]))
+    broker.append_bundle("events", 0, encode_bundle([b"a3", b"a4", b"a5"], [1, 1, 1]))
+    end = make_reader(broker).latestOffset({"events:0": 1, "events:1": 1}, ReadAllAvailable())
+    assert end["events:0"] == 6
+    broker.lose_after("events", 0, 2)  # numbers 3-5 lost
+    skipping = make_reader(broker, failOnDataLoss="false")
+    resumed = skipping.latestOffset(end, ReadAllAvailable())
+    assert resumed["events:0"] == 3
+    skipping.stop()
+    broker.append_bundle("events", 0, encode_bundle([b"b3", b"b4"], [2, 2]))  # written after the resumption
+    restarted = make_reader(broker, failOnDataLoss="false")
+    after = restarted.latestOffset(resumed, ReadAllAvailable())
+    assert after["events:0"] == 5 and rows(restarted, resumed, after) == 2
+    restarted.stop()
