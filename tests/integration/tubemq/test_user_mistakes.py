@@ -40,16 +40,16 @@ def stream_failure(spark, master: str, topic: str, **options: str) -> str:
     raise AssertionError(f"the query should have failed: {query.exception()}")
 
 
-def batch_failure(spark, master: str, topic: str) -> str:
+def batch_failure(spark, master: str, topic: str, options: dict[str, str] = FAST) -> str:
     with pytest.raises(Exception) as info:  # noqa: PT011 - the text is what is checked
-        spark.read.format("tubemq").option("master", master).option("topic", topic).options(**FAST).load().count()
+        spark.read.format("tubemq").option("master", master).option("topic", topic).options(**options).load().count()
     return str(info.value)
 
 
-def write_failure(spark, master: str, topic: str) -> str:
+def write_failure(spark, master: str, topic: str, options: dict[str, str] = FAST) -> str:
     with pytest.raises(Exception) as info:  # noqa: PT011
         (spark.range(3).selectExpr("CAST(id AS STRING) AS value").write.format("tubemq")
-         .option("master", master).option("topic", topic).options(**FAST).mode("append").save())
+         .option("master", master).option("topic", topic).options(**options).mode("append").save())
     return str(info.value)
 
 
@@ -110,8 +110,8 @@ def test_topic_not_deployed(spark, tubemq_cluster, capsys):
         return "tubespark.errors.UnknownTopicError: " + err.removeprefix("tubespark: ")
 
     paths = {"stream": lambda: stream_failure(spark, master, topic, group="g_" + uuid.uuid4().hex[:6]),
-             "batch read": lambda: batch_failure(spark, master, topic),
-             "write": lambda: write_failure(spark, master, topic),
+             "batch read": lambda: batch_failure(spark, master, topic, {}),  # default timeouts, as a user has
+             "write": lambda: write_failure(spark, master, topic, {}),
              "backfill export": export_failure, "tubespark lag": lag_failure}
     results = {name: timed(fail) for name, fail in paths.items()}
     print({name: f"{seconds:.2f} s" for name, (_, seconds) in results.items()})
