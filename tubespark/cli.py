@@ -25,7 +25,7 @@ def lag(args: argparse.Namespace) -> int:
 
     rows = group_lag(args.master, args.group, [t.strip() for t in args.topic.split(",") if t.strip()],
                      broker_web=args.broker_web)
-    print(format_lag_table(rows))
+    print(format_lag_table(rows, group=args.group, broker_web=bool(args.broker_web)))
     return 0
 
 

@@ -106,7 +106,8 @@ class TopicPool:
         return f"topic pool (partitions x stores: taken of pooled): {text}"
 
 
-README_TOPIC = "demo_events"
+README_TOPICS = ("demo_events", "demo_copy")
+"""The topics the README's cluster command deploys, so its blocks run as written (test_readme_example.py)."""
 
 
 def _unique_name(prefix: str) -> str:
@@ -138,7 +139,7 @@ def _session_cluster(config: pytest.Config) -> Callable[[Path], contextlib.Abstr
     @contextlib.contextmanager
     def start(_tmp: Path) -> Iterator[LocalCluster]:
         initial = [(name, p, s) for (p, s), names in config.stash[_POOL_PLAN].items() for name in names]
-        initial.append((README_TOPIC, 1, 4))  # the README example's topic, deployed with the pool (no 30 s wait)
+        initial += [(name, 1, 4) for name in README_TOPICS]  # the README's topics, deployed with the pool
         initial += config.stash[_SESSION_TOPICS]
         with LocalCluster(topics=initial) as cluster:  # stops whatever it started if the start fails
             yield cluster

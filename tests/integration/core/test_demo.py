@@ -106,7 +106,10 @@ def demo_runs(prestarted) -> dict[str, concurrent.futures.Future]:
 def test_demo_streams_events_and_shuts_down_cleanly(demo_runs):
     done = demo_runs["20 seconds"].result()
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "group lag (messages): p0=" in done.stdout
+    assert re.search(r"group lag: \d+ messages behind \(by partition id, store\*10000\+partition: 0: \d+",
+                     done.stdout), done.stdout[-2000:]
+    users = [int(n) for n in re.findall(r"^\|(?:orders|clicks)\s*\|\d+\s*\|[\d.E]+\s*\|(\d+)\s*\|$", done.stdout, re.M)]
+    assert users and max(users) <= 50, done.stdout[-2000:]  # 50 users: exact, not "52 of 50"
     read = int(re.search(r"Demo finished: the stream read (\d+) events", done.stdout).group(1))
     assert read > 0
 

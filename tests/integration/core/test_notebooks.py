@@ -42,7 +42,8 @@ def _run(name: str, tmp_path: Path, env: dict[str, str]) -> str:
 def runs(tubemq_cluster, topic_factory, tmp_path_factory) -> Iterator[dict[str, concurrent.futures.Future]]:
     """Both notebooks, started together: ``{file name: future of its text output}``."""
     master = tubemq_cluster.master_address
-    envs = {"quickstart.ipynb": {"TUBEMQ_MASTER": master, "TUBESPARK_NB_TOPIC": topic_factory()},
+    envs = {"quickstart.ipynb": {"TUBEMQ_MASTER": master, "TUBESPARK_NB_TOPIC": topic_factory(),
+                                 "TUBEMQ_MASTER_WEB_URL": tubemq_cluster.master_web_url},
             "monitoring.ipynb": {"TUBEMQ_MASTER": master, "TUBESPARK_NB_TOPIC": topic_factory(),
                                  "TUBESPARK_NB_SECONDS": "10"}}
     with concurrent.futures.ThreadPoolExecutor(len(envs), thread_name_prefix="notebook") as pool:

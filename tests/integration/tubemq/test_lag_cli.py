@@ -33,7 +33,7 @@ def test_lag_cli_prints_bounds_committed_and_backlog(tubemq_cluster, topic_facto
         if lines[1].split() == expected or time.monotonic() > deadline:
             break
         time.sleep(2)
-    assert lines[0].split() == ["partition", "min", "max", "committed", "backlog"]
+    assert lines[0].split() == ["partition", "min_offset", "max_offset", "committed_offset", "backlog_messages"]
     assert lines[1].split() == expected, done.stdout
     assert "total backlog: 6 messages" in done.stdout
 

@@ -40,16 +40,16 @@ def stream_failure(spark, master: str, topic: str, **options: str) -> str:
     raise AssertionError(f"the query should have failed: {query.exception()}")
 
 
-def batch_failure(spark, master: str, topic: str) -> str:
+def batch_failure(spark, master: str, topic: str, options: dict[str, str] = FAST) -> str:
     with pytest.raises(Exception) as info:  # noqa: PT011 - the text is what is checked
-        spark.read.format("tubemq").option("master", master).option("topic", topic).options(**FAST).load().count()
+        spark.read.format("tubemq").option("master", master).option("topic", topic).options(**options).load().count()
     return str(info.value)
 
 
-def write_failure(spark, master: str, topic: str) -> str:
+def write_failure(spark, master: str, topic: str, options: dict[str, str] = FAST) -> str:
     with pytest.raises(Exception) as info:  # noqa: PT011
         (spark.range(3).selectExpr("CAST(id AS STRING) AS value").write.format("tubemq")
-         .option("master", master).option("topic", topic).options(**FAST).mode("append").save())
+         .option("master", master).option("topic", topic).options(**options).mode("append").save())
     return str(info.value)
 
 
@@ -80,26 +80,60 @@ def test_the_master_address_names_a_broker_or_a_web_port(spark, tubemq_cluster):
         f"RPC protocol: a web port): {CHECK_MASTER}")
 
 
-def test_topic_not_deployed(spark, tubemq_cluster):
+def test_topic_not_deployed(spark, tubemq_cluster, capsys):
+    """Every path fails an unknown topic within 3 s with the stream's line (issue 25 item 6: a batch read took
+    ~30 s, a write ~20 s, ``backfill export`` ~40 s and ``tubespark lag`` ~60 s, saying "does not accept
+    publishing" for reads): they learn partitions as a producer, which the master never tells "no such topic"."""
+    from tubespark.cli import main as cli_main
+    from tubespark.tubemq.backfill import export, parser
+
     master = tubemq_cluster.master_address
     topic = "never_deployed_" + uuid.uuid4().hex[:8]
-    text = stream_failure(spark, master, topic, group="g_" + uuid.uuid4().hex[:6])
-    error = unwrap(RuntimeError(text))  # the StreamingQueryException's text: the typed error back from it
-    assert type(error) is UnknownTopicError and str(error).endswith(CHECK_TOPIC), text
-    line = last_line(text)
+
+    def timed(fail) -> tuple[str, float]:
+        started = time.monotonic()
+        text = fail()
+        return text, time.monotonic() - started
+
+    def export_failure() -> str:
+        args = parser().parse_args(["export", "--master", master, "--topic", topic, "--output", "/nonexistent"])
+        with pytest.raises(UnknownTopicError) as info:
+            export(spark, args)
+        return f"tubespark.errors.UnknownTopicError: {info.value}"
+
+    def lag_failure() -> str:
+        capsys.readouterr()
+        assert cli_main(["lag", "--master", master, "--group", "g_lag", "--topic", topic,
+                         "--broker-web", tubemq_cluster.broker_web_url]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("tubespark: "), err
+        return "tubespark.errors.UnknownTopicError: " + err.removeprefix("tubespark: ")
+
+    paths = {"stream": lambda: stream_failure(spark, master, topic, group="g_" + uuid.uuid4().hex[:6]),
+             "batch read": lambda: batch_failure(spark, master, topic, {}),  # default timeouts, as a user has
+             "write": lambda: write_failure(spark, master, topic, {}),
+             "backfill export": export_failure, "tubespark lag": lag_failure}
+    results = {name: timed(fail) for name, fail in paths.items()}
+    print({name: f"{seconds:.2f} s" for name, (_, seconds) in results.items()})
+    error = unwrap(RuntimeError(results["stream"][0]))  # the StreamingQueryException's text: the typed error back
+    assert type(error) is UnknownTopicError and str(error).endswith(CHECK_TOPIC), results["stream"][0]
+    line = last_line(results["stream"][0])
     assert line.startswith(f"tubespark.errors.UnknownTopicError: TubeMQ error 431: topic {topic} is not deployed on "
                            f"the TubeMQ cluster of master {master} (the master says: "), line
     assert line.endswith(CHECK_TOPIC), line
-    for line in (last_line(batch_failure(spark, master, topic)), last_line(write_failure(spark, master, topic))):
-        assert_no_partition(line, topic, master)
+    for name, (text, seconds) in results.items():
+        assert last_line(text) == line, (name, text[-3000:])
+        assert seconds <= 3.0, (name, seconds)
 
 
 def assert_no_partition(line: str, topic: str, master: str) -> None:
-    """The batch read's and the sink's line: the master lists no partition (they learn a topic as a producer)."""
+    """A deployed topic whose only broker is down: the master lists no partition of it (reads and the sink
+    learn a topic as a producer does)."""
     assert line.startswith(f"tubespark.errors.UnknownTopicError: TubeMQ error 403: topic {topic} has no partition to "
                            f"serve on the TubeMQ cluster of master {master} (none listed within "), line
-    assert line.endswith(f"it is not deployed, its brokers are down or offline, or it does not accept publishing; "
-                         f"{CHECK_TOPIC}, and that its brokers run"), line
+    assert line.endswith("though the master has it deployed: its brokers are down or offline, or it is closed to "
+                         "publishing there (tubespark learns a topic's partitions as a producer does, for reads too); "
+                         "check that its brokers run and accept the topic"), line
 
 
 def test_stream_without_group(spark, tubemq_cluster, topic_factory):

@@ -47,3 +47,24 @@ def test_an_empty_fetch_gives_an_empty_batch():
     batch = to_record_batch(fetched(), topic="t", partition_key="1:t:0", broker_id=1, partition_id=0,
                             schema=arrow_schema(True))
     assert batch.num_rows == 0 and batch.schema == arrow_schema(True)
+
+
+def test_a_raw_read_of_inlong_bundles_logs_one_hint(caplog, monkeypatch):
+    """Issue 25 item 9: InLong data read without payloadFormat=inlongmsg gave bundle bytes with no hint."""
+    from tubespark.tubemq.spark import read_task
+    from tubespark.tubemq.wire.fetch import PackedColumns
+
+    monkeypatch.setattr(read_task, "_hinted", set())
+    plain = fetched(OutgoingMessage(b"a", attributes={"k": "v"}), OutgoingMessage(b"b"))
+    bundles = fetched(OutgoingMessage(b"\x0f\x01...\x0f\x01", attributes={"msgEnType": "2"}))
+    with caplog.at_level("WARNING", logger=read_task.__name__):
+        assert not read_task.hint_inlong_bundles(plain, "1:t:0")
+        assert not caplog.records
+        assert read_task.hint_inlong_bundles(bundles, "1:t:0")
+        packed = PackedColumns(1, b"", b"", b"", b"", b"", [{}, {"msgEnType": "1"}], ["", ""], ["", ""])
+        assert read_task.hint_inlong_bundles(packed, "1:t:10000")  # the compiled twin's columns too
+    (record,) = caplog.records  # once per process, not once per task or fetch
+    assert record.getMessage() == (
+        "partition 1:t:0 holds InLong bundles (TubeMQ attribute msgEnType=2: InLongMsg), read with payloadFormat=raw, "
+        "so each row's value is a whole bundle's bytes, many records in one; set .option(\"payloadFormat\", "
+        "\"inlongmsg\") for a row per record")

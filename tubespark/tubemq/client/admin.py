@@ -9,6 +9,7 @@ cluster (``tubespark_testbed``) deploys brokers and topics with it.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -36,15 +37,28 @@ def http_get_json(url: str, params: dict[str, Any], *, timeout: float = DEFAULT_
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as exc:
-        detail = exc.read()[:500].decode(errors="replace")
-        raise AdminApiError(f"HTTP {exc.code} from {url} ({params.get('method')}): {detail}") from exc
+        detail = describe_body(exc.read())
+        raise AdminApiError(f"HTTP {exc.code} from {url} ({params.get('method')}): {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise AdminApiError(f"cannot reach {url} ({params.get('method')}): {exc}") from exc
     try:
         return json.loads(raw)
-    except ValueError as exc:
-        snippet = raw[:500].decode(errors="replace")
-        raise AdminApiError(f"non-JSON answer from {url} ({params.get('method')}): {snippet!r}") from exc
+    except ValueError:
+        raise AdminApiError(f"non-JSON answer from {url} ({params.get('method')}): {describe_body(raw)}") from None
+
+
+_TITLE = re.compile(rb"<title>(.*?)</title>", re.I | re.S)
+
+
+def describe_body(raw: bytes) -> str:
+    """An answer that is not the admin API's JSON, in a line: an HTML page (a web server's error page, another
+    server's console) by its title, not its markup; anything else by its first 200 characters."""
+    head = raw[:4096].lstrip()
+    if head[:1] == b"<":
+        title = _TITLE.search(head)
+        name = " ".join(title.group(1).decode(errors="replace").split()) if title else ""
+        return f"an HTML page ({name!r}), not the admin API" if name else "an HTML page, not the admin API"
+    return repr(raw[:200].decode(errors="replace"))
 
 
 def _to_param(value: Any) -> str:

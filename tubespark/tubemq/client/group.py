@@ -28,13 +28,13 @@ from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import AuthError, BrokerConnectionError, TlsError, TubeSparkError, UnknownTopicError
 from tubespark.tubemq.client.broker import BrokerClient, Position
 from tubespark.tubemq.client.common import (
-    CHECK_TOPIC,
     ClientSettings,
     check,
     during_election,
     local_ip,
     new_client_id,
 )
+from tubespark.tubemq.client.deployed import not_deployed
 from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
 from tubespark.tubemq.wire.errcodes import ErrCode
@@ -280,9 +280,7 @@ class GroupSession:
         except UnknownTopicError as exc:
             # the master's own words ("Requested topic [[x]] not deployed!") say what, not what to do; they
             # are kept in the message, so the chained original would only double the trace the user reads
-            raise UnknownTopicError(exc.code, f"topic {', '.join(self.topics)} is not deployed on the TubeMQ "
-                                              f"cluster of master {self._master.active_address} (the master says: "
-                                              f"{exc.server_message}): {CHECK_TOPIC}", broker="TubeMQ") from None
+            raise not_deployed(self.topics, self._master.active_address, exc.server_message) from None
         if response.HasField("authorizedInfo"):
             self.brokers.visit_token = response.authorizedInfo.visitAuthorizedToken
 

@@ -14,19 +14,21 @@ from tubespark.tubemq.client.admin import MasterAdmin
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.errors import AdminApiError
+from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef
 
 
 def topic_partitions(masters: str | Sequence[str], topics: Iterable[str], settings: ClientSettings | None = None, *,
                      timeout_s: float = 60.0, missing_ok: bool = False) -> dict[str, tuple[PartitionRef, ...]]:
     """``{topic: partitions}`` the master lists now (those of brokers that serve); raises UnknownTopicError
-    for topics with no partition, unless ``missing_ok`` (then they map to ``()`` after ``timeout_s``)."""
+    for topics with no partition, unless ``missing_ok`` (then they map to ``()`` after ``timeout_s``), and
+    at once, whatever ``missing_ok``, for a topic the master has no deployment of."""
     topics = sorted(set(topics))
     with Producer(masters, settings) as producer:
         try:
             producer.publish(topics, timeout_s=timeout_s)
-        except UnknownTopicError:
-            if not missing_ok:
+        except UnknownTopicError as exc:
+            if not missing_ok or exc.code == ErrCode.TOPIC_NOT_DEPLOYED:  # the master has no such topic
                 raise
         return {topic: producer.partitions(topic) if producer.has_partitions(topic) else () for topic in topics}
 

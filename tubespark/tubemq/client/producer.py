@@ -44,7 +44,6 @@ from tubespark.errors import (
 )
 from tubespark.tubemq.client.batch_send import BatchSend, Prepared
 from tubespark.tubemq.client.common import (
-    CHECK_TOPIC,
     ClientSettings,
     check,
     during_election,
@@ -52,6 +51,7 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
+from tubespark.tubemq.client.deployed import check_deployed, no_partition_listed
 from tubespark.tubemq.errors import NoMasterAvailableError, NotRegisteredError
 from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import Method
@@ -159,6 +159,8 @@ class Producer:
             # only the topics asked for now: one unknown topic must not fail every later publish()
             return sorted(t for t in requested if not self._layouts.get(t) or not self._layouts[t].partitions)
 
+        probed: set[str] = set()
+
         def heartbeat_and_check() -> bool:
             try:
                 self._heartbeat()  # the master reports partitions only in heartbeat replies
@@ -167,6 +169,15 @@ class Producer:
                     raise
                 log.info("publish of %s waits for the master group's election: %s", sorted(requested), exc)
                 return False
+            unlisted = [t for t in missing() if t not in probed and t not in self._served]
+            if unlisted:  # not listed: not deployed fails now, any other cause is waited for (deployed.py)
+                probed.update(unlisted)
+                try:
+                    check_deployed(self._master, unlisted, self.settings)
+                except UnknownTopicError:
+                    with self._lock:
+                        self._topics.difference_update(t for t in unlisted if t not in self._layouts)
+                    raise
             return not missing()
 
         if poll(heartbeat_and_check, RetryPolicy(timeout_s=timeout_s, backoff_s=0.25, max_backoff_s=1.0),
@@ -182,11 +193,7 @@ class Producer:
             raise BrokerUnavailableError(f"topic {', '.join(absent)} has no partition to serve on the TubeMQ cluster "
                                          f"of master {self._master.active_address} now (none listed within "
                                          f"{timeout_s:.0f} s), though it had: its brokers are down or restarting")
-        raise UnknownTopicError(ErrCode.FORBIDDEN, f"topic {', '.join(absent)} has no partition to serve on the "
-                                                   f"TubeMQ cluster of master {self._master.active_address} (none "
-                                                   f"listed within {timeout_s:.0f} s): it is not deployed, its "
-                                                   f"brokers are down or offline, or it does not accept publishing; "
-                                                   f"{CHECK_TOPIC}, and that its brokers run", broker="TubeMQ")
+        raise no_partition_listed(absent, self._master.active_address, timeout_s)
 
     def partitions(self, topic: str) -> tuple[PartitionRef, ...]:
         layout = self._layouts.get(topic)

@@ -11,6 +11,7 @@ import logging
 
 from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
 from tubespark.tubemq.client.common import CHECK_TOPIC
+from tubespark.tubemq.client.deployed import no_partition_listed
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.placement import Placement, configured_partitions
 from tubespark.tubemq.errors import AdminApiError
@@ -35,12 +36,8 @@ def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
     placement = _placement(topics, opts)
     configured = placement.partitions if placement is not None else {}
     unlisted = [t for t, parts in layouts.items() if not parts and not configured.get(t)]
-    if unlisted and placement is None:  # configuration unknown: "not deployed" and "brokers down" look alike
-        raise UnknownTopicError(ErrCode.FORBIDDEN, f"topic {', '.join(unlisted)} has no partition to serve on the "
-                                                   f"TubeMQ cluster of master {','.join(opts.masters)} (none listed "
-                                                   f"within {timeout_s:.0f} s): it is not deployed, its brokers are "
-                                                   f"down or offline, or it does not accept publishing; "
-                                                   f"{CHECK_TOPIC}, and that its brokers run", broker="TubeMQ")
+    if unlisted and placement is None:  # configuration unknown, but the master has it deployed (deployed.py)
+        raise no_partition_listed(unlisted, ",".join(opts.masters), timeout_s)
     if unlisted:
         raise UnknownTopicError(ErrCode.FORBIDDEN, f"topic {', '.join(unlisted)} has no partition on the TubeMQ "
                                                    f"cluster of master {','.join(opts.masters)}: it is not "

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tubespark.spark.offsets import BatchOffsets
 from tubespark.spark.offsets import parse_offsets as shared_parse_offsets
 from tubespark.spark.planning import backlog_between
+from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 
 if TYPE_CHECKING:
@@ -259,7 +260,6 @@ def group_lag(master: str, group: str, topics: Iterable[str], *, broker_web: Map
     or ``{brokerId: url}``. Bounds are probed under the private group ``<group>-tubespark-lag``, never
     under ``group`` itself, so this never disturbs the group's consumers.
     """
-    from tubespark.tubemq.client.admin import BrokerAdmin
     from tubespark.tubemq.client.broker import BrokerClient
     from tubespark.tubemq.client.metadata import topic_partitions
     from tubespark.tubemq.client.ranges import probe_bounds
@@ -278,8 +278,7 @@ def group_lag(master: str, group: str, topics: Iterable[str], *, broker_web: Map
                 if url:
                     cache_key = (ref.broker_id, topic)
                     if cache_key not in committed:
-                        answer = BrokerAdmin(url)("admin_query_offset", groupName=group, topicName=topic)
-                        committed[cache_key] = parse_admin_offsets(answer, topic)
+                        committed[cache_key] = parse_admin_offsets(broker_offsets(url, group, topic), topic)
                     stored = committed[cache_key].get(ref.partition_id)
                 result.append(PartitionLag(ref.key, bounds.min_offset, bounds.max_offset, stored))
     finally:
@@ -287,20 +286,45 @@ def group_lag(master: str, group: str, topics: Iterable[str], *, broker_web: Map
     return result
 
 
-def format_lag_table(rows: Iterable[PartitionLag]) -> str:
-    """A fixed-width table: partition, min, max, committed, backlog (messages)."""
+def broker_offsets(url: str, group: str, topic: str) -> Mapping[str, Any]:
+    """The broker's ``admin_query_offset`` answer; a URL that is not a broker's admin API says what to pass."""
+    from tubespark.tubemq.client.admin import BrokerAdmin
+
+    try:
+        return BrokerAdmin(url)("admin_query_offset", groupName=group, topicName=topic)
+    except AdminApiError as exc:
+        raise AdminApiError(f"the broker web URL {url} did not answer as a TubeMQ broker's admin API: {exc}. Pass "
+                            f"the broker's HTTP admin port (its webPort, 8081 by default), e.g. --broker-web "
+                            f"http://BROKER:8081, not the master's web port nor an RPC port") from None
+
+
+LAG_HEADER = ("partition", "min_offset", "max_offset", "committed_offset", "backlog_messages")
+"""Offsets and the backlog count different things, so each column names its unit."""
+
+
+def format_lag_table(rows: Iterable[PartitionLag], *, group: str | None = None, broker_web: bool = False) -> str:
+    """A fixed-width table: partition, min/max/committed offsets (positions in the broker's index, 28 per
+    message) and the backlog in messages. ``broker_web``: whether committed offsets were asked for, so a
+    partition without one is a group that never committed there, not a missing ``--broker-web``."""
     rows = list(rows)
-    header = ("partition", "min", "max", "committed", "backlog")
-    table = [header] + [(r.key, str(r.min_offset), str(r.max_offset),
-                         "?" if r.committed is None else str(r.committed),
-                         "?" if r.backlog is None else str(r.backlog)) for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    table = [LAG_HEADER] + [(r.key, str(r.min_offset), str(r.max_offset),
+                             "?" if r.committed is None else str(r.committed),
+                             "?" if r.backlog is None else str(r.backlog)) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(LAG_HEADER))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
                        for i, (cell, w) in enumerate(zip(line, widths, strict=True))) for line in table]
+    lines.append(f"offsets are positions in the broker's index ({INDEX_RECORD_SIZE} per message); the backlog "
+                 f"counts messages")
     known = [r.backlog for r in rows if r.backlog is not None]
     if known:
         lines.append(f"total backlog: {sum(known)} messages")
-    if any(r.committed is None for r in rows):
+    unknown = [r.key for r in rows if r.committed is None]
+    if unknown and broker_web:
+        name = f"group {group}" if group else "the group"
+        lines.append(f"{name} has no committed offset on the broker for {len(unknown)} of {len(rows)} partitions "
+                     f"(it never committed there: a stream stores one when a micro-batch completes, with "
+                     f"commitToGroup=true; check the group name); min/max are exact")
+    elif unknown:
         lines.append("committed offsets unknown: pass --broker-web http://BROKER:WEBPORT (the broker's admin port) "
                      "to read them; min/max are exact")
     return "\n".join(lines)

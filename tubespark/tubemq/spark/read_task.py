@@ -26,12 +26,14 @@ from pyspark.sql.datasource import InputPartition
 from tubespark.core.native import announce
 from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
+from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG, MSG_EN_TYPE_PB
 from tubespark.spark.dedupe import ReplayFilter
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
 from tubespark.tubemq.errors import BundleParseError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
+from tubespark.tubemq.wire.fetch import Columns, PackedColumns
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
 from tubespark.tubemq.wire.twin import HOT_PATH
@@ -149,8 +151,12 @@ def read_range(task: InputPartition, options: TubeMQOptions) -> Iterator[pa.Reco
     broker, reader = _range_reader(task, options)
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
+    hinted = False
     try:
         for columns in reader.read_columns(ref, task.start, task.end):
+            if not hinted and len(columns):
+                hinted = True  # the first messages tell: a topic of InLong bundles holds little else
+                hint_inlong_bundles(columns, ref.key)
             if dedup_attribute:
                 columns = columns.where([replays.first_time(a.get(dedup_attribute)) for a in columns.attributes])
             if columns:
@@ -163,6 +169,29 @@ def read_range(task: InputPartition, options: TubeMQOptions) -> Iterator[pa.Reco
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
     finally:
         broker.close()
+
+
+_hinted: set[str] = set()  # what this process has hinted at already
+
+
+def hint_inlong_bundles(columns: Columns, partition_key: str) -> bool:
+    """Log once per process when a raw read's first messages are InLong bundles (``msgEnType``), which
+    ``payloadFormat=raw`` gives as one row of bundle bytes each: the user most likely wanted records.
+    Returns whether the messages carry bundles."""
+    texts = columns.text_attributes if isinstance(columns, PackedColumns) else columns.attributes
+    kinds = sorted({a[ATTR_MSG_EN_TYPE] for a in texts if a.get(ATTR_MSG_EN_TYPE) in _BUNDLE_KINDS})
+    if not kinds:
+        return False
+    if "inlong" not in _hinted:
+        _hinted.add("inlong")
+        log.warning("partition %s holds InLong bundles (TubeMQ attribute msgEnType=%s: %s), read with "
+                    "payloadFormat=raw, so each row's value is a whole bundle's bytes, many records in one; "
+                    "set .option(\"payloadFormat\", \"inlongmsg\") for a row per record", partition_key,
+                    "/".join(kinds), ", ".join(_BUNDLE_KINDS[k] for k in kinds))
+    return True
+
+
+_BUNDLE_KINDS = {str(MSG_EN_TYPE_PB): "MessageObjs", str(MSG_EN_TYPE_INLONGMSG): "InLongMsg"}
 
 
 def _range_reader(task: QueueRange, options: TubeMQOptions) -> tuple[BrokerClient, RangeReader]:

@@ -324,9 +324,10 @@ class BundledSend:
 def check_sink_reachable(options: TubeMQOptions) -> None:
     """On the driver, before any task runs: the master answers and the ``topic`` option's topic is publishable.
 
-    Fails with NoMasterAvailableError / BrokerConnectionError (master unreachable), UnknownTopicError (no
-    such topic, or it does not accept publishing) or BrokerUnavailableError (the master's configuration
-    holds the topic, but no broker serves it now: down or restarting) instead of one failure per task
+    Fails with NoMasterAvailableError / BrokerConnectionError (master unreachable), UnknownTopicError (the
+    master has no deployment of the topic, or a deployed one is closed to publishing) or
+    BrokerUnavailableError (the master's configuration holds the topic, but no broker serves it now: down
+    or restarting) instead of one failure per task
     later. A topic taken from a ``topic`` column is only known per row, so the tasks check those.
     """
     producer = Producer(list(options.masters), options.client_settings())

@@ -1,0 +1,46 @@
+"""``tubespark backfill``'s help and progress summary (issue 25 item 11), without Spark."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+
+import pytest
+
+from tubespark.tubemq.backfill import Progress, parser
+
+
+def help_text(*argv: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parser().parse_args([*argv, "--help"])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("argv", [(), ("export",), ("publish",)])
+def test_help_has_no_docstring_markup_and_every_option_says_what_it_is(argv: tuple[str, ...]) -> None:
+    text = help_text(*argv)
+    assert "``" not in text and "\\\n" not in text, text
+    assert "exit codes:" in text
+    commands = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        silent = [a.option_strings for a in command._actions if not a.help]
+        assert not silent, (name, silent)
+
+
+def test_the_rate_is_over_the_time_tasks_ran_not_spark_s_start() -> None:
+    progress = Progress(None, "export", poll_s=0.2)  # type: ignore[arg-type]
+    t0 = progress.started
+    progress.observe(t0 + 6.0, done=0, running=0)  # Spark starting: no task yet
+    progress.observe(t0 + 6.8, done=0, running=2)
+    progress.observe(t0 + 7.4, done=2, running=0)
+    line = progress.summary(2000, 200_000, now=t0 + 7.5)
+    assert line == ("export: 2,000 rows, 0.2 MB in 7.5s; 2,500 rows/s, 0.2 MB/s over the 0.8s tasks ran (the first "
+                    "6.8s: Spark starting its tasks)")
+
+
+def test_a_job_too_quick_to_see_gets_the_rate_over_the_whole_time() -> None:
+    progress = Progress(None, "publish")  # type: ignore[arg-type]
+    assert progress.summary(100, 1_000_000, now=progress.started + 2.0) == (
+        "publish: 100 rows, 1.0 MB in 2.0s (50 rows/s, 0.5 MB/s)")
