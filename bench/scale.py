@@ -144,9 +144,9 @@ def _mib(kib: int) -> float:
 
 # --- the driver child ---------------------------------------------------------------------------------
 
-def _source_options(master: str, web_urls: str, topic: str) -> dict[str, str]:
+def _source_options(master: str, web_urls: str, topic: str, extra: list[str]) -> dict[str, str]:
     options = {"master": master, "topic": topic, "group": f"scale-{uuid.uuid4().hex[:8]}",
-               "startingOffsets": "earliest"}
+               "startingOffsets": "earliest", **dict(item.split("=", 1) for item in extra)}
     if web_urls:
         options["masterWebUrl"] = web_urls
     return options
@@ -160,7 +160,7 @@ def driver_child(args: argparse.Namespace) -> int:
     from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 
     rss_base = status_kib("VmRSS")
-    source = TubeMQDataSource(_source_options(args.master, args.web_urls, args.topic))
+    source = TubeMQDataSource(_source_options(args.master, args.web_urls, args.topic, args.option))
     reader = source.streamReader(source.schema())
     assert isinstance(reader, TubeStreamReader)
 
@@ -291,7 +291,8 @@ def measure(master: str, web_urls: str, topic: str, partitions: int, args: argpa
     with tempfile.TemporaryDirectory(prefix="tubespark-scale-") as tmp:
         tasks_file = str(Path(tmp) / "tasks.pickle")
         common = ["--master", master, "--web-urls", web_urls or "", "--topic", topic, "--tasks-file", tasks_file,
-                  "--triggers", str(args.triggers), "--warmup", str(args.warmup)]
+                  "--triggers", str(args.triggers), "--warmup", str(args.warmup),
+                  *(f"--option={item}" for item in args.option)]
         driver = _child("driver", args, common)
         assert driver.stdin is not None
         try:
@@ -376,6 +377,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="an existing 3-broker cluster's master host:port (topics scale_<N> deployed on each "
                         "broker); default: start a local one")
     p.add_argument("--web-urls", default=None, help="with --tubemq-master: its masterWebUrl")
+    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="a further option of the measured stream, e.g. maxBytesPerTrigger=1m (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="JSON output")
     p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--executor", action="store_true", help=argparse.SUPPRESS)
@@ -473,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
         "host": {"cpus": os.cpu_count(), "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                  "python": platform.python_version(), "platform": platform.platform()},
         "brokers": BROKERS, "partitions_per_store": PARTITIONS_PER_STORE, "triggers": args.triggers,
-        "warmup": args.warmup, "fill": args.fill, "per_trigger": args.per_trigger, "message_bytes": args.size,
+        "warmup": args.warmup, "fill": args.fill, "options": args.option, "per_trigger": args.per_trigger,
+        "message_bytes": args.size,
         "setup_s": round(setup_s, 1), "total_s": round(time.monotonic() - t0, 1),
         "results": [{"partitions": r.partitions, "start_s": r.start_s, "plan_ms": r.plan_ms,
                      "plan_median_ms": r.median("plan_ms"), "plan_p95_ms": r.p95("plan_ms"),
