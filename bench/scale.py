@@ -58,6 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BROKERS = 3
 PARTITIONS_PER_STORE = 4
 DEFAULT_SIZES = (12, 48, 96)
+TRACED_TRIGGERS = 5
+"""Steady triggers of the memory run (tracemalloc slows every call, so that run is not the timed one)."""
 log = logging.getLogger("bench.scale")
 
 
@@ -156,10 +158,14 @@ def driver_child(args: argparse.Namespace) -> int:
     """Stand for Spark's driver-side Python process of one query; talk to the parent over stdin/stdout."""
     connects = ConnectCounter()
     rpcs = RpcCounter()
+    import tracemalloc
+
     from tubespark.tubemq.spark.source import TubeMQDataSource
     from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 
     rss_base = status_kib("VmRSS")
+    if args.tracemalloc:  # the memory run: Python's allocations from here on (it slows every call: not timed)
+        tracemalloc.start()
     source = TubeMQDataSource(_source_options(args.master, args.web_urls, args.topic, args.option))
     reader = source.streamReader(source.schema())
     assert isinstance(reader, TubeStreamReader)
@@ -202,6 +208,7 @@ def driver_child(args: argparse.Namespace) -> int:
         start = end
         say({"trigger": index})
     connects.on = rpcs.on = False
+    traced = tracemalloc.get_traced_memory() if args.tracemalloc else (0, 0)
     held = established_tcp()
     # what an executor gets: the reader as Spark pickles it, and one batch over the whole backlog
     backlog = reader.partitions(first, start)
@@ -218,6 +225,7 @@ def driver_child(args: argparse.Namespace) -> int:
         "held_by_address": dict(Counter(held)),
         "rss_base_mib": _mib(rss_base), "rss_started_mib": _mib(rss_started),
         "rss_end_mib": _mib(status_kib("VmRSS")), "rss_peak_mib": _mib(status_kib("VmHWM")),
+        "traced_kib": round(traced[0] / 1024, 1), "traced_peak_kib": round(traced[1] / 1024, 1),
     })
     sys.stdin.readline()  # the parent says when to leave the group
     reader.stop()
@@ -265,7 +273,7 @@ class SizeResult:
 
     def p95(self, name: str) -> float:
         values = sorted(getattr(self, name))
-        return values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+        return float(values[min(len(values) - 1, round(0.95 * (len(values) - 1)))])
 
 
 def _child(mode: str, args: argparse.Namespace, extra: list[str]) -> subprocess.Popen[str]:
@@ -284,44 +292,60 @@ def _answer(proc: subprocess.Popen[str]) -> dict[str, Any]:
     return doc
 
 
+def _driver_run(args: argparse.Namespace, common: list[str], topic: str, partitions: int, triggers: int,
+                send_round: Callable[[str, int], None], then: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """One driver child through ``triggers`` steady triggers (new data before each); ``then`` runs before it
+    leaves its group (the executor child reads while the driver still holds the partitions)."""
+    driver = _child("driver", args, common)
+    assert driver.stdin is not None
+    try:
+        ready = _answer(driver)
+        if ready["ready"] != partitions:
+            raise RuntimeError(f"the query was assigned {ready['ready']} of {partitions} partitions")
+        for _ in range(triggers + args.warmup):
+            send_round(topic, args.per_trigger)
+            driver.stdin.write("go\n")
+            driver.stdin.flush()
+            _answer(driver)
+        doc = _answer(driver)
+        doc.update(start_s=ready["start_s"], start_connects=ready["start_connects"])
+        then()
+        driver.stdin.write("stop\n")
+        driver.stdin.flush()
+        driver.wait(timeout=60)
+        return doc
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+
+
 def measure(master: str, web_urls: str, topic: str, partitions: int, args: argparse.Namespace,
             send_round: Callable[[str, int], None]) -> SizeResult:
-    """One size: the driver child's triggers with new data in between, then the executor child's reads."""
+    """One size: the driver child's timed triggers with new data in between, the executor child's reads of
+    what they planned, then a second driver child under tracemalloc (:data:`TRACED_TRIGGERS` triggers)."""
     result = SizeResult(partitions)
     with tempfile.TemporaryDirectory(prefix="tubespark-scale-") as tmp:
         tasks_file = str(Path(tmp) / "tasks.pickle")
         common = ["--master", master, "--web-urls", web_urls or "", "--topic", topic, "--tasks-file", tasks_file,
-                  "--triggers", str(args.triggers), "--warmup", str(args.warmup),
-                  *(f"--option={item}" for item in args.option)]
-        driver = _child("driver", args, common)
-        assert driver.stdin is not None
-        try:
-            ready = _answer(driver)
-            if ready["ready"] != partitions:
-                raise RuntimeError(f"the query was assigned {ready['ready']} of {partitions} partitions")
-            result.start_s = ready["start_s"]
-            result.driver["start_connects"] = ready["start_connects"]
-            for _ in range(args.triggers + args.warmup):
-                send_round(topic, args.per_trigger)
-                driver.stdin.write("go\n")
-                driver.stdin.flush()
-                _answer(driver)
-            doc = _answer(driver)
-            result.plan_ms, result.latest_offset_ms = doc.pop("plan_ms"), doc.pop("latest_offset_ms")
-            result.commit_ms = doc.pop("commit_ms")
-            result.driver.update(doc)
-            executor = _child("executor", args, common)
-            result.executor = _answer(executor)
-            executor.wait(timeout=60)
-            driver.stdin.write("stop\n")
-            driver.stdin.flush()
-            driver.wait(timeout=60)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-                driver.wait()
-    log.info("%d partitions: plan median %.1f ms, executor connects %s, driver RSS %.1f MiB", partitions,
-             result.median("plan_ms"), result.executor.get("connects"), result.driver.get("rss_end_mib", 0))
+                  "--warmup", str(args.warmup), *(f"--option={item}" for item in args.option)]
+
+        def executor() -> None:
+            proc = _child("executor", args, common)
+            result.executor = _answer(proc)
+            proc.wait(timeout=60)
+
+        doc = _driver_run(args, [*common, "--triggers", str(args.triggers)], topic, partitions, args.triggers,
+                          send_round, executor)
+        result.plan_ms, result.latest_offset_ms = doc.pop("plan_ms"), doc.pop("latest_offset_ms")
+        result.commit_ms, result.start_s = doc.pop("commit_ms"), doc.pop("start_s")
+        result.driver = doc
+        traced = _driver_run(args, [*common, "--triggers", str(TRACED_TRIGGERS), "--tracemalloc"], topic,
+                             partitions, TRACED_TRIGGERS, send_round)
+        result.driver.update(traced_kib=traced["traced_kib"], traced_peak_kib=traced["traced_peak_kib"])
+    log.info("%d partitions: plan median %.1f ms, executor connects %s, driver RSS %.1f MiB, traced %.0f KiB",
+             partitions, result.median("plan_ms"), result.executor.get("connects"),
+             result.driver.get("rss_end_mib", 0), result.driver["traced_kib"])
     return result
 
 
@@ -339,12 +363,12 @@ def report(results: list[SizeResult], doc: dict[str, Any]) -> str:
              + ", ".join(f"{r.partitions / base.partitions:.0f}x" for r in results[1:]) + ")",
              f"{'partitions':>10} {'plan med ms':>12} {'p95 ms':>8} {'ms/part':>8} {'growth':>7} "
              f"{'commit med':>10} {'RPC/trig':>8} {'start s':>8} {'start conn':>10} {'drv conn':>8} {'conn/trig':>9} "
-             f"{'exec conn':>9} "
-             f"{'/task':>6} {'open max':>8} {'RSS MiB':>8} {'over base':>9} {'growth':>7}"]
-    base_mem = base.driver["rss_end_mib"] - base.driver["rss_base_mib"]
+             f"{'exec conn':>9} {'/task':>6} {'open max':>8} {'RSS MiB':>8} {'peak':>6} {'heap KiB':>8} {'growth':>7} "
+             f"{'KiB/extra part':>14}"]
+    base_mem = base.driver["traced_kib"]
     for r in results:
         plan = r.median("plan_ms")
-        mem = r.driver["rss_end_mib"] - r.driver["rss_base_mib"]
+        mem = r.driver["traced_kib"]
         ex = r.executor
         lines.append(
             f"{r.partitions:>10} {plan:>12.1f} {r.p95('plan_ms'):>8.1f} {plan / r.partitions:>8.2f} "
@@ -353,14 +377,17 @@ def report(results: list[SizeResult], doc: dict[str, Any]) -> str:
             f"{r.driver['start_connects']:>10} {r.driver['held_connections']:>8} "
             f"{r.driver['steady_connects'] / doc['triggers']:>9.2f} "
             f"{ex['connects']:>9} {ex['connects'] / max(1, ex['tasks']):>6.2f} {ex['peak_open']:>8} "
-            f"{r.driver['rss_end_mib']:>8.1f} {mem:>9.1f} {_growth(mem, base_mem):>7}")
+            f"{r.driver['rss_end_mib']:>8.1f} {r.driver['rss_peak_mib']:>6.1f} {mem:>8.0f} {_growth(mem, base_mem):>7} "
+            + (f"{(mem - base_mem) / (r.partitions - base.partitions):>14.1f}" if r is not base else f"{'-':>14}"))
     lines.append("plan = latestOffset + partitions per trigger; commit = commit(end); RPC/trig = broker requests "
                  "per steady trigger (plan and commit); start s, start conn = initialOffset's seconds and TCP "
                  "connects; drv conn = established TCP connections the driver process holds after the triggers; "
                  "conn/trig = its connects per steady trigger; exec conn = "
                  "connects of one executor process reading one batch of every partition (tasks in turn); open max "
-                 "= most of its connections open at once; RSS = driver process at the end, over base = minus its "
-                 "RSS after imports (peak VmHWM in the JSON)")
+                 "= most of its connections open at once; RSS, peak = the driver process's RSS after the triggers and "
+                 "its high-water mark (VmHWM); heap = Python memory the source holds after its steady triggers "
+                 "(tracemalloc from before the reader was made, in a second, untimed run); KiB/extra part = its growth "
+                 "per partition above the baseline")
     return "\n".join(lines)
 
 
@@ -377,6 +404,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="an existing 3-broker cluster's master host:port (topics scale_<N> deployed on each "
                         "broker); default: start a local one")
     p.add_argument("--web-urls", default=None, help="with --tubemq-master: its masterWebUrl")
+    p.add_argument("--topics", default=None,
+                   help="with --tubemq-master: the topics to measure, one per --partitions size, smallest first "
+                        "(default scale_<N>)")
     p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="a further option of the measured stream, e.g. maxBytesPerTrigger=1m (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="JSON output")
@@ -385,6 +415,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--master", help=argparse.SUPPRESS)
     p.add_argument("--topic", help=argparse.SUPPRESS)
     p.add_argument("--tasks-file", help=argparse.SUPPRESS)
+    p.add_argument("--tracemalloc", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -444,6 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     started = dt.datetime.now(dt.UTC)
     t0 = time.monotonic()
     topics = {n: f"scale_{n}" for n in sizes}
+    if args.topics:
+        names = [t.strip() for t in args.topics.split(",") if t.strip()]
+        if len(names) != len(sizes):
+            raise SystemExit("--topics: one topic per --partitions size")
+        topics = dict(zip(sizes, names, strict=True))
     cluster = None
     producer = None
     try:

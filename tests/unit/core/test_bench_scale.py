@@ -32,8 +32,7 @@ def _result(partitions: int, plan_ms: float, connects: int, rss: float) -> SizeR
     return SizeResult(partitions, start_s=1.0, plan_ms=[plan_ms] * 3, latest_offset_ms=[plan_ms] * 3,
                       commit_ms=[1.0] * 3,
                       driver={"held_connections": 4, "steady_connects": 0, "steady_rpcs": {"X": 3}, "start_connects": 1,
-                              "rss_base_mib": 100.0,
-                              "rss_end_mib": 100.0 + rss},
+                              "rss_end_mib": 100.0, "rss_peak_mib": 101.0, "traced_kib": rss},
                       executor={"connects": connects, "tasks": partitions, "peak_open": 1})
 
 
@@ -44,4 +43,4 @@ def test_the_table_gives_growth_against_the_smallest_size() -> None:
     row = next(line for line in text.splitlines() if line.split() and line.split()[0] == "96")
     cols = row.split()
     assert cols[1:5] == ["80.0", "80.0", "0.83", "8.00x"]  # plan median, p95, ms per partition, growth
-    assert cols[-1] == "2.00x"  # memory over the baseline's RSS after imports: 4 MiB against 2 MiB
+    assert cols[-3:] == ["4", "2.00x", "0.0"]  # heap 4 KiB, 2x the baseline's, 2/84 KiB per extra partition
