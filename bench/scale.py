@@ -179,10 +179,12 @@ def driver_child(args: argparse.Namespace) -> int:
     connects.on = False
     start_s = time.perf_counter() - t0
     start_connects = connects.total()
+    start_by_address = dict(connects.counts)
     connects.counts.clear()
     limit = reader.getDefaultReadLimit()
     rss_started = status_kib("VmRSS")
-    say({"ready": len(reader.member.assigned()), "start_s": round(start_s, 3), "start_connects": start_connects})
+    say({"ready": len(reader.member.assigned()), "start_s": round(start_s, 3), "start_connects": start_connects,
+         "start_connects_by_address": start_by_address})
     plans: list[float] = []
     latest: list[float] = []
     commits: list[float] = []
@@ -308,7 +310,8 @@ def _driver_run(args: argparse.Namespace, common: list[str], topic: str, partiti
             driver.stdin.flush()
             _answer(driver)
         doc = _answer(driver)
-        doc.update(start_s=ready["start_s"], start_connects=ready["start_connects"])
+        doc.update(start_s=ready["start_s"], start_connects=ready["start_connects"],
+                   start_connects_by_address=ready["start_connects_by_address"])
         then()
         driver.stdin.write("stop\n")
         driver.stdin.flush()
