@@ -135,6 +135,8 @@ class _Server:
         self._answer_faults: dict[int, list[tuple[str, float]]] = {}
         self._stopped = threading.Event()
         self._links: list[_Link] = []
+        self.accepted = 0
+        """Connections accepted so far (a client that opens one per partition shows here)."""
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._server.bind(("127.0.0.1", 0))
@@ -197,6 +199,7 @@ class _Server:
             link = _Link(sock, self._stopped)
             with self.lock:
                 self._links.append(link)
+                self.accepted += 1
             threading.Thread(target=self._serve, args=(link,), daemon=True).start()
 
     def _serve(self, link: _Link) -> None:

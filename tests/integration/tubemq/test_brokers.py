@@ -9,7 +9,11 @@ partitions on all three brokers, and two queries of one group splitting them.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -35,9 +39,10 @@ from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Topics deployed on all three brokers before they start: (partitions, stores) -> count.
-TOPIC_POOL: dict[tuple[int, int], int] = {(1, 2): 10, (2, 1): 2}
+TOPIC_POOL: dict[tuple[int, int], int] = {(1, 2): 10, (2, 1): 2, (4, 1): 1}
 
 
 @contextlib.contextmanager
@@ -344,3 +349,27 @@ def test_a_deleted_deployment_is_not_configured_any_more(tubemq_brokers):
     assert {key.split(":")[0] for key in placement.partitions[topic]} == {"1", "2"}
     listed = topic_partitions(cluster.master_address, [topic], timeout_s=10)[topic]
     assert placement.missing_from(p.key for p in listed) == {}  # nothing to report: that data was deleted
+
+
+def test_the_scale_bench_runs_on_three_brokers(tubemq_brokers, tmp_path):
+    """``python -m bench.scale`` (issue 23 part 7) at its smallest: 12 partitions, 3 triggers. Not a timed test:
+    it proves the command measures a 3-broker topic end to end (the figures are in the README)."""
+    cluster, pool = tubemq_brokers
+    topic = pool.take(4, 1)  # 4 partitions in one store on each broker: 12
+    out = tmp_path / "scale.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "testbed"), env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, "-m", "bench.scale", "--tubemq-master", cluster.master_address,
+                           "--web-urls", ",".join(cluster.master_web_urls), "--topics", topic, "--partitions", "12",
+                           "--triggers", "3", "--warmup", "1", "--fill", "5", "--out", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    [result] = json.loads(out.read_text())["results"]
+    assert result["partitions"] == 12 and len(result["plan_ms"]) == 3 and all(ms > 0 for ms in result["plan_ms"])
+    assert result["driver"]["steady_connects"] == 0  # no connection opened per trigger
+    by_address = result["driver"]["start_connects_by_address"]
+    for node in cluster.brokers:  # the group session's and the probes' connection: per broker, not per partition
+        assert by_address.get(node.address, 0) <= 2, by_address  # (it was 1 + one per partition: 5)
+    assert result["executor"]["rows"] == 12 * (5 + 2 * 4)  # every partition: the fill, 2 per trigger
+    assert result["executor"]["tasks"] == 12 and result["executor"]["peak_open"] == 1
+    assert "baseline = 12 partitions" in proc.stdout

@@ -571,6 +571,32 @@ def test_max_bytes_per_trigger_caps_each_batch_and_composes_with_max_offsets(mak
     assert sum(end.values()) // 28 == 8  # the byte budget allows all: the row cap wins
 
 
+def test_the_driver_opens_no_connection_per_partition_at_start_or_per_trigger(make_reader, master, broker):
+    """Issue 23 part 7 (scale): the driver's probes (start offsets, size samples for maxBytesPerTrigger) opened
+    a connection per partition: at a query's start, and on every trigger for every partition with a backlog.
+    They share one client now; connects per trigger stay at zero whatever the number of partitions."""
+    wide = broker.add_topic("topic_wide", stores=8)
+    for ref in wide:
+        broker.append(ref, *[b"v" * 100] * 30)
+    master.push_event(EventType.CONNECT, wide)
+    reader = make_reader(assign=False, topic="topic_wide", startingOffsets="earliest", maxBytesPerTrigger="2k")
+    before = broker.accepted
+    start = reader.initialOffset()
+    assert len(start) == 8
+    assert broker.accepted - before <= 3, "initialOffset: a connection per partition"  # group session + probe
+    limit = reader.getDefaultReadLimit()
+    start = partitions_of(reader.latestOffset(start, limit))  # the first fingerprints open their one client
+    settled = broker.accepted
+    for _ in range(3):
+        for ref in wide:
+            broker.append(ref, b"w" * 100)
+        end = reader.latestOffset(start, limit)
+        assert partitions_of(end) != start  # every trigger moves, with a backlog left (sizes sampled again)
+        reader.commit(end)
+        start = partitions_of(end)
+    assert broker.accepted == settled, f"{broker.accepted - settled} connections opened in 3 triggers"
+
+
 # --- start and end by time (issue 16) -----------------------------------------------------------------
 
 MINUTE = 60_000

@@ -40,6 +40,7 @@ class GroupMembership:
         """Every partition this member has seen, with its broker (a replayed batch may need one no longer held)."""
         self._on_terminate = on_terminate
         self._session: GroupSession | None = None
+        self._probe: BrokerClient | None = None  # probe_broker()'s, kept
         self._topics: tuple[str, ...] | None = None  # subscribed now (``topic``, or what topicPattern matched)
         self._topics_at = 0.0
         self._hooks_installed = False
@@ -105,15 +106,22 @@ class GroupMembership:
 
     @contextmanager
     def probe_broker(self) -> Iterator[BrokerClient]:
-        """A broker client for the driver's private probe groups."""
-        broker = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
-        try:
-            yield broker
-        finally:
-            broker.close()
+        """The broker client of the driver's private probe groups, kept for the member's life: one connection
+        per broker, whatever the number of partitions. A client per probe opened a connection per partition
+        at a query's start, at each AvailableNow start and, with ``maxBytesPerTrigger``, for every partition
+        with a backlog on every trigger (size samples). Its pool replaces a broken connection on the next
+        call, as the group session's does."""
+        with self._lock:
+            if self._probe is None:
+                self._probe = BrokerClient(f"{self.probe_group}.{self.run_id}", self.options.client_settings())
+            broker = self._probe
+        yield broker
 
     def close(self) -> None:
         with self._lock:
             session, self._session = self._session, None
+            probe, self._probe = self._probe, None
         if session is not None:
             session.close()
+        if probe is not None:
+            probe.close()
