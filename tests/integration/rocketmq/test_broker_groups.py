@@ -101,9 +101,9 @@ def file_stream(spark, stack, topic: str, out: Path):
 
 
 def file_values(spark, out: Path) -> list[bytes]:
-    if not (out / "data" / "_spark_metadata").exists():
+    if not (out / "data").exists():
         return []
-    return [r.value for r in spark.read.parquet(str(out / "data")).collect()]
+    return [r.value for r in spark.read.schema("value binary").parquet(str(out / "data")).collect()]
 
 
 def rows_of(spark, query, name: str) -> list[Any]:
