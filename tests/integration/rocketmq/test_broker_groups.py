@@ -86,7 +86,7 @@ def pull_stream(spark, stack, topic: str, name: str, checkpoint: Path):
     frame = (spark.readStream.format("rocketmq").option("namesrv", stack.namesrv_address).option("topic", topic)
              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "120")
              .option("failoverTimeoutMs", "10000").option("requestTimeoutMs", "2000").load()
-             .select("value", "brokerName", "queueId", "offset"))
+             .select("value", "brokerName", "queueId", "queueOffset"))
     return (frame.writeStream.format("memory").queryName(name).option("checkpointLocation", str(checkpoint))
             .trigger(processingTime="300 milliseconds").start())
 
@@ -108,7 +108,7 @@ def file_values(spark, out: Path) -> list[bytes]:
 
 def rows_of(spark, query, name: str) -> list[Any]:
     assert query.exception() is None, query.exception()
-    return spark.sql(f"select value, brokerName, queueId, offset from {name}").collect()
+    return spark.sql(f"select value, brokerName, queueId, queueOffset from {name}").collect()
 
 
 def test_a_stopped_group_stalls_only_its_queues_and_streams_read_on_once_it_is_back(spark, groups_stack, tmp_path):
@@ -198,7 +198,7 @@ def test_a_stopped_group_stalls_only_its_queues_and_streams_read_on_once_it_is_b
         assert set(values) == set(sent)
     # broker-b's queues resumed where the running query stood: its rows are one run of offsets per queue
     for queue in range(2):
-        offsets = sorted(r.offset for r in rows if r.brokerName == "broker-b" and r.queueId == queue)
+        offsets = sorted(r.queueOffset for r in rows if r.brokerName == "broker-b" and r.queueId == queue)
         assert offsets == list(range(len(offsets)))
     assert {r.brokerName for r in rows if r.value.startswith(b"after")} == set(GROUPS)
     assert in_broker(stack, topic) == len(sent)
