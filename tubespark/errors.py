@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 
 class TubeSparkError(Exception):
@@ -208,14 +210,16 @@ class PartitionsUnavailableError(TubeSparkError):
     """Partitions the read covers are configured on brokers that do not serve them now (down, stopped, offline).
 
     A read that planned only the served partitions would return part of the data without a word, so it
-    fails instead, naming each broker and its partitions: ``unavailable`` maps a broker id to the keys
-    (``brokerId:topic:partitionId``) it holds, ``reasons`` a broker id to what the master says of it.
-    Retriable: the broker may come back.
+    fails instead, naming each broker and its partitions: ``unavailable`` maps a broker (TubeMQ: its id;
+    RocketMQ: its group name) to the keys it holds (``brokerId:topic:partitionId``,
+    ``topic:brokerName:queueId``), ``reasons`` a broker to what is known of it. Retriable: the broker may
+    come back.
     """
 
     retriable = True
 
-    def __init__(self, message: str, unavailable: dict[int, tuple[str, ...]], reasons: dict[int, str]) -> None:
+    def __init__(self, message: str, unavailable: Mapping[Any, tuple[str, ...]],
+                 reasons: Mapping[Any, str]) -> None:
         super().__init__(message)
         self.unavailable = unavailable
         self.reasons = reasons

@@ -7,7 +7,12 @@ config file (see docs/rocketmq/protocol.md, "Test stack"); later versions are ad
 
 Shapes:
 
-* :meth:`RocketMQStack.single`: name server + one master (``broker-a``): the main tests and the bench;
+* :meth:`RocketMQStack.single`: name server + one master (``broker-a``): the main tests, the demo and the
+  bench (the default);
+* :meth:`RocketMQStack.two_groups`: name server + two masters (``broker-a``, ``broker-b``), a topic's
+  queues on both: what a group that is down does to the queues of the other (issue 23 part 8). The name
+  server forgets a group the moment it stops (graceful :meth:`RocketMQStack.stop_broker`) or crashes
+  (:meth:`RocketMQStack.kill`: its connection closes), so its queues leave the route at once;
 * :meth:`RocketMQStack.acting_master`: name server with ``supportActingMaster``, ``broker-a`` master +
   slave with slave-acting-master and remote escape on, and a second master ``broker-b`` (an acting master
   escapes pop checkpoints to a live master of another group, so pop over a dead master needs one).
@@ -164,6 +169,11 @@ class RocketMQStack:
         return cls((("broker-a", 0),), **kw)  # type: ignore[arg-type]
 
     @classmethod
+    def two_groups(cls, **kw: object) -> RocketMQStack:
+        """Two broker groups of one master each: :meth:`create_topic` puts a topic's queues on both."""
+        return cls((("broker-a", 0), ("broker-b", 0)), **kw)  # type: ignore[arg-type]
+
+    @classmethod
     def acting_master(cls, **kw: object) -> RocketMQStack:
         return cls((("broker-a", 1), ("broker-b", 0)), acting_master=True, **kw)  # type: ignore[arg-type]
 
@@ -300,6 +310,32 @@ class RocketMQStack:
         """SIGKILL one broker (a crash: no unregistering, the name server notices by heartbeat timeout)."""
         if node.process is not None:
             node.process.kill()
+
+    def stop_broker(self, node: BrokerNode, grace_s: float = 10.0) -> None:
+        """Stop one broker gracefully (SIGTERM, as a rolling restart does: it unregisters from the name
+        server and flushes its store); SIGKILL after ``grace_s``. :meth:`restart_broker` starts it again."""
+        if node.process is not None:
+            node.process.stop(grace_s=grace_s)
+
+    def wait_unrouted(self, topic: str, group: str, timeout_s: float = 30.0) -> None:
+        """Until the name server's route of ``topic`` lists no queue of ``group`` (a group that stopped)."""
+        def gone() -> bool:
+            try:
+                route = self.client.route(topic, refresh=True)
+            except TubeSparkError:
+                return True
+            return all(q.broker_name != group for q in route.queues)
+        wait_until(f"{group} to leave the route of {topic}", gone, timeout_s=timeout_s, interval_s=0.2)
+
+    def wait_routed(self, topic: str, group: str, timeout_s: float = _START_TIMEOUT_S) -> None:
+        """Until the name server's route of ``topic`` lists ``group``'s queues again (a group back)."""
+        def back() -> bool:
+            try:
+                route = self.client.route(topic, refresh=True)
+            except TubeSparkError:
+                return False
+            return any(q.broker_name == group for q in route.queues)
+        wait_until(f"{group} to be back in the route of {topic}", back, timeout_s=timeout_s, interval_s=0.2)
 
     def stop(self) -> None:
         if not self._started:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -27,6 +27,33 @@ from tubespark.rocketmq.wire.frame import Command
 from tubespark.rocketmq.wire.route import MessageQueue, TopicRoute, parse_route
 
 log = logging.getLogger(__name__)
+
+_seen: dict[str, dict[str, set[int]]] = {}
+"""Process-wide: topic -> broker group -> queue ids this process was routed to, or was told of (a
+checkpoint's offsets, offsets a user named). The name server forgets a group the moment its last member
+stops (its route and its cluster entry go), so this is the only evidence that a group that is down held
+queues of a topic: without it a stopped group looks like one that never had the topic."""
+_seen_lock = threading.Lock()
+
+
+def remember(queues: Iterable[MessageQueue]) -> None:
+    """Record ``queues`` as queues of their topics (see :data:`_seen`)."""
+    with _seen_lock:
+        for mq in queues:
+            _seen.setdefault(mq.topic, {}).setdefault(mq.broker_name, set()).add(mq.queue_id)
+
+
+def remembered(topic: str) -> dict[str, tuple[MessageQueue, ...]]:
+    """The queues of ``topic`` this process knows of, by broker group."""
+    with _seen_lock:
+        groups = {group: sorted(ids) for group, ids in _seen.get(topic, {}).items()}
+    return {group: tuple(MessageQueue(topic, group, i) for i in ids) for group, ids in groups.items()}
+
+
+def forget(topic: str, group: str) -> None:
+    """Drop ``group`` from what this process knows of ``topic`` (the topic was removed from a live group)."""
+    with _seen_lock:
+        _seen.get(topic, {}).pop(group, None)
 
 
 @dataclass(frozen=True)
@@ -119,33 +146,70 @@ class RocketMQClient:
                     self._next_ns += 1
                 continue
             if response.code == codes.TOPIC_NOT_EXIST:
-                if cached is not None or self._no_broker_registered(address):
-                    # the name server gave a route before: it drops a topic's route when the topic's only
-                    # brokers stop or stop registering, so this is an outage, not a missing topic
+                why = "though it had one" if cached is not None else self._groups_away(address, topic)
+                if why:
+                    # the name server gave this client a route before, no broker is registered at all, or this
+                    # process knows the topic's queues on groups that are not registered now: it drops a topic's
+                    # route when the topic's only brokers stop, so this is an outage, not a missing topic
                     raise BrokerUnavailableError(f"the name server {address} has no route for topic {topic} now, "
-                                                 f"though it had one or no broker is registered there at all: "
-                                                 f"its brokers are down or restarting "
+                                                 f"{why}: its brokers are down or restarting "
                                                  f"({response.remark or 'no route'})")
                 raise UnknownTopicError(response.code, f"{response.remark or 'no route'}: check the `topic` option, or "
-                                        f"create the topic first (mqadmin updateTopic)", context=f"route of {topic}")
+                                        f"create the topic first (mqadmin updateTopic); the name server also "
+                                        f"forgets a topic whose broker groups are all stopped",
+                                        context=f"route of {topic}")
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)
+            remember(route.read_queues())
             with self._lock:
                 self._routes[topic] = (time.monotonic(), route)
             return route
         raise NoNameServerAvailableError(f"no name server of {self.namesrv} answered: {last}")
 
-    def _no_broker_registered(self, address: str) -> bool:
-        """True when the name server at ``address`` lists no broker group at all: then a topic without a
-        route cannot be told from one whose brokers are all down, and the cluster is plainly in an outage
-        (a restart of its only broker). False when brokers are registered or the answer is unreadable."""
-        try:
-            count = headers.registered_brokers(self.call_address(address, headers.cluster_info_request(),
-                                                                 "cluster info"), "cluster info")
-        except TubeSparkError as exc:
-            log.info("cannot ask the name server %s which brokers are registered: %s", address, exc)
-            return False
-        return count == 0
+    def registered_groups(self, address: str | None = None) -> frozenset[str] | None:
+        """The broker groups registered at a name server (``address``, else the first that answers) now;
+        ``None`` when none answers readably."""
+        for ns in [address] if address else self.namesrv:
+            try:
+                return headers.registered_groups(self.call_address(ns, headers.cluster_info_request(),
+                                                                   "cluster info"), "cluster info")
+            except TubeSparkError as exc:
+                log.info("cannot ask the name server %s which brokers are registered: %s", ns, exc)
+        return None
+
+    def _groups_away(self, address: str, topic: str) -> str:
+        """Why a topic the name server at ``address`` has no route for is an outage rather than unknown: no
+        broker group is registered at all (a restart of the only one), or this process knows queues of the
+        topic on groups that are not registered now (:func:`remember`); ``""`` when neither (brokers run
+        and none of the topic's known groups is away), or when the answer is unreadable."""
+        groups = self.registered_groups(address)
+        if groups is None:
+            return ""
+        if not groups:
+            return "and no broker is registered there at all"
+        away = sorted(set(remembered(topic)) - groups)
+        return f"though this process knows its queues on {', '.join(away)}, not registered now" if away else ""
+
+    def down_groups(self, topic: str, route: TopicRoute) -> dict[str, tuple[MessageQueue, ...]]:
+        """Queues of ``topic`` this process knows of (:func:`remember`) on broker groups ``route`` does not
+        list and the name server does not register now: groups that are down, by name. A known group that
+        is registered but no longer routes the topic had the topic removed: forgotten, not down. When the
+        name server cannot say which groups are registered, every unrouted known group counts as down (a
+        batch read fails rather than leave its queues out in silence)."""
+        routed = {mq.broker_name for mq in route.read_queues()}
+        unrouted = {group: queues for group, queues in remembered(topic).items() if group not in routed}
+        if not unrouted:
+            return {}
+        registered = self.registered_groups()
+        down: dict[str, tuple[MessageQueue, ...]] = {}
+        for group, queues in sorted(unrouted.items()):
+            if registered is not None and group in registered:
+                log.info("topic %s: broker group %s is registered but routes none of its queues now (the topic "
+                         "was removed there); no longer counted as one of its groups", topic, group)
+                forget(topic, group)
+            else:
+                down[group] = queues
+        return down
 
     def read_candidates(self, mq: MessageQueue, *, refresh: bool = False) -> list[str]:
         """Addresses that may serve reads of ``mq``'s group, best first: id 0, then the other members, the

@@ -1,5 +1,14 @@
 """``spark.read.format("rocketmq")``: every read queue of the topics, ``[startingOffsets, endingOffsets)``
-each, split by ``maxRecordsPerPartition``."""
+each, split by ``maxRecordsPerPartition``.
+
+The name server routes only the broker groups that run: a group that stops (or crashes) leaves the route
+and the cluster at once. A plan made from the route alone would leave out a stopped group's queues without
+a word. So the plan is checked against the queues this process knows of (the routes it was given, the
+queues the offsets options name: :func:`~tubespark.rocketmq.client.client.remember`); known queues on a
+group that is not registered now fail the read (``onUnavailablePartitions=fail``, naming the group and
+its queues) or are left out with a warning (``skip``). A process that never saw the topic's other groups
+and names none of their queues cannot know of them: the name server keeps no record of a stopped group.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +19,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tubespark.errors import OptionError
-from tubespark.rocketmq.client.client import RocketMQClient, all_queues
+from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.read_task import PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset
 from tubespark.spark.planning import split_range
+from tubespark.spark.unavailable import count_keys, settle_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +45,25 @@ class RocketMQBatchReader(DataSourceReader):
             raise OptionError("startingOffsets=group is for streaming reads; batch reads take earliest, latest "
                               "or JSON offsets")
         self.options = options
+        self.left_out: dict[str, tuple[str, ...]] = {}
+        """After :meth:`partitions`: broker group -> queues left out because the group is down (only with
+        ``onUnavailablePartitions=skip``; otherwise the plan fails instead)."""
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
+        topics = opts.topics or ()
+        remember(MessageQueue.parse_key(key) for spec in (opts.starting_offsets, opts.ending_offsets)
+                 if isinstance(spec, dict) for key in spec if MessageQueue.parse_key(key).topic in topics)
         with RocketMQClient(list(opts.namesrvs), opts.client_settings()) as client:
-            queues = all_queues(client, opts.topics or ())  # an unknown topic fails here, on the driver
+            queues = all_queues(client, topics)  # an unknown topic fails here, on the driver
+            down: dict[str, tuple[str, ...]] = {}
+            for topic in topics:
+                for group, known in client.down_groups(topic, client.route(topic)).items():
+                    down[group] = (*down.get(group, ()), *(mq.key for mq in known))
+            self.left_out = settle_unavailable(
+                topics, opts.on_unavailable_partitions, down,
+                {g: f"broker group {g} (not registered at the name server: stopped or down)" for g in down},
+                total=len(queues) + count_keys(down), describe="broker group")
             bounds = client.bounds(queues)
         tasks: list[InputPartition] = []
         for mq in queues:

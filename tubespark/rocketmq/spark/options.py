@@ -37,6 +37,7 @@ from tubespark.spark.options import (
     every_broker_specs,
     own_option_table,
 )
+from tubespark.spark.unavailable import CHOICES as UNAVAILABLE_CHOICES
 
 __all__ = ["OPTIONS", "TERMS", "RocketMQOptions", "option_table"]
 
@@ -132,6 +133,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("failoverTimeoutMs", ClientSettings.default_ms("failover_s"), parse_positive_int, "How long a read "
                "keeps following the route around a dead broker (the name server needs ~15 s to substitute an "
                "acting master).", False, BOTH),
+    OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads: queues of a broker "
+               "group that is not registered at the name server now (stopped or down; the name server forgets such "
+               "a group, so only queues this process was routed to before or that the offsets options name are "
+               "known). `fail`: fail before reading anything, naming each group and its queues. `skip`: read the "
+               "other queues and log, as a warning, which were left out."),
 )
 
 PROTECTED = {"rocketmq.namesrvaddr": "namesrv", "namesrvaddr": "namesrv", "consumergroup": "group"}
@@ -160,6 +166,7 @@ class RocketMQOptions(SharedOptions):
     batch_max_bytes: int
     producer_group: str
     failover_timeout_ms: int
+    on_unavailable_partitions: str
 
     def check(self, mode: str) -> None:
         super().check(mode)

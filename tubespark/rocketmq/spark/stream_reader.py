@@ -9,6 +9,12 @@ in its place, and from the master again when it returns. An offset never moves b
 serving a queue reports a max offset below the query's (an acting slave that had not replicated
 everything), the queue waits until the data is there again. A queue added to a topic joins at its min
 offset. The committed batch's end is stored as the group's offsets (``group`` + ``commitToGroup``).
+
+A broker group that stops leaves the name server's routes and cluster at once. Its queues in the offsets
+plan nothing until it is back (they are not vanished: the offsets are this process's evidence of them, so
+even a query restarted while the group is down takes a topic on that group alone for an outage, not an
+unknown topic). A new query started while a group is down plans the live groups' queues; the down
+group's queues join when it is back, from their min offset, as any queue new to the query does.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tubespark.errors import BrokerUnavailableError, TubeSparkError
-from tubespark.rocketmq.client.client import RocketMQClient, all_queues
+from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.read_task import PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
@@ -79,6 +85,9 @@ class PullStreamReader(StreamEngine):
         return offsets
 
     def survey(self, start: Offsets) -> Survey:
+        # the offsets are evidence of the queues (a query restarted on its checkpoint while a broker group is
+        # down: the name server forgot that group, and a topic on it alone would look unknown)
+        remember(MessageQueue.parse_key(key) for key in start)
         queues: list[MessageQueue] = []
         for topic in self.options.topics or ():
             try:

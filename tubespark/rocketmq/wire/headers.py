@@ -48,10 +48,17 @@ def cluster_info_request() -> Command:
 
 
 def registered_brokers(response: Command, what: str) -> int | None:
-    """How many broker groups a GET_BROKER_CLUSTER_INFO answer lists; ``None`` when the answer cannot be read.
+    """How many broker groups a GET_BROKER_CLUSTER_INFO answer lists; ``None`` when the answer cannot be read."""
+    groups = registered_groups(response, what)
+    return None if groups is None else len(groups)
 
-    The body is fastjson, whose maps may have unquoted integer keys (``{0:"host:port"}``); only the size of
-    ``brokerAddrTable`` matters here, so those keys are quoted before parsing.
+
+def registered_groups(response: Command, what: str) -> frozenset[str] | None:
+    """The broker groups (``brokerName``) a GET_BROKER_CLUSTER_INFO answer lists; ``None`` when the answer
+    cannot be read. The name server drops a group when its last member stops or its connection closes.
+
+    The body is fastjson, whose maps may have unquoted integer keys (``{0:"host:port"}``); only the keys of
+    ``brokerAddrTable`` matter here, so those integer keys are quoted before parsing.
     """
     _check(response, what)
     text = response.body.decode("utf-8", "replace")
@@ -60,7 +67,7 @@ def registered_brokers(response: Command, what: str) -> int | None:
     except ValueError:
         return None
     table = doc.get("brokerAddrTable") if isinstance(doc, dict) else None
-    return len(table) if isinstance(table, dict) else None
+    return frozenset(str(name) for name in table) if isinstance(table, dict) else None
 
 
 # --- admin ----------------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
+from tubespark.errors import UnknownTopicError
+from tubespark.spark.unavailable import count_keys
+from tubespark.spark.unavailable import settle_unavailable as settle
 from tubespark.tubemq.client.common import CHECK_TOPIC
 from tubespark.tubemq.client.deployed import no_partition_listed
 from tubespark.tubemq.client.metadata import topic_partitions
@@ -46,31 +48,13 @@ def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
         return listed, {}
     missing = placement.missing_from(p.key for p in listed)
     reasons = {b: placement.describe_broker(b) for b in missing}
-    return listed, settle_unavailable(topics, opts, missing, reasons, total=len(listed) + _count(missing))
+    return listed, settle_unavailable(topics, opts, missing, reasons, total=len(listed) + count_keys(missing))
 
 
 def settle_unavailable(topics: tuple[str, ...], opts: TubeMQOptions, missing: dict[int, tuple[str, ...]],
                        reasons: dict[int, str], *, total: int) -> dict[int, tuple[str, ...]]:
-    """Partitions a batch read cannot read (broker id -> keys; ``reasons``: what is known of each broker):
-    raise :class:`PartitionsUnavailableError` under ``onUnavailablePartitions=fail``, else log them as left
-    out and return them. ``total``: how many partitions the read covers, those included."""
-    if not missing:
-        return {}
-    detail = "; ".join(f"{reasons.get(b, f'broker {b}')}: {', '.join(keys)}" for b, keys in sorted(missing.items()))
-    count = _count(missing)
-    if opts.on_unavailable_partitions == "fail":
-        raise PartitionsUnavailableError(
-            f"batch read of {', '.join(topics)}: {count} of its {total} partitions are on brokers that do not serve "
-            f"them now, so the read would return part of the data; nothing was read. {detail}. Wait until the "
-            f"broker serves again, or set onUnavailablePartitions=skip to read the other partitions and leave "
-            f"these out", dict(missing), {b: reasons.get(b, f"broker {b}") for b in missing})
-    log.warning("batch read of %s LEAVES OUT %d of its %d partitions (onUnavailablePartitions=skip), on brokers "
-                "that do not serve them now: %s", ", ".join(topics), count, total, detail)
-    return dict(missing)
-
-
-def _count(missing: dict[int, tuple[str, ...]]) -> int:
-    return sum(len(keys) for keys in missing.values())
+    """:func:`tubespark.spark.unavailable.settle_unavailable` under this read's ``onUnavailablePartitions``."""
+    return settle(topics, opts.on_unavailable_partitions, missing, reasons, total=total)
 
 
 def _placement(topics: tuple[str, ...], opts: TubeMQOptions) -> Placement | None:
