@@ -51,6 +51,7 @@ def _groups_stack(_tmp: Path) -> Iterator[Any]:
 
 
 PRESTART = {"groups_stack": _groups_stack}  # started ahead of this module (tubespark_testbed/prestart.py)
+PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
 
 
 @pytest.fixture(scope="module")
