@@ -201,6 +201,14 @@ class DataLossError(TubeSparkError):
     """Data the query planned to read is gone (retention, vanished partition) and failOnDataLoss is on."""
 
 
+class ForeignCheckpointError(TubeSparkError):
+    """A stream's checkpoint was written against another cluster, or against an earlier incarnation of a topic
+    (deleted and re-created since): the topic's origin recorded in the offsets differs from the one the cluster
+    has now. Its offsets mean nothing here and nothing was lost, so this is no :class:`DataLossError` and
+    ``failOnDataLoss`` does not apply: skipping would silently read the new topic from wherever the old offsets
+    point. Use a new ``checkpointLocation`` (or point the query at the cluster the checkpoint belongs to)."""
+
+
 class AvailableNowIncompleteError(TubeSparkError):
     """A Trigger.AvailableNow run cannot read a partition below its target (occupied by a stale registration,
     its broker down) within the time it waits: finishing would skip that partition's data."""

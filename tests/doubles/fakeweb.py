@@ -5,8 +5,8 @@ availability check: a real master cannot be put on demand into "broker 2 configu
 unit test. The answer's shape is the one a live 2.4.0 master gives (``docs/tubemq/brokers.md``,
 "Configured and served partitions"; the integration tests in ``tests/integration/tubemq/test_brokers.py``
 check the helper against the real one): per topic a ``deployInfo`` list, one entry per broker, with
-``numPartitions``, ``numTopicStores``, ``topicStatusId`` and a ``runInfo`` block whose fields hold ``"-"``
-while the broker has no running registration.
+``numPartitions``, ``numTopicStores``, ``topicStatusId``, ``createDate`` and a ``runInfo`` block whose fields
+hold ``"-"`` while the broker has no running registration.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ class FakeDeploy:
     status_id: int = 0
     running: bool = True
     accept_subscribe: bool = True
+    created: str = "20261125074442"
+    """``createDate`` of the record (``yyyyMMddHHmmss``): a deployment deleted and added again has another."""
 
     def as_json(self, topic: str) -> dict[str, Any]:
         run: dict[str, Any] = ({"acceptPublish": True, "acceptSubscribe": self.accept_subscribe,
@@ -38,7 +40,8 @@ class FakeDeploy:
                                 "brokerManageStatus": "-"})
         return {"topicName": topic, "brokerId": self.broker_id, "brokerIp": f"127.0.0.{self.broker_id}",
                 "brokerPort": 8123, "numPartitions": self.partitions, "numTopicStores": self.stores,
-                "topicStatusId": self.status_id, "acceptPublish": True, "acceptSubscribe": True, "runInfo": run}
+                "topicStatusId": self.status_id, "acceptPublish": True, "acceptSubscribe": True,
+                "createUser": "tubespark", "createDate": self.created, "runInfo": run}
 
 
 class FakeMasterWeb:

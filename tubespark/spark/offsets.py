@@ -152,10 +152,23 @@ The fingerprint does: :class:`tubespark.spark.stream_engine.StreamEngine` reads 
 a restart and when the broker may have restarted, and a different one means the offsets were reused. Old
 checkpoints have no such mark: their partitions are checked from the first batch that records one."""
 
+ORIGIN_MARK = "#origin"
+"""``end["<scope>#origin"]``: what identifies the incarnation of the partitions of ``scope`` this query reads
+(TubeMQ: a topic's deployment on one broker, ``"<brokerId>:<topic>"``, marked by its creation time at the
+master), taken when a batch was planned.
+
+A checkpoint written against another cluster, or before its topic was deleted and re-created, holds offsets
+that mean nothing there; to the partitions' bounds and ``#last`` fingerprints it looks exactly like a broker
+that lost acknowledged messages. The mark tells the two apart: :mod:`tubespark.spark.origins` compares it with
+the topic's origin now on a restart's first plan and before reporting any loss, and a different one fails
+the query with :class:`tubespark.errors.ForeignCheckpointError`. Checkpoints without the mark load as before
+(their scopes are marked from their next batch on); a scope is never a partition key (it holds ``#``)."""
+
 
 @dataclass(frozen=True)
 class BatchOffsets:
-    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from`` and ``#last`` marks.
+    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from``, ``#last`` and ``#origin``
+    marks.
 
     ``positions`` holds every partition the query knows (where it stands on each); ``starts`` holds the
     partitions this batch reads from somewhere other than the previous end. :meth:`parse` and
@@ -166,6 +179,8 @@ class BatchOffsets:
     starts: Offsets = field(default_factory=dict)
     fingerprints: Offsets = field(default_factory=dict)
     """``{key: fingerprint}`` of the last message below each position (``#last``; see :data:`LAST_MARK`)."""
+    origins: Offsets = field(default_factory=dict)
+    """``{scope: mark}`` of the partitions' origins (``#origin``; see :data:`ORIGIN_MARK`)."""
 
     @classmethod
     def parse(cls, raw: Mapping[str, int] | None) -> BatchOffsets:
@@ -173,8 +188,11 @@ class BatchOffsets:
         starts: Offsets = {}
         skips: Offsets = {}
         fingerprints: Offsets = {}
+        origins: Offsets = {}
         for key, offset in (raw or {}).items():
-            if key.endswith(LAST_MARK):
+            if key.endswith(ORIGIN_MARK):
+                origins[key[:-len(ORIGIN_MARK)]] = offset
+            elif key.endswith(LAST_MARK):
                 fingerprints[key[:-len(LAST_MARK)]] = offset
             elif key.endswith(FROM_MARK):
                 starts[key[:-len(FROM_MARK)]] = offset
@@ -182,11 +200,12 @@ class BatchOffsets:
                 skips[key[:-len(SKIP_MARK)]] = offset
             elif "#" not in key:
                 positions[key] = offset
-        return cls(positions, {**skips, **starts}, fingerprints)
+        return cls(positions, {**skips, **starts}, fingerprints, origins)
 
     def to_spark(self) -> Offsets:
         return {**self.positions, **{key + FROM_MARK: offset for key, offset in self.starts.items()},
-                **{key + LAST_MARK: value for key, value in self.fingerprints.items() if key in self.positions}}
+                **{key + LAST_MARK: value for key, value in self.fingerprints.items() if key in self.positions},
+                **{scope + ORIGIN_MARK: mark for scope, mark in self.origins.items()}}
 
     def ranges(self, previous: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """``{key: (low, high)}`` this batch reads after a batch ending at ``previous`` (positions only):

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -36,6 +36,7 @@ from pyspark.sql.streaming.datasource import (
 
 from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
 from tubespark.spark.offsets import BatchOffsets, Offsets
+from tubespark.spark.origins import Origin, OriginMarks
 from tubespark.spark.planning import Admission, Bounds, BoundsPolicy, Loss, Plan, plan_batch
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     fingerprint_columns: ClassVar[tuple[str, ...]] = ()
     """Columns of a read row that tell one message from another at the same offset (the broker's id or store
     time and the value): the default :meth:`fingerprint` hashes them; none, no fingerprints."""
+    origin_advice: ClassVar[str] = ""
+    """How a user tells a checkpoint from another cluster or topic incarnation from data loss when the ``#origin``
+    marks cannot (a broker whose :meth:`origin_scope` gives scopes says it; see :mod:`tubespark.spark.origins`)."""
 
     def __init__(self, options: Any) -> None:
         self.options = options
@@ -97,6 +101,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Every loss logged with failOnDataLoss=false."""
         self._last_read: Offsets = {}  # the start's #last marks (fingerprints), for this trigger's check
         self._checked: dict[str, object] = {}  # key -> incarnation its #last mark was taken or checked under
+        self._origins = OriginMarks(self.origin_scope, self.origins, self.describe_origin, self.scope_name,
+                                    self.origin_advice)
+        self._recorded_origins: Offsets = {}  # the start's #origin marks
+        self._bounds_now: Mapping[str, Bounds] = {}  # this trigger's survey (a loss note looks at its scope)
         self._lock = threading.RLock()  # reentrant: a SIGTERM hook may call stop() in a thread holding it
 
     # --- the broker's hooks ------------------------------------------------------------------------
@@ -165,6 +173,25 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         driver had to reconnect to it): a start is checked against its ``#last`` fingerprint again then."""
         return None
 
+    def origin_scope(self, key: str) -> str | None:
+        """The scope of ``key``'s ``#origin`` mark (what is created and deleted as one: TubeMQ's topic on one
+        broker); ``None`` (the default): no origin marks, a foreign checkpoint looks like data loss."""
+        return None
+
+    def origins(self, scopes: Collection[str]) -> Mapping[str, Origin]:
+        """The current :class:`Origin` of each of ``scopes`` the broker can tell (one that is not configured
+        at all is left out); raises a :class:`TubeSparkError` when it cannot ask now. Called on the driver
+        once per process per scope, and before a loss of a scope is reported."""
+        return {}
+
+    def describe_origin(self, mark: int) -> str:
+        """A recorded ``#origin`` mark in words, for :class:`ForeignCheckpointError`."""
+        return str(mark)
+
+    def scope_name(self, scope: str) -> str:
+        """An :meth:`origin_scope` in words, for messages."""
+        return scope
+
     def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """A read the driver makes for itself (:meth:`fingerprint`, :meth:`sample_sizes`): by default the
         executors' read path, run here. A broker whose range reader retries for long (a failover budget)
@@ -231,8 +258,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("AvailableNow run of the %s stream reads up to %s", self.source, self._target)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
-        previous = BatchOffsets.parse(start).positions
-        return list(self.read_tasks(BatchOffsets.parse(end).ranges(previous)))
+        batch = BatchOffsets.parse(end)
+        with self._lock:  # a batch Spark replays after a restart must not read another cluster's topic either
+            self._origins.check(batch.positions, batch.origins)
+        return list(self.read_tasks(batch.ranges(BatchOffsets.parse(start).positions)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.read_partition(partition)
@@ -251,6 +280,8 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parsed = BatchOffsets.parse(raw_start)
         start = parsed.positions
         self._last_read = parsed.fingerprints  # checked by _plan_once (_check_reuse)
+        self._recorded_origins = parsed.origins
+        self._origins.check(start, parsed.origins)  # a restart's first plan: the checkpoint's cluster and topics
         plan = self._plan_until_readable(start, admission)
         if not plan.moves(start):
             return raw_start  # the very same offsets: Spark plans no (empty) batch
@@ -259,7 +290,8 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if raw_start == self._initial:  # batch 0 of a new query carries its start (replays read the same)
             for key, offset in start.items():
                 starts.setdefault(key, offset)
-        return BatchOffsets(plan.end, starts, self._fingerprints(start, parsed.fingerprints, plan)).to_spark()
+        return BatchOffsets(plan.end, starts, self._fingerprints(start, parsed.fingerprints, plan),
+                            self._origins.marks(plan.end, parsed.origins)).to_spark()
 
     def _plan_until_readable(self, start: Offsets, admission: Admission) -> Plan:
         plan, stuck = self._plan_once(start, admission)
@@ -290,6 +322,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # the last batch of an AvailableNow run or before an idle period.
         self.store_offsets(start)
         survey = self.survey(start)
+        self._bounds_now = survey.bounds
         self._check_reuse(start, survey)
         kept = dict(start)
         for key, why in sorted(survey.gone.items()):
@@ -403,9 +436,14 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.warning("%s; failOnDataLoss=false: going on without it", message)
 
     def _lost(self, loss: Loss) -> None:
-        message = f"partition {loss.key}: {loss.why}"
+        """A loss, reported (failOnDataLoss=true: raised) unless the checkpoint turns out to belong to another
+        cluster or topic incarnation (:class:`ForeignCheckpointError`, whatever failOnDataLoss says); where
+        that cannot be told, the message says so (:meth:`OriginMarks.loss_note`)."""
+        lead, note = self._origins.loss_note(loss.key, self._recorded_origins, self._bounds_now)
+        message = f"{lead}partition {loss.key}: {loss.why}"
         if self.options.fail_on_data_loss:
-            raise DataLossError(f"{message}. Set failOnDataLoss=false to continue from offset {loss.resumes_at}")
+            raise DataLossError(f"{message}. Set failOnDataLoss=false to continue from offset {loss.resumes_at}."
+                                f"{note}")
         self.data_losses.append(loss)
-        log.warning("%s; failOnDataLoss=false: continuing from offset %d (data loss event %d)", message,
-                    loss.resumes_at, len(self.data_losses))
+        log.warning("%s; failOnDataLoss=false: continuing from offset %d (data loss event %d).%s", message,
+                    loss.resumes_at, len(self.data_losses), note)

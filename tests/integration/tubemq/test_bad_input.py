@@ -140,3 +140,55 @@ def test_topic_deleted_mid_stream(spark, tubemq_cluster, topic_factory, fail_on_
         assert rows == sorted(f"before-{i}" for i in range(20)), "what was read before stays, once"
     finally:
         query.stop()
+
+
+def test_a_checkpoint_of_a_re_created_topic_fails_as_foreign_not_as_data_loss(spark, tubemq_cluster, topic_factory,
+                                                                             tmp_path):
+    """Issue 25 item 1: the README's read block run again on a new, empty cluster (the same topic name, the
+    checkpoint path fixed) failed with "the broker lost acknowledged messages ... Set failOnDataLoss=false",
+    while nothing was lost. A topic deleted and re-created is the same case on one cluster: the offsets record
+    the deployment's creation time at the master, and the restart fails with ForeignCheckpointError, whose first
+    words say what to do (failOnDataLoss=false changes nothing)."""
+    master, web = tubemq_cluster.master_address, tubemq_cluster.master_web_url
+    topic = topic_factory(1, 1)
+    produce(master, topic, bodies([f"old-{i}".encode() for i in range(10)]))
+    group, checkpoint, out = "g_" + uuid.uuid4().hex[:6], str(tmp_path / "checkpoint"), str(tmp_path / "out")
+
+    def run(trigger: dict, **options: str):
+        frame = stream(spark, master, topic, group=group, startingOffsets="earliest", masterWebUrl=web, **options)
+        return (frame.selectExpr("CAST(value AS STRING) AS v").writeStream.format("parquet").option("path", out)
+                .option("checkpointLocation", checkpoint).trigger(**trigger).start())
+
+    query = run({"availableNow": True})
+    query.awaitTermination(60)
+    assert query.exception() is None and spark.read.parquet(out).count() == 10
+    broker_id = tubemq_cluster.broker_id
+    tubemq_cluster.master_admin("admin_modify_topic_info", topicName=topic, brokerId=broker_id,
+                                acceptPublish="false", acceptSubscribe="false")
+    tubemq_cluster.master_admin("admin_delete_topic_info", topicName=topic, brokerId=broker_id)
+    tubemq_cluster.master_admin("admin_remove_topic_info", topicName=topic, brokerId=broker_id)
+    deadline = time.monotonic() + 30
+    while True:  # the removed record lingers until the broker has dropped the topic: "Existed record found"
+        answer = tubemq_cluster.master_admin("admin_add_topic_deploy_info", topicName=topic, brokerId=broker_id,
+                                             numPartitions=1, numTopicStores=1)
+        if all(item.get("success", True) for item in answer.get("data") or ()):
+            break
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.5)
+    # the master serves the re-created topic to clients only ~30 s later: an AvailableNow run would stop at
+    # fixing its end (the topic has no partition to serve yet) before it plans; a processing-time trigger plans
+    text, took = timed(lambda: run_to_failure_of(run({"processingTime": "1 second"}, failOnDataLoss="false")))
+    assert "ForeignCheckpointError: use a new checkpointLocation" in text, text[-3000:]
+    assert f"topic {topic} on broker {broker_id}" in text and "DataLossError" not in text
+    assert took < 20
+
+
+def run_to_failure_of(query, timeout_s: float = 60) -> str:
+    try:
+        query.awaitTermination(timeout_s)
+    except Exception as exc:  # noqa: BLE001 - what the user sees is the point
+        return str(exc)
+    error = query.exception()
+    query.stop()
+    assert error is not None, "the query should have failed"
+    return str(error)

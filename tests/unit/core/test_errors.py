@@ -81,7 +81,8 @@ def test_the_shared_module_holds_only_broker_neutral_kinds() -> None:
     shared = set(_classes("tubespark.errors"))
     assert {"TubeSparkError", "CodecError", "MessageFormatError", "BrokerConnectionError", "RpcTimeoutError",
             "TlsError", "BrokerError", "ServerBusyError", "UnknownTopicError", "AuthError", "OptionError",
-            "DataLossError", "RangeReadError", "UnsupportedSparkError", "AvailableNowIncompleteError"} <= shared
+            "DataLossError", "RangeReadError", "UnsupportedSparkError", "AvailableNowIncompleteError",
+            "ForeignCheckpointError"} <= shared
     for module_name in BROKER_MODULES.values():
         assert not shared & set(_classes(module_name)), "a class is defined twice"
     tubemq_only = {"BadTokenError", "ProtobufDecodeError", "RpcError", "StandbyMasterError", "NoMasterAvailableError",
@@ -106,6 +107,7 @@ def test_each_broker_has_its_own_error_module(broker: str, names: set[str]) -> N
     # the error names README.md tells users about, where they live ...
     ("tubespark", "TubeSparkError"),
     ("tubespark.errors", "DataLossError"),
+    ("tubespark.errors", "ForeignCheckpointError"),
     ("tubespark.errors", "AuthError"),
     ("tubespark.errors", "TlsError"),
     ("tubespark.errors", "UnsupportedSparkError"),

@@ -89,6 +89,14 @@ def test_last_read_fingerprints_round_trip_and_old_checkpoints_have_none():
     assert BatchOffsets({"a": 1}, fingerprints={"gone": 5}).to_spark() == {"a": 1}  # only partitions it holds
 
 
+def test_origin_marks_round_trip_and_are_no_partitions():
+    batch = BatchOffsets({"1:t:0": 56}, {}, {"1:t:0": 9}, {"1:t": 20261125074442})
+    raw = batch.to_spark()
+    assert raw == {"1:t:0": 56, "1:t:0#last": 9, "1:t#origin": 20261125074442}
+    assert BatchOffsets.parse(raw) == batch and BatchOffsets.parse(raw).positions == {"1:t:0": 56}
+    assert BatchOffsets.parse({"1:t:0": 56}).origins == {}  # a checkpoint from before #origin
+
+
 def test_ranges_start_at_the_mark_else_at_the_previous_end():
     batch = BatchOffsets({"a": 10, "b": 20, "c": 5, "d": 7}, {"b": 15, "d": 7})
     assert batch.ranges({"a": 4, "b": 2, "c": 5, "d": 3}) == {"a": (4, 10), "b": (15, 20)}

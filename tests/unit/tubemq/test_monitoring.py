@@ -27,6 +27,7 @@ K0, K1 = "1:t:0", "1:t:1"
 def test_parse_offsets_accepts_tubemq_offsets_only() -> None:
     assert parse_offsets(json.dumps({K0: 28, K1: 0})) == {K0: 28, K1: 0}
     assert parse_offsets({K0: 56}) == {K0: 56}
+    assert parse_offsets({K0: 56, K0 + "#last": 7, "1:t#origin": 20261125074442}) == {K0: 56}  # marks are no lag
     for other in (None, "", "not json", "{}", '{"topic": {"0": 5}}', '{"a": 1}', json.dumps({K0: "x"}), "42"):
         assert parse_offsets(other) is None
 

@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, wait_until
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
-from tubespark.errors import DataLossError, OptionError
+from tubespark.errors import DataLossError, ForeignCheckpointError, OptionError
 from tubespark.spark.planning import share_by_backlog, split_range
 from tubespark.tubemq.spark import membership
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
@@ -479,6 +479,115 @@ def test_a_healthy_restart_and_an_old_checkpoint_read_on_without_a_loss(make_rea
     old = make_reader()
     assert partitions_of(old.latestOffset({keys[0]: 280, keys[1]: 840}, ReadAllAvailable())) == {
         keys[0]: 336, keys[1]: 840}
+
+
+# --- a checkpoint of another cluster or topic incarnation (issue 25 item 1): the #origin mark --------------
+
+
+@pytest.fixture
+def web(broker: FakeBroker) -> Iterator[FakeMasterWeb]:
+    with FakeMasterWeb() as fake:
+        fake.topics[TOPIC] = [FakeDeploy(broker_id=broker.broker_id, partitions=1, stores=2, created="20261125074442")]
+        yield fake
+
+
+def _recreate(broker: FakeBroker, web: FakeMasterWeb, created: str = "20261125081500") -> None:
+    """The topic deleted and added again (or the same name on a new cluster): a new deployment record, empty
+    partitions."""
+    web.topics[TOPIC] = [FakeDeploy(broker_id=broker.broker_id, partitions=1, stores=2, created=created)]
+    for ref in broker.partitions(TOPIC):
+        broker.lose(ref, keep=0)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_restart_on_a_re_created_topic_fails_as_a_foreign_checkpoint(make_reader, broker, keys, web,
+                                                                       fail_on_data_loss):
+    """The README's read block again on a cluster restarted empty: the checkpoint is not data loss and
+    failOnDataLoss=false must not read the new topic from the old offsets."""
+    reader = make_reader(masterWebUrl=web.url, failOnDataLoss=fail_on_data_loss)
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    scope = f"{broker.broker_id}:{TOPIC}"
+    assert end[scope + "#origin"] == 20261125074442  # the deployment's createDate at the master
+    reader.stop()
+    _recreate(broker, web)
+    restarted = make_reader(masterWebUrl=web.url, failOnDataLoss=fail_on_data_loss)
+    with pytest.raises(ForeignCheckpointError, match=(
+            rf"^use a new checkpointLocation: this query's checkpoint belongs to another cluster or to an earlier "
+            rf"incarnation of the topic \(topic {TOPIC} on broker {broker.broker_id}: the checkpoint's was created "
+            r"2026-11-25 07:44:42 \(the master's clock\), the one there now 2026-11-25 08:15:00")) as error:
+        restarted.latestOffset(end, ReadAllAvailable())
+    assert "failOnDataLoss does not apply" in str(error.value) and restarted.data_losses == []
+    broker.append(broker.partitions(TOPIC)[0], *[f"new{i}".encode() for i in range(20)])  # refilled past 280:
+    with pytest.raises(ForeignCheckpointError):  # the same, where the #last check would call it reused offsets
+        make_reader(masterWebUrl=web.url, failOnDataLoss=fail_on_data_loss).latestOffset(end, ReadAllAvailable())
+
+
+def test_a_topic_re_created_under_a_running_query_fails_as_foreign_at_the_loss(make_reader, broker, keys, web):
+    reader = make_reader(masterWebUrl=web.url)
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    _recreate(broker, web)
+    with pytest.raises(ForeignCheckpointError, match="created 2026-11-25 07:44:42"):
+        reader.latestOffset(end, ReadAllAvailable())
+
+
+def test_a_loss_on_the_same_topic_incarnation_stays_data_loss_without_a_hint(make_reader, broker, keys, web):
+    reader = make_reader(masterWebUrl=web.url)
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    reader.stop()
+    for ref in broker.partitions(TOPIC):  # a broker that lost everything it held; its deployment is the same
+        broker.lose(ref, keep=0)
+    with pytest.raises(DataLossError, match=rf"^partition {keys[0]}: the broker's max offset 0 is below") as error:
+        make_reader(masterWebUrl=web.url).latestOffset(end, ReadAllAvailable())
+    assert "another cluster" not in str(error.value)
+
+
+def test_without_a_web_api_an_emptied_topic_says_a_foreign_checkpoint_looks_the_same_first(make_reader, broker,
+                                                                                             keys):
+    """No master web API (the default port 8080 has none here): the origin cannot be told, so a checkpoint
+    ahead of a topic whose partitions are all empty stays a loss, but the message leads with the likelier
+    cause and says how to tell."""
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    assert not [key for key in end if key.endswith("#origin")]
+    reader.stop()
+    for ref in broker.partitions(TOPIC):
+        broker.lose(ref, keep=0)
+    with pytest.raises(DataLossError, match=(
+            rf"^every partition of topic {TOPIC} on broker {broker.broker_id} is empty while this query's "
+            r"checkpoint stands past their start. If the checkpoint was written against another cluster or before "
+            r"the topic was deleted and re-created \(e.g. a local cluster restarted empty\), nothing was lost: use "
+            r"a new checkpointLocation. tubespark cannot compare")) as error:
+        make_reader().latestOffset(end, ReadAllAvailable())
+    text = str(error.value)
+    assert "this checkpoint records no origin" in text and "Set masterWebUrl" in text
+    assert f"Otherwise the broker lost what it stored: partition {keys[0]}: the broker's max offset 0" in text
+
+
+def test_without_a_web_api_a_partial_loss_notes_that_a_foreign_checkpoint_looks_the_same(make_reader, broker,
+                                                                                           keys):
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    p0, _ = broker.partitions(TOPIC)
+    broker.lose(p0, keep=4)
+    with pytest.raises(DataLossError, match=rf"^partition {keys[0]}: the broker's max offset 112") as error:
+        reader.latestOffset(end, ReadAllAvailable())
+    assert ("Set failOnDataLoss=false to continue from offset 112. A checkpoint written against another cluster "
+            "or before the topic was deleted and re-created looks the same from here") in str(error.value)
+
+
+def test_an_old_checkpoint_without_origin_marks_loads_and_gets_one(make_reader, broker, keys, web):
+    old = {keys[0]: 280, keys[1]: 840}  # no #last, no #origin
+    p0, _ = broker.partitions(TOPIC)
+    broker.append(p0, b"later")
+    reader = make_reader(masterWebUrl=web.url)
+    end = reader.latestOffset(old, ReadAllAvailable())
+    assert partitions_of(end) == {keys[0]: 308, keys[1]: 840}
+    assert end[f"{broker.broker_id}:{TOPIC}#origin"] == 20261125074442
+    reader.stop()
+    web.topics[TOPIC] = []  # the master's web API no longer lists it: nothing to compare, the mark is carried
+    broker.append(p0, b"later2")
+    end2 = make_reader(masterWebUrl=web.url).latestOffset(end, ReadAllAvailable())
+    assert end2[f"{broker.broker_id}:{TOPIC}#origin"] == 20261125074442 and partitions_of(end2)[keys[0]] == 336
 
 
 def test_a_partition_not_moved_carries_its_fingerprint(make_reader, broker, keys):

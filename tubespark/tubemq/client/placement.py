@@ -46,6 +46,14 @@ class Deployment:
     running: bool  # the broker holds a running registration at the master (runInfo is not "-")
     accept_subscribe: bool  # ... and the topic is open to consumers there now
     manage_status: str  # the broker record's manage status (online, offline, ...), "-" when not running
+    created: str = ""
+    """The record's ``createDate`` at the master, ``yyyyMMddHHmmss`` on the master's clock ("" if absent): a
+    deployment deleted and added again, or the same topic on another cluster, has another one."""
+
+    @property
+    def created_mark(self) -> int | None:
+        """:attr:`created` as a number (``20261125074442``), ``None`` when the master gave none."""
+        return int(self.created) if len(self.created) == 14 and self.created.isdigit() else None
 
     @property
     def configured(self) -> bool:
@@ -174,5 +182,6 @@ def _deployments(item: Mapping[str, Any]) -> list[Deployment]:
             running=running,
             accept_subscribe=running and run.get("acceptSubscribe") is True,
             manage_status=str(run.get("brokerManageStatus", _NOT_RUNNING)),
+            created=str(d.get("createDate", "")),
         ))
     return out

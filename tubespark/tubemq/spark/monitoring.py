@@ -52,7 +52,7 @@ def parse_offsets(raw: Any) -> dict[str, int] | None:
 
     ``None`` for anything that is not a tubemq offset (another source's format, empty, unparsable).
     """
-    offsets = shared_parse_offsets(raw, is_key=lambda key: key.count(":") >= 2)
+    offsets = shared_parse_offsets(raw, is_key=lambda key: "#" in key or key.count(":") >= 2)
     return None if offsets is None else BatchOffsets.parse(offsets).positions  # marks are no partitions
 
 

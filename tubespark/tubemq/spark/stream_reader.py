@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import uuid
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -42,6 +42,7 @@ from tubespark.errors import (
     UnknownTopicError,
 )
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_time
+from tubespark.spark.origins import Origin
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
 from tubespark.spark.stream_engine import StreamEngine, Survey
 from tubespark.tubemq.client.broker import BrokerClient
@@ -62,6 +63,10 @@ log = logging.getLogger(__name__)
 
 AssignmentUnavailableError = AvailableNowIncompleteError
 """The name this error had when only TubeMQ streams raised it."""
+
+ORIGIN_TIMEOUT_S = 5.0
+"""Longest wait for the master's web API when learning topics' origins without ``masterWebUrl`` set (port 8080
+of the master hosts is a guess there: a firewall that drops it must not hold a query's first batch long)."""
 
 FINGERPRINT_WINDOW = 8
 """Index records read below an offset to find a partition's last message there: several partitions of one
@@ -102,6 +107,10 @@ class TubeStreamReader(StreamEngine):
     source = "tubemq"
     record_size = INDEX_RECORD_SIZE
     policy = _LostAcknowledged()
+    origin_advice = ("Set masterWebUrl (the masters' web API, port 8080 by default) so the offsets record each "
+                     "topic deployment's creation time and a checkpoint from another cluster or topic incarnation "
+                     "fails with ForeignCheckpointError instead; to tell now, compare the topic's createDate in "
+                     "the master's admin_query_topic_deploy_info with when this checkpoint was written")
 
     def __init__(self, options: TubeMQOptions) -> None:
         super().__init__(options)
@@ -343,6 +352,35 @@ class TubeStreamReader(StreamEngine):
         broke the last one, even when it came back between two triggers."""
         ref = self.member.refs.get(key)
         return None if ref is None else self.member.session().brokers.pool.opened(ref.broker.address)
+
+    def origin_scope(self, key: str) -> str | None:
+        """A topic's deployment on one broker (``brokerId:topic``): the master creates and deletes it as one."""
+        broker_id, topic, _partition = PartitionRef.parse_key(key)
+        return f"{broker_id}:{topic}"
+
+    def origins(self, scopes: Collection[str]) -> Mapping[str, Origin]:
+        """Each deployment's ``createDate`` at the master (its web API, one call): a cluster started anew, or
+        a topic deleted and re-created, has other ones. Raises :class:`AdminApiError` when no web API answers."""
+        topics = {scope.split(":", 1)[1] for scope in scopes}
+        timeout_s = self.options.request_timeout_ms / 1000
+        if not self.options.master_web_urls:
+            timeout_s = min(timeout_s, ORIGIN_TIMEOUT_S)
+        placement = configured_partitions(self.options.web_urls(), topics, timeout_s=timeout_s)
+        out: dict[str, Origin] = {}
+        for deploy in placement.deployments:
+            scope, mark = f"{deploy.broker_id}:{deploy.topic}", deploy.created_mark
+            if deploy.configured and mark is not None and scope in scopes:
+                out[scope] = Origin(mark, self.describe_origin(mark))
+        return out
+
+    def scope_name(self, scope: str) -> str:
+        broker_id, topic = scope.split(":", 1)
+        return f"topic {topic} on broker {broker_id}"
+
+    def describe_origin(self, mark: int) -> str:
+        """``20261125074442`` -> ``2026-11-25 07:44:42 (the master's clock)``."""
+        t = f"{mark:014d}"
+        return f"{t[:4]}-{t[4:6]}-{t[6:8]} {t[8:10]}:{t[10:12]}:{t[12:]} (the master's clock)"
 
     def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
         """Read under a private probe group: the read tasks' group may hold the partition right now."""
