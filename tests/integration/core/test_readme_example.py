@@ -59,7 +59,8 @@ def test_readme_walkthrough_runs_as_written(tubemq_cluster, tmp_path):
     shutil.rmtree("/tmp/tubespark-example", ignore_errors=True)
     script = tmp_path / "walkthrough.py"
     script.write_text("\n".join(blocks) + EPILOGUE)
-    env = {**os.environ, "TUBEMQ_MASTER": tubemq_cluster.master_address, "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "TUBEMQ_MASTER": tubemq_cluster.master_address,
+           "TUBEMQ_MASTER_WEB": tubemq_cluster.master_web_url, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     count = int(re.search(r"^(\d+) events so far$", done.stdout, re.M).group(1))
