@@ -34,7 +34,9 @@ Both: :meth:`inject` makes the next ``times`` calls of a method answer an error 
 :meth:`fault` scripts what happens to the *answer* of the next calls of a method after the fake has
 handled them (so the broker's state moved, as a real broker's would): ``"reset"`` cuts the
 connection instead of answering, ``"silent"`` never answers (the connection stays open),
-``"slow"`` answers after ``delay_s`` and ``"serial"`` answers under another serial number. Every socket
+``"slow"`` answers after ``delay_s`` and ``"serial"`` answers under another serial number.
+:meth:`not_ready` makes the next calls answer ``ServerNotReadyException`` without handling them, as a
+restarted 2.4.0 broker does while its port accepts connections before its RPC server runs. Every socket
 has a short timeout and every thread is a daemon that ends with :meth:`close`, so nothing can hang.
 """
 
@@ -133,6 +135,7 @@ class _Server:
         self.requests: list[tuple[int, Message]] = []
         self._faults: dict[int, list[tuple[int, str]]] = {}
         self._answer_faults: dict[int, list[tuple[str, float]]] = {}
+        self._not_ready = 0  # calls left to answer ServerNotReadyException (not_ready)
         self._stopped = threading.Event()
         self._links: list[_Link] = []
         self.accepted = 0
@@ -163,6 +166,14 @@ class _Server:
         with self.lock:
             entry = (action, delay_s)
             self._answer_faults[int(method)] = [entry] * times if times is not None else [entry, None]  # type: ignore[list-item]
+
+    NOT_READY = ("org.apache.inlong.tubemq.corerpc.exception.ServerNotReadyException",
+                 "IPC server unable to read call parameters:RpcServer is not running yet")
+
+    def not_ready(self, times: int) -> None:
+        """The next ``times`` calls (of any method) answer ``ServerNotReadyException``, unhandled."""
+        with self.lock:
+            self._not_ready += times
 
     def heal(self, method: int | None = None) -> None:
         """End scripted answer faults (of ``method``, or all)."""
@@ -209,6 +220,11 @@ class _Server:
                 decoded = decode_request(payload)
                 if decoded.method not in self.handlers:  # as the real server: FATAL, connection stays
                     link.send(serial, encode_exception("java.lang.Exception", "Unsupported method ID", fatal=True))
+                    continue
+                with self.lock:
+                    not_ready, self._not_ready = self._not_ready > 0, max(0, self._not_ready - 1)
+                if not_ready:
+                    link.send(serial, encode_exception(*self.NOT_READY))
                     continue
                 request_cls, response_cls, name = self.handlers[decoded.method]
                 request = parse_message(request_cls, decoded.request)

@@ -1,12 +1,17 @@
 """The soak's streaming job: a checkpointed parquet sink, run as its own process so it can be killed -9.
 
     python soak_job.py MASTER TOPIC GROUP CHECKPOINT OUTPUT (run|drain) [MAX_OFFSETS_PER_TRIGGER]
+        [SINK_TOPIC [MASTER_WEB_URL]]
 
 Prints one line per finished micro-batch, for the soak to measure recovery times from::
 
     progress <batchId> <numInputRows> <unix time the line was printed>
 
-``run`` streams until killed; ``drain`` runs Trigger.AvailableNow and exits.
+``run`` streams until killed; ``drain`` runs Trigger.AvailableNow and exits. With ``SINK_TOPIC`` (``run``
+only) a second query in the same Spark application streams the topic's values into ``SINK_TOPIC`` through
+the TubeMQ sink (group ``GROUP`` + ``-sink``, checkpoint ``CHECKPOINT`` + ``-sink``): the rolling soak's
+running sink. The job exits 1 as soon as either query stops. ``MASTER_WEB_URL`` sets ``masterWebUrl`` on
+the source and the sink (how a production job tells a broker that is down from a removed partition).
 """
 
 from __future__ import annotations
@@ -23,24 +28,37 @@ import tubespark
 def main() -> None:
     master, topic, group, checkpoint, output, mode = sys.argv[1:7]
     max_per_trigger = sys.argv[7] if len(sys.argv) > 7 else "5000"
+    sink_topic = sys.argv[8] if len(sys.argv) > 8 else ""
+    web = {"masterWebUrl": sys.argv[9]} if len(sys.argv) > 9 else {}
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("tubespark-soak-job")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.python.worker.faulthandler.enabled", "true").getOrCreate())  # a worker crash's stack
     spark.sparkContext.setLogLevel("ERROR")
     tubespark.register(spark)
-    stream = (spark.readStream.format("tubemq").option("master", master).option("topic", topic)
-              .option("group", group).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", max_per_trigger).option("heartbeatIntervalMs", "1000").load()
-              .select("value", "partitionKey", "offset"))
+
+    def source(group_id: str):
+        return (spark.readStream.format("tubemq").option("master", master).option("topic", topic)
+                .option("group", group_id).option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", max_per_trigger).option("heartbeatIntervalMs", "1000")
+                .options(**web).load())
+
+    stream = source(group).select("value", "partitionKey", "offset")
     writer = stream.writeStream.format("parquet").option("path", output).option("checkpointLocation", checkpoint)
     if mode == "drain":
         query = writer.trigger(availableNow=True).start()
     else:
         query = writer.trigger(processingTime="500 milliseconds").start()
+    others = []
+    if sink_topic and mode != "drain":
+        others.append(source(group + "-sink").select("value").writeStream.format("tubemq")
+                      .option("master", master).option("topic", sink_topic).options(**web)
+                      .option("checkpointLocation", checkpoint + "-sink")
+                      .trigger(processingTime="500 milliseconds").start())
     print("started", flush=True)
     seen = -1
-    while query.isActive:
+    while query.isActive and all(other.isActive for other in others):
         for progress in query.recentProgress:
             batch = progress.get("batchId", -1) if isinstance(progress, dict) else progress.batchId
             rows = progress.get("numInputRows", 0) if isinstance(progress, dict) else progress.numInputRows
@@ -49,8 +67,10 @@ def main() -> None:
                 print(f"progress {batch} {rows} {time.time():.3f}", flush=True)
         time.sleep(0.1)
     error = query.exception()
-    if error is not None:
-        print(f"query failed: {error}", flush=True)
+    stopped = [other for other in others if not other.isActive]
+    if error is not None or stopped:
+        print(f"query failed: {error}" if error is not None else f"sink query stopped: {stopped[0].exception()}",
+              flush=True)
         spark.stop()
         sys.exit(1)
     spark.stop()

@@ -46,6 +46,14 @@ class StandbyMasterError(RpcError):
     retriable = True
 
 
+class ServerNotReadyError(RpcError):
+    """The server's RPC layer is not running yet: a restarted broker (or master) accepts connections a moment
+    before it serves calls, and answers ``ServerNotReadyException`` meanwhile (2.4.0, seen right after a
+    graceful broker restart). Nothing was handled; the same call succeeds once it runs."""
+
+    retriable = True
+
+
 class NoMasterAvailableError(BrokerConnectionError):
     """Every configured master address failed or was a standby.
 

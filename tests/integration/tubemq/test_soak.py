@@ -25,6 +25,19 @@ is about the connector alone), ``tight`` (memory cache at the server's minimums)
 server defaults: a broker kill -9 loses acknowledged messages, and the offsets it lost are handed to
 new messages after the restart, which a query that had already read past them skips).
 
+**Rolling soak** (``test_rolling_restarts_on_three_brokers_lose_and_repeat_nothing``, issue 23 part 6): the
+same producer and query (the parquet sink, checked exactly as above) plus, in the same Spark application, a
+second query streaming the topic into another topic through the TubeMQ sink, on 3 brokers (127.0.0.1-3) and
+2 masters (active + standby). In turn: broker 1 stopped gracefully (SIGTERM) and started again, broker 2
+killed -9 and kept down (CI 45 s, long 5 minutes: past the master's 10 s broker heartbeat timeout, so the
+master releases its partitions) while the active master is killed -9 and kept down until the standby
+serves, broker 3 stopped gracefully and started again; each broker's return waits until the master serves
+its topics again (~30 s). The query is killed -9 and restarted twice (long: 4 times), once while broker 2 is
+down. Neither query may stop. The report separates the brokers' loss (acknowledged, not held:
+durability) from the connector's (held, not in the sink). CI: 35,000 messages at 200/s; long
+(``TUBESPARK_SOAK=long``): 1,000,000 at 1,500/s. ``TUBESPARK_SOAK_FLUSH`` applies here too (``nomem`` by
+default: the brokers lose nothing acknowledged, and the test asserts it).
+
 **Durability window** (``test_broker_kill_loses_only_the_unflushed_window``): how many acknowledged
 messages one broker kill -9 loses, at the server's default flush settings and with a tight flush (those
 two only print figures, so they run with ``TUBESPARK_SOAK=long``; CI runs ``nomem``, which must lose none).
@@ -43,7 +56,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +74,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 JOB = Path(__file__).resolve().parents[1] / "soak_job.py"
 TOPIC = "soak"
 WINDOW_TOPIC = "window"
+ROLLING_TOPIC, ROLLING_SINK = "rolling", "rollout"  # on the 3-broker cluster: 2 stores x 1 partition per broker
 RECOVERY_TARGET_S = 15.0
 LONG = os.environ.get("TUBESPARK_SOAK", "") == "long"
 
@@ -208,9 +222,11 @@ def test_broker_kill_loses_only_the_unflushed_window(mode, soak_cluster):
 class Job:
     """One run of soak_job.py; collects its progress lines in the background."""
 
-    def __init__(self, cluster: LocalCluster, group: str, work: Path, mode: str, log: list[str]) -> None:
-        argv = [sys.executable, str(JOB), cluster.master_address, TOPIC, group, str(work / "ck"),
-                str(work / "out"), mode]
+    def __init__(self, cluster: LocalCluster, group: str, work: Path, mode: str, log: list[str], *,
+                 topic: str = TOPIC, sink_topic: str = "", web: bool = False) -> None:
+        argv = [sys.executable, str(JOB), cluster.master_address, topic, group, str(work / "ck"),
+                str(work / "out"), mode, "5000"] + ([sink_topic] if sink_topic else [])
+        argv += [",".join(cluster.master_web_urls)] if web else []
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         self.progress: list[tuple[int, int, float]] = []
@@ -238,10 +254,12 @@ class Job:
         return self.proc.poll() is None
 
 
-def _drain(spark, cluster: LocalCluster, group: str, work: Path) -> None:
+def _drain(spark, cluster: LocalCluster, group: str, work: Path, topic: str = TOPIC, *, web: bool = False) -> None:
     """What ``soak_job.py ... drain`` runs (Trigger.AvailableNow from the killed runs' checkpoint, same options
     and sink), in the test's own Spark session: one Spark start less per drain."""
-    query = (spark.readStream.format("tubemq").option("master", cluster.master_address).option("topic", TOPIC)
+    options = {"masterWebUrl": ",".join(cluster.master_web_urls)} if web else {}
+    query = (spark.readStream.format("tubemq").option("master", cluster.master_address).option("topic", topic)
+             .options(**options)
              .option("group", group).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "5000")
              .option("heartbeatIntervalMs", "1000").load().select("value", "partitionKey", "offset")
              .writeStream.format("parquet").option("path", str(work / "out"))
@@ -297,26 +315,43 @@ def _plan(rng: random.Random, duration_s: float, job_kills: int) -> list[tuple[f
     return spaced
 
 
+def _rolling_settings(mode: str) -> ClusterSettings:
+    """The rolling soak's cluster: the soak's flush settings, and a master group whose standby takes over 6 s
+    after the active master's ZooKeeper session is gone (as in test_masters)."""
+    return replace(_flush_settings(mode), zk_session_timeout_ms=6000, zk_master_check_period_ms=1000)
+
+
 @contextlib.contextmanager
-def _soak_cluster(_tmp: Path) -> Iterator[LocalCluster]:
-    """The soak's cluster, which also carries the durability window's topic when their settings agree (CI)."""
+def _soak_clusters(_tmp: Path) -> Iterator[dict[str, LocalCluster]]:
+    """The soak's cluster (one broker; it also carries the durability window's topic when their settings agree,
+    as in CI), and the rolling soak's: 3 brokers on 127.0.0.1-3 and 2 masters (active + standby). One piece, so
+    both start ahead of the module (a second piece would start inline: nothing starts beside the soak)."""
     mode = os.environ.get("TUBESPARK_SOAK_FLUSH", "nomem")
-    settings = _flush_settings(mode)
-    with LocalCluster(settings=settings, topics=[(TOPIC, 1, 4), (WINDOW_TOPIC, 1, 4)]) as cluster:
-        cluster.flush_mode = mode  # type: ignore[attr-defined]
-        yield cluster
+    with contextlib.ExitStack() as stack:
+        single = stack.enter_context(LocalCluster(settings=_flush_settings(mode),
+                                                  topics=[(TOPIC, 1, 4), (WINDOW_TOPIC, 1, 4)]))
+        rolling = stack.enter_context(LocalCluster(settings=_rolling_settings(mode), brokers=3, masters=2,
+                                                   topics=[(ROLLING_TOPIC, 1, 2), (ROLLING_SINK, 1, 2)]))
+        for cluster in (single, rolling):
+            cluster.flush_mode = mode  # type: ignore[attr-defined]
+        yield {"soak": single, "rolling": rolling}
 
 
 # Started ahead of this module (tubespark_testbed/prestart.py); nothing else starts while the soak runs,
 # so no JVM coming up next to it spoils its recovery times.
-PRESTART = {"soak_cluster": _soak_cluster}
-PRESTART_LIGHT = True  # a cluster: mostly waiting while it starts, so it may start beside another
+PRESTART = {"soak_clusters": _soak_clusters}
+PRESTART_LIGHT = True  # clusters: mostly waiting while they start, so they may start beside another
 PRESTART_QUIET = True
 
 
 @pytest.fixture(scope="module")
 def soak_cluster(prestarted) -> LocalCluster:
-    return prestarted("soak_cluster")
+    return prestarted("soak_clusters")["soak"]
+
+
+@pytest.fixture(scope="module")
+def rolling_cluster(prestarted) -> LocalCluster:
+    return prestarted("soak_clusters")["rolling"]
 
 
 def _soak_size() -> tuple[int, float, int]:
@@ -430,3 +465,194 @@ def test_soak_exactly_once_under_faults(spark, soak_cluster, tmp_path, request):
     assert not missing, f"{len(missing)} held messages never reached the sink, e.g. {missing[:10]}"
     assert not dup, f"{len(dup)} messages written twice, e.g. {list(dup.items())[:10]}"
     assert all(r is not None and r <= RECOVERY_TARGET_S for r in recoveries), recoveries
+
+
+# --- the rolling soak: 3 brokers, 2 masters --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RollingSize:
+    total: int          # messages
+    rate: float         # per second
+    outage_s: float     # how long broker-2 stays down after its crash
+    query_kills: tuple[str, ...]  # when the query is killed: "f<fraction of the run>" or "o<fraction of the outage>"
+
+
+def _rolling_size() -> RollingSize:
+    if LONG:
+        return RollingSize(1_000_000, 1500.0, 300.0, ("f0.12", "o0.33", "o0.67", "f0.85"))
+    # CI: the steps themselves take ~3 min (each broker's return waits out the master's ~30 s hold on its
+    # topics); the rate keeps the producer running through all of them
+    return RollingSize(35_000, 200.0, 45.0, ("f0.27", "o0.5"))
+
+
+def _rolling_plan(size: RollingSize) -> list[tuple[float, str, str]]:
+    """(seconds into the run, step, process). Steps block (a broker's restart until it serves again), so a later
+    step starts at its time or when the one before it is done, whichever is later."""
+    duration = size.total / size.rate
+    down_at = 0.3 * duration
+    steps = [(0.05 * duration, "restart", "broker"),       # graceful stop (SIGTERM), start, wait until it serves
+             (down_at, "crash", "broker-2"),               # kill -9; down for outage_s (> the heartbeat timeout)
+             (down_at + 10, "master", ""),                 # kill -9 the active master, down until the standby serves
+             (down_at + size.outage_s, "up", "broker-2"),
+             (down_at + size.outage_s + 1, "restart", "broker-3")]
+    for kill in size.query_kills:
+        at = duration * float(kill[1:]) if kill[0] == "f" else down_at + size.outage_s * float(kill[1:])
+        steps.append((at, "query", ""))
+    return sorted(steps, key=lambda step: step[0])
+
+
+class RollingRun:
+    """The running query (a :class:`Job` with the TubeMQ sink beside it) and the cluster steps of one rolling soak."""
+
+    def __init__(self, cluster: LocalCluster, work: Path) -> None:
+        self.cluster = cluster
+        self.work = work
+        self.group = "roll" + uuid.uuid4().hex[:8]
+        self.log: list[str] = []
+        self.jobs: list[Job] = []
+        self.events: list[str] = []
+        self.marks: dict[str, float] = {}  # "<step> <process>" -> unix time the step began
+        self.t0 = time.monotonic()
+        self.new_job()
+
+    def new_job(self) -> None:
+        self.jobs.append(Job(self.cluster, self.group, self.work, "run", self.log, topic=ROLLING_TOPIC,
+                             sink_topic=ROLLING_SINK, web=True))
+
+    @property
+    def job(self) -> Job:
+        return self.jobs[-1]
+
+    def check_alive(self, during: str) -> None:
+        if not self.job.alive():
+            (self.work / "job.log").write_text("\n".join(self.log) + "\n")
+            why = [line for line in self.log if line.startswith(("query failed", "sink query stopped"))]
+            raise AssertionError(f"the streaming query or its sink stopped ({during}; the job's whole log: "
+                                 f"{self.work / 'job.log'}):\n" + "\n".join(why + self.log[-40:]))
+
+    def wait_until(self, at: float) -> None:
+        while time.monotonic() - self.t0 < at:
+            self.check_alive("waiting for the next step")
+            time.sleep(0.2)
+
+    def step(self, what: str, name: str) -> None:
+        stamp = time.monotonic() - self.t0
+        began = time.monotonic()
+        self.marks[f"{what} {name}"] = time.time()
+        cluster = self.cluster
+        if what == "query":
+            self.job.kill()
+            self.new_job()
+            note = "query kill -9 + restart"
+        elif what == "restart":
+            stop_s = cluster.terminate(name)
+            accepting = cluster.start_again(name, new_registration=True)
+            note = (f"{name} graceful stop ({stop_s:.1f}s), start: accepting after {accepting:.1f}s, "
+                    f"serving after {time.monotonic() - began:.0f}s")
+        elif what == "crash":
+            cluster.kill(name)
+            note = f"{name} kill -9 (stays down)"
+        elif what == "up":
+            accepting = cluster.start_again(name, new_registration=True)
+            note = f"{name} start: accepting after {accepting:.1f}s, serving after {time.monotonic() - began:.0f}s"
+        else:
+            old = cluster.active_master()
+            assert old is not None, "no active master before the master kill"
+            cluster.kill(old)
+            while (new := cluster.active_master()) in (None, old):
+                assert time.monotonic() - began < 90, "the standby never took over"
+                time.sleep(0.2)
+            took_over = time.monotonic() - began
+            cluster.start_again(old)  # back as a standby
+            note = f"{old} kill -9, {new} active after {took_over:.1f}s, {old} back as standby"
+        self.events.append(f"{stamp:.0f}s {note}")
+        self.check_alive(note)
+
+    def kill_all(self) -> None:
+        for job in self.jobs:
+            job.kill()
+
+
+@(pytest.mark.soak_long if LONG else lambda f: f)
+def test_rolling_restarts_on_three_brokers_lose_and_repeat_nothing(spark, rolling_cluster, tmp_path):
+    """Every broker restarted in turn (graceful stops), one crashed and down for longer than the master's broker
+    heartbeat timeout, the active master killed and kept down until the standby serves, the query killed and
+    restarted: the stream and its TubeMQ sink never stop, and the sink holds every message the brokers hold,
+    once. Brokers without the memory cache (``nomem``, CI): a broker loses nothing acknowledged, so any loss
+    would be the connector's."""
+    cluster = rolling_cluster
+    size = _rolling_size()
+    plan = _rolling_plan(size)
+    duration = size.total / size.rate
+    print(f"\n[rolling] messages={size.total} rate={size.rate:.0f}/s brokers=3 masters=2 flush={cluster.flush_mode} "
+          f"outage={size.outage_s:.0f}s plan=" + ", ".join(f"{what}{' ' + name if name else ''}@{at:.0f}s"
+                                                            for at, what, name in plan))
+    producer = SteadyProducer(cluster.master_address, ROLLING_TOPIC, size.total, size.rate).start()
+    run = RollingRun(cluster, tmp_path)
+    try:
+        for at, what, name in plan:
+            run.wait_until(at)
+            run.step(what, name)
+        producer.join(duration * 2 + 120)
+        produced_s = time.monotonic() - run.t0
+        # the last query catches up: the parquet sink until its batches stop growing, the TubeMQ sink until it
+        # holds what the source holds
+        held = topic_seqs(cluster.master_address, ROLLING_TOPIC)
+        deadline = time.monotonic() + 120
+        last_rows = -1
+        while time.monotonic() < deadline:
+            run.check_alive("catching up")
+            time.sleep(3)
+            rows = sum(r for _, r, _ in run.job.progress)
+            if rows == last_rows and set(held) <= set(topic_seqs(cluster.master_address, ROLLING_SINK)):
+                break
+            last_rows = rows
+        run.check_alive("catching up")
+    finally:
+        producer.close()
+        run.kill_all()
+
+    held_set = set(held)
+    deadline = time.monotonic() + 180
+    while True:  # killed members' partitions come back once the master times them out
+        _drain(spark, cluster, run.group, tmp_path, ROLLING_TOPIC, web=True)
+        got = collections.Counter(seq for seq, _, _ in _sink_rows(spark, tmp_path / "out"))
+        if held_set <= set(got) or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    relayed = collections.Counter(topic_seqs(cluster.master_address, ROLLING_SINK))
+
+    acked = set(producer.acked)
+    broker_lost = acked - held_set
+    missing = sorted(held_set - set(got))
+    dup = {s: c for s, c in got.items() if c > 1}
+    relay_missing = sorted(held_set - set(relayed))
+    per_broker = collections.Counter(r.partition.broker_id for r in producer.acked.values())
+    batches = sum(len(job.progress) for job in run.jobs)
+    # the other brokers' partitions keep flowing while broker 2 is down (progress lines carry unix times)
+    down, up = run.marks["crash broker-2"], run.marks["up broker-2"]
+    during = [rows for job in run.jobs for _, rows, at in job.progress if down < at < up]
+    print(f"[rolling] events: {'; '.join(run.events)}")
+    print(f"[rolling] produced={producer.produced} acknowledged={len(acked)} "
+          f"(per broker {dict(sorted(per_broker.items()))}) send_failures={len(producer.failed)} "
+          f"{dict(producer.errors)} in {produced_s:.0f}s")
+    print(f"[rolling] held_by_brokers={len(held)} (distinct {len(held_set)}) read_into_sink={sum(got.values())} "
+          f"(distinct {len(got)}) in {batches} batches over {len(run.jobs)} query runs")
+    print(f"[rolling] lost_by_brokers(durability)={len(broker_lost)} lost_by_connector={len(missing)} "
+          f"duplicated={len(dup)} read_not_held={len(set(got) - held_set)}")
+    print(f"[rolling] while broker-2 was down ({up - down:.0f}s): {sum(during)} rows read from the others in "
+          f"{sum(1 for rows in during if rows)} non-empty batches")
+    print(f"[rolling] TubeMQ sink topic (at-least-once): holds {len(relayed)} distinct, missing {len(relay_missing)}, "
+          f"written twice {sum(1 for c in relayed.values() if c > 1)}")
+    assert not missing, f"{len(missing)} held messages never reached the sink, e.g. {missing[:10]}"
+    assert not dup, f"{len(dup)} messages written twice, e.g. {list(dup.items())[:10]}"
+    assert not relay_missing, (f"{len(relay_missing)} held messages never reached the TubeMQ sink, "
+                               f"e.g. {relay_missing[:10]}")
+    assert len(held) == len(held_set), "a broker holds a message twice"
+    # not asserted: a micro-batch planned just before the crash has a range on broker 2, and its read task
+    # waits for that broker (up to 6 x requestTimeoutMs), holding the whole stream; after a query kill the
+    # replayed batch waits the same way. Whether rows flow during the outage depends on that timing (4,609
+    # rows in one run, 0 in another), so it is printed, not checked
+    if cluster.flush_mode == "nomem":
+        assert not broker_lost, f"without the memory cache the brokers lost {len(broker_lost)} acknowledged messages"

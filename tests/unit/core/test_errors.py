@@ -93,7 +93,8 @@ def test_the_shared_module_holds_only_broker_neutral_kinds() -> None:
 
 @pytest.mark.parametrize(("broker", "names"), [
     ("tubemq", {"BadTokenError", "ProtobufDecodeError", "RpcError", "StandbyMasterError", "NoMasterAvailableError",
-                "NotAMasterError", "PartitionOccupiedError", "NotRegisteredError", "GroupConflictError",
+                "ServerNotReadyError", "NotAMasterError", "PartitionOccupiedError", "NotRegisteredError",
+                "GroupConflictError",
                 "AdminApiError", "BundleParseError"}),
     ("tank", {"TankProtocolError", "BundleFormatError", "TruncatedFieldError", "LeaderMovedError",
               "BoundaryFaultError"}),
@@ -130,7 +131,8 @@ RETRIABLE = {
     # passing conditions of the connection or the server: the same call may succeed after a backoff
     "BrokerConnectionError", "RpcTimeoutError", "BrokerUnavailableError", "NoDataError", "ServerBusyError",
     "RangeReadError",
-    "StandbyMasterError", "NoMasterAvailableError", "PartitionOccupiedError", "NotRegisteredError",
+    "StandbyMasterError", "ServerNotReadyError", "NoMasterAvailableError", "PartitionOccupiedError",
+    "NotRegisteredError",
     "LeaderMovedError", "NoNameServerAvailableError", "NoPermissionError",
     "PartitionsUnavailableError",  # a broker that does not serve now may come back
 }

@@ -347,6 +347,32 @@ def test_master_fails_over_when_the_first_master_misbehaves(two_peers: tuple[Fak
         ch.close()
 
 
+NOT_READY = "org.apache.inlong.tubemq.corerpc.exception.ServerNotReadyException"
+
+
+def not_ready(link: Link, serial: int, request: DecodedRequest) -> None:
+    link.reply_exception(serial, NOT_READY, "IPC server unable to read call parameters:RpcServer is not running yet")
+
+
+def test_a_master_whose_rpc_server_is_not_running_yet_is_passed_over(two_peers: tuple[FakePeer, FakePeer]) -> None:
+    """A master restarted a moment ago answers ServerNotReadyException: the call goes to the next master (it
+    raised at once before), and with no other master it is a retriable wait, as during an election."""
+    first, second = two_peers
+    first.script, second.script = not_ready, echo
+    ch = channel(first.address, second.address)
+    try:
+        assert master_call(ch) == "x"
+    finally:
+        ch.close()
+    only = channel(first.address)
+    try:
+        with pytest.raises(NoMasterAvailableError) as info:
+            master_call(only)
+    finally:
+        only.close()
+    assert info.value.retriable and info.value.electing and "starting" in str(info.value)
+
+
 def test_master_fails_over_on_timeout(two_peers: tuple[FakePeer, FakePeer]) -> None:
     first, second = two_peers
     first.script, second.script = None, echo

@@ -126,6 +126,20 @@ def test_error_response_raises_rpc_error() -> None:
     assert "IllegalStateException" in str(err) and "consumer not registered" in str(err)
 
 
+NOT_READY = "org.apache.inlong.tubemq.corerpc.exception.ServerNotReadyException"
+
+
+@pytest.mark.parametrize("fatal", [False, True])
+def test_a_server_not_running_yet_is_retriable(fatal: bool) -> None:
+    """A restarted broker's RPC port accepts connections a moment before its RPC server runs; calls then get
+    this exception (seen on 2.4.0 in the rolling soak, right after a graceful restart). The same call succeeds
+    a moment later: a read task that failed on it stopped the query."""
+    with pytest.raises(RpcError) as info:
+        decode_response(encode_exception(NOT_READY, "IPC server unable to read call parameters:RpcServer is not "
+                                                    "running yet", fatal=fatal))
+    assert info.value.retriable and info.value.exception_name == NOT_READY
+
+
 def test_fatal_response_sets_fatal() -> None:
     with pytest.raises(RpcError) as info:
         decode_response(encode_exception("java.lang.Exception", "IPC server unable to read call parameters",

@@ -154,6 +154,16 @@ def test_faults_on_register_and_commit_are_recovered(broker, part, client, metho
     assert flat([[m.data for m in b] for b in rr.read_batches(part, 0, 28 * N)]) == everything()
 
 
+def test_a_broker_whose_rpc_server_is_not_running_yet_is_read_once_it_runs(broker, part, client):
+    """A broker restarted under a running stream accepts connections before its RPC server runs, and answers
+    ServerNotReadyException meanwhile (seen in the rolling soak): the read waits for it, as for any fault a
+    retry can cure. Before, the read task failed at once and with it the query."""
+    rr = RangeReader(client, READ_GROUP, retry_s=5.0)
+    broker.not_ready(3)  # the register, then its two retries
+    assert flat([[m.data for m in b] for b in rr.read_batches(part, 0, 28 * N)]) == everything()
+    assert len(broker.requests_of(Method.BROKER_REGISTER)) >= 1
+
+
 def test_fault_while_cutting_at_the_planned_end(broker, part, client):
     """The answer of the fetch of the batch straddling ``end`` ([8, 12) for end 10) is lost: still exact."""
     rr = RangeReader(client, READ_GROUP, retry_s=5.0)

@@ -839,6 +839,25 @@ def test_a_partition_whose_broker_is_down_is_not_a_vanished_one(make_reader, mas
             fresh.latestOffset(end2, ReadAllAvailable())
 
 
+def test_a_restart_replaying_a_batch_of_a_partition_whose_broker_is_down_plans_it(make_reader, master, broker, keys):
+    """Seen in the rolling soak: a query killed while one broker was down restarts and replays its last planned
+    batch, which has a range of that broker's partition (planned before the crash). The master lists the
+    partition no more; the replay must still read that range (its broker is configured, only down), not fail
+    with "no longer exists" as it did. A partition removed from the configuration still fails."""
+    with FakeMasterWeb() as web:
+        web.topics[TOPIC] = [FakeDeploy(broker_id=broker.broker_id, partitions=1, stores=2, running=False)]
+        p1 = broker.partitions(TOPIC)[1]
+        with broker.lock:  # the master lists the down broker's partition no more
+            del broker.stores[(TOPIC, p1.partition_id)]
+        fresh = make_reader(assign=False, masterWebUrl=web.url)
+        [task] = fresh.read_tasks({keys[1]: (0, 56)})
+        assert (task.broker_id, task.partition_id, task.start, task.end) == (p1.broker_id, p1.partition_id, 0, 56)
+        assert (task.host, task.port) == (f"127.0.0.{broker.broker_id}", 8123)  # where the configuration has it
+        web.topics[TOPIC] = []  # removed from the configuration: a vanished partition
+        with pytest.raises(DataLossError, match=f"partition {keys[1]} no longer exists"):
+            make_reader(assign=False, masterWebUrl=web.url).read_tasks({keys[1]: (0, 56)})
+
+
 @pytest.mark.parametrize("broker_answers", [False, True])
 def test_a_partition_whose_broker_is_down_is_not_a_vanished_one_when_no_web_api_answers(make_reader, master, broker,
                                                                                         keys, broker_answers):

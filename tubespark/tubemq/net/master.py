@@ -19,7 +19,14 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from tubespark.errors import BrokerConnectionError, CodecError, RpcTimeoutError, TlsError, TruncatedFrameError
-from tubespark.tubemq.errors import BadTokenError, NoMasterAvailableError, NotAMasterError, RpcError, StandbyMasterError
+from tubespark.tubemq.errors import (
+    BadTokenError,
+    NoMasterAvailableError,
+    NotAMasterError,
+    RpcError,
+    ServerNotReadyError,
+    StandbyMasterError,
+)
 from tubespark.tubemq.net.connection import (
     DEFAULT_CALL_TIMEOUT_S,
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -48,6 +55,8 @@ def explain_failure(exc: BaseException) -> tuple[str, bool]:
     cause = exc.__cause__
     if isinstance(exc, StandbyMasterError):
         return "a standby master", False
+    if isinstance(exc, ServerNotReadyError):
+        return "a master that is starting: its RPC server is not running yet", False
     if isinstance(exc, RpcTimeoutError):
         return f"connected, but no answer in time: {exc}", False
     if isinstance(cause, ConnectionRefusedError):
@@ -112,8 +121,9 @@ class MasterChannel:
                                                      io_timeout_s=self.request_timeout_s, ssl_context=self._ssl)
                     return self._conn.call(method, ServiceType.MASTER, request, response_cls,
                                            self.request_timeout_s)
-                except (BrokerConnectionError, StandbyMasterError, CodecError) as exc:
-                    standby = standby or isinstance(exc, StandbyMasterError)
+                except (BrokerConnectionError, StandbyMasterError, ServerNotReadyError, CodecError) as exc:
+                    # a starting master, like a standby, is one waiting can help (the next may serve now)
+                    standby = standby or isinstance(exc, StandbyMasterError | ServerNotReadyError)
                     # CodecError: the reply was garbage and the connection is gone, a local failure like a
                     # closed channel, which the Java invoker also answers by trying the next master
                     why, wrong = explain_failure(exc)
@@ -137,7 +147,7 @@ class MasterChannel:
             raise NotAMasterError(f"no TubeMQ master at {where}: {CHECK_MASTER}")
         if standby:
             raise NoMasterAvailableError(f"no active TubeMQ master at {where}: the master group is electing its "
-                                         f"next active master", electing=True)
+                                         f"next active master, or a master is starting", electing=True)
         raise NoMasterAvailableError(f"no TubeMQ master answers at {where}: {CHECK_MASTER}")
 
     def _drop_connection(self) -> None:

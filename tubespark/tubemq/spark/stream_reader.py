@@ -401,6 +401,7 @@ class TubeStreamReader(StreamEngine):
                 what=f"look up the brokers of {sorted(topics)}")
             for parts in layouts.values():
                 self.member.refs.update({p.key: p for p in parts})
+            self.member.refs.update(self._configured_refs([k for k in missing if k not in self.member.refs]))
         tasks: list[InputPartition] = []
         for key, (low, high) in ranges.items():
             ref = self.member.refs.get(key)
@@ -414,6 +415,32 @@ class TubeStreamReader(StreamEngine):
             tasks.append(QueueRange(ref.broker_id, ref.host, ref.port, ref.topic, ref.partition_id, low, high,
                                     self.read_group, client_id))
         return tasks
+
+    def _configured_refs(self, keys: Sequence[str]) -> dict[str, PartitionRef]:
+        """Where the master's configuration puts ``keys`` the master does not list: a replayed batch's range of a
+        partition whose broker is down (the query restarted during the outage) is still to be read, from the
+        broker it is configured on; the read task waits for it like for any broker fault. Keys the
+        configuration does not hold (removed), or every key when no web API answers, are left out."""
+        if not keys:
+            return {}
+        topics = sorted({PartitionRef.parse_key(key)[1] for key in keys})
+        try:
+            placement = configured_partitions(self.options.web_urls(), topics,
+                                              timeout_s=self.options.request_timeout_ms / 1000)
+        except AdminApiError as exc:
+            log.info("no master web API answered (%s): where %s are configured is unknown", exc, ", ".join(keys))
+            return {}
+        refs: dict[str, PartitionRef] = {}
+        for key in keys:
+            deployment = placement.deployment_of(key)
+            if deployment is None or not deployment.configured:
+                continue
+            host, _, port = deployment.broker_address.rpartition(":")
+            broker_id, topic, partition_id = PartitionRef.parse_key(key)
+            refs[key] = PartitionRef(broker_id, topic, partition_id, host, int(port))
+            log.warning("partition %s: a replayed batch reads it from broker %s, which the master does not list now "
+                        "(down or restarting): its read task waits for the broker", key, deployment.broker_address)
+        return refs
 
     def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, QueueRange):

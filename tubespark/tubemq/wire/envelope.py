@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar, cast
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from tubespark.tubemq.errors import ProtobufDecodeError, RpcError, StandbyMasterError
+from tubespark.tubemq.errors import ProtobufDecodeError, RpcError, ServerNotReadyError, StandbyMasterError
 from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCOL_VERSION
 from tubespark.tubemq.wire.pb import rpc_pb2
@@ -212,4 +212,6 @@ def rpc_exception(name: str, text: str, *, fatal: bool) -> RpcError:
     """Map a server exception class name to our type (by suffix: the package varies by protocol version)."""
     if name.endswith("StandbyException"):
         return StandbyMasterError(name, text, fatal=fatal)
+    if name.endswith("ServerNotReadyException"):
+        return ServerNotReadyError(name, text, fatal=fatal)
     return RpcError(name, text, fatal=fatal)
