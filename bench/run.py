@@ -37,6 +37,7 @@ if __package__ in (None, ""):  # `python bench/run.py`: make `bench` importable
 from bench import cases as C
 from bench.cpu import CpuMeter, jvm_flags, spark_jvm_pid
 from bench.profiles import MESSAGE_SIZES, MIN_RUN_S, PROFILES, Profile, scaled
+from bench.provenance import git_commit
 from tubespark.tubemq.wire.twin import HOT_PATH
 
 log = logging.getLogger("bench")
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                    "rows_scale": args.rows_scale, "read_rows": read_rows or profile.read_rows,
                    "write_rows": profile.write_rows, "ceiling_factor": profile.ceiling_factor,
                    "min_run_s": MIN_RUN_S, "alternation": "A,B,C,A,B,C,... per (size, cores) group"},
-        "commit": _commit(),
+        "commit": git_commit(),
         "hot_path": {"tubespark_batch": HOT_PATH, "tubespark_sink": HOT_PATH,
                      "tubespark_batch_pure": "pure-python (bench switch, bench/purepython_source.py)",
                      "tubespark_sink_pure": "pure-python (bench switch, bench/purepython_source.py)"},
@@ -302,15 +303,6 @@ def main(argv: list[str] | None = None) -> int:
     print(report.table(doc))
     print(f"\nJSON: {out}\nchart: {args.chart}")
     return 1 if doc["errors"] else 0
-
-
-def _commit() -> str:
-    """``git describe`` of the checkout measured (``-dirty`` when it has uncommitted changes)."""
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=30, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
 
 
 def _cpu_model() -> str:

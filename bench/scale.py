@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.provenance import git_commit
+
 if __package__ in (None, ""):  # `python bench/scale.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -422,14 +424,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=30, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
 @dataclass
 class _Producer:
     """Sends rounds of messages to every partition of a topic, each acknowledged before the round returns."""
@@ -510,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
         if cluster is not None:
             cluster.stop()
     doc: dict[str, Any] = {
-        "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": _commit(),
+        "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": git_commit(),
         "command": " ".join(["python", "-m", "bench.scale", *(argv if argv is not None else sys.argv[1:])]),
         "host": {"cpus": os.cpu_count(), "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                  "python": platform.python_version(), "platform": platform.platform()},

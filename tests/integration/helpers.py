@@ -18,3 +18,16 @@ def produce(master: str, topic: str, messages: list[OutgoingMessage]) -> list[Se
 
 def bodies(values: list[bytes], **fields) -> list[OutgoingMessage]:
     return [OutgoingMessage(v, **fields) for v in values]
+
+
+class SharedSession:
+    """The test session's SparkSession for ``backfill.main``, which stops its session at the end: not this one."""
+
+    def __init__(self, spark) -> None:
+        self._spark = spark
+
+    def __getattr__(self, name: str):
+        return getattr(self._spark, name)
+
+    def stop(self) -> None:
+        pass

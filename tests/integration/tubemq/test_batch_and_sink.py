@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from tests.integration.helpers import bodies, produce
+from tests.integration.helpers import SharedSession, bodies, produce
 from tests.interop.javaclient import JavaClient
 from tubespark.errors import ChecksumMismatchError, ServerBusyError
 from tubespark.tubemq import backfill
@@ -226,19 +226,6 @@ def test_backfill_command_round_trip_with_spark_submit(spark, tubemq_cluster, to
     assert missing.returncode == 2 and "FAILED" in missing.stdout + missing.stderr
 
 
-class _SharedSession:
-    """The test session's SparkSession for ``backfill.main``, which stops its session at the end: not this one."""
-
-    def __init__(self, spark) -> None:
-        self._spark = spark
-
-    def __getattr__(self, name: str):
-        return getattr(self._spark, name)
-
-    def stop(self) -> None:
-        pass
-
-
 def test_backfill_console_command_flags_and_exit_codes(spark, tubemq_cluster, topic_factory, tmp_path, capsys):
     """``tubespark backfill`` (the console command, local[*]) with its flags; exit codes 1 and 2."""
     topic = topic_factory(partitions=1, stores=4)
@@ -275,7 +262,7 @@ def test_backfill_console_command_flags_and_exit_codes(spark, tubemq_cluster, to
 
     # In-process from here (no JVM start per case): main() with the test session.
     def run(*argv: str) -> tuple[int, str]:
-        code = backfill.main(list(argv), session_factory=lambda: _SharedSession(spark))
+        code = backfill.main(list(argv), session_factory=lambda: SharedSession(spark))
         return code, capsys.readouterr().err
 
     # 1: a failed Spark job (a row larger than the topic's maximum message size fails its task)

@@ -26,7 +26,7 @@ from tubespark_testbed import ClusterSettings, LocalCluster
 from tubespark_testbed.errors import ClusterError
 
 from tests.integration.conftest import TopicPool
-from tests.integration.helpers import bodies, produce
+from tests.integration.helpers import SharedSession, bodies, produce
 from tubespark.errors import PartitionsUnavailableError
 from tubespark.tubemq import backfill
 from tubespark.tubemq.client.common import ClientSettings
@@ -66,19 +66,6 @@ def tubemq_brokers(prestarted) -> tuple[LocalCluster, TopicPool]:
 
 
 RELEASE_TIMEOUT_S = 40.0  # the testbed's broker heartbeat timeout is 10 s; a graceful stop is released at once
-
-
-class _SharedSession:
-    """The test session's SparkSession for ``backfill.main``, which stops its session at the end: not this one."""
-
-    def __init__(self, spark) -> None:
-        self._spark = spark
-
-    def __getattr__(self, name: str):
-        return getattr(self._spark, name)
-
-    def stop(self) -> None:
-        pass
 
 
 def _read(spark, cluster, topic: str, **options: str):
@@ -280,7 +267,7 @@ def test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_skipped
         def export(*extra: str) -> tuple[int, str]:
             code = backfill.main(["export", "--master", cluster.master_address, "--topic", topic,
                                   "--master-web-url", ",".join(cluster.master_web_urls), "--format", "json",
-                                  *extra], session_factory=lambda: _SharedSession(spark))
+                                  *extra], session_factory=lambda: SharedSession(spark))
             return code, capsys.readouterr().err
 
         code, err = export("--output", str(tmp_path / "refused"))
