@@ -95,17 +95,19 @@ def test_light_pieces_count_half_so_the_next_cluster_starts_while_one_is_in_use(
     starter.plan("d:x", log.piece("d"), "d")
     starter.open()
     starter.start()
-    wait_for(lambda: len(log.events) == 2)
-    time.sleep(0.1)
-    assert [e.split()[1] for e in log.events] == ["a", "b"]  # two light pieces fill one place; c waits
-    assert starter.release("a") == []
-    wait_for(lambda: any(e.startswith("start c") for e in log.events))
-    assert starter.release("b") == []
-    time.sleep(0.1)
-    assert not any(e.startswith("start d") for e in log.events)  # a heavy piece needs the whole place
-    assert starter.release("c") == []
-    wait_for(lambda: any(e.startswith("start d") for e in log.events))
-    starter.stop()
+    try:
+        wait_for(lambda: len(log.events) == 2)
+        time.sleep(0.1)
+        assert {e.split()[1] for e in log.events} == {"a", "b"}  # two light pieces fill one place; c waits
+        assert starter.release("a") == []
+        wait_for(lambda: any(e.startswith("start c") for e in log.events))
+        assert starter.release("b") == []
+        time.sleep(0.1)
+        assert not any(e.startswith("start d") for e in log.events)  # a heavy piece needs the whole place
+        assert starter.release("c") == []
+        wait_for(lambda: any(e.startswith("start d") for e in log.events))
+    finally:
+        starter.stop()  # a failure here must not leave its threads to the next test
 
 
 def test_errors_reach_the_test_that_asks_and_unplanned_pieces_start_when_asked():
