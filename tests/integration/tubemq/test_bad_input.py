@@ -37,13 +37,9 @@ def run_to_failure(frame, timeout_s: float = 90) -> str:
     name = "bad_" + uuid.uuid4().hex[:8]
     try:
         query = frame.writeStream.format("memory").queryName(name).trigger(availableNow=True).start()
-        query.awaitTermination(timeout_s)
     except Exception as exc:  # noqa: BLE001 - what the user sees is the point
         return str(exc)
-    error = query.exception()
-    query.stop()
-    assert error is not None, "the query should have failed"
-    return str(error)
+    return run_to_failure_of(query, timeout_s)
 
 
 def timed(fn):

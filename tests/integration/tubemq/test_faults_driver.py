@@ -343,6 +343,17 @@ def test_a_first_batch_replayed_after_a_crash_reads_every_partition_it_planned(s
         other.close()
 
 
+def read_skipping(spark, master: str, topic: str, checkpoint: Path) -> list[bytes]:
+    """The values an AvailableNow run with ``failOnDataLoss=false`` on ``checkpoint`` reads (it must not fail)."""
+    seen: list[bytes] = []
+    query = (stream(spark, master, topic, new_group(), failOnDataLoss="false").writeStream
+             .foreachBatch(lambda batch, _id: seen.extend(r.value for r in batch.select("value").collect()))
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(240)
+    assert query.exception() is None, query.exception()
+    return seen
+
+
 # --- 4. a broker that comes back below the checkpoint ------------------------------------------------
 
 
@@ -371,13 +382,7 @@ def test_broker_losing_acknowledged_messages_is_detected(spark, cluster, tmp_pat
     assert key in error and str(checkpointed[key]) in error
 
     def run_skipping() -> list[bytes]:
-        seen: list[bytes] = []
-        query = (stream(spark, master, topic, new_group(), failOnDataLoss="false").writeStream
-                 .foreachBatch(lambda batch, _id: seen.extend(r.value for r in batch.select("value").collect()))
-                 .option("checkpointLocation", str(tmp_path / "ck_skip")).trigger(availableNow=True).start())
-        assert query.awaitTermination(240)
-        assert query.exception() is None, query.exception()
-        return seen
+        return read_skipping(spark, master, topic, tmp_path / "ck_skip")
 
     # failOnDataLoss=false: the loss is logged and counted, the query goes on from the broker's max offset
     # (what the restarted broker took before this check sits below it: those were written, unseen, over
@@ -417,10 +422,5 @@ def test_offsets_reused_past_the_checkpoint_are_detected_when_the_query_restarts
     assert any(key in error for key in refilled), error
     assert len(values_in(spark, tmp_path / "out")) == 80  # nothing new taken for what was read
 
-    seen: list[bytes] = []
-    query = (stream(spark, master, topic, new_group(), failOnDataLoss="false").writeStream
-             .foreachBatch(lambda batch, _id: seen.extend(r.value for r in batch.select("value").collect()))
-             .option("checkpointLocation", str(tmp_path / "ck_skip")).trigger(availableNow=True).start())
-    assert query.awaitTermination(240)
-    assert query.exception() is None, query.exception()
-    assert seen == []  # failOnDataLoss=false: skipped to the broker's end (the log names the offsets)
+    # failOnDataLoss=false: skipped to the broker's end (the log names the offsets)
+    assert read_skipping(spark, master, topic, tmp_path / "ck_skip") == []
