@@ -25,8 +25,9 @@ build or run it (docs/tank/protocol.md, "The test double"). This server follows 
   0x5), 0xFE (read-only, one byte for the whole topic), 0xFF (unknown topic, one byte for the whole
   topic); any code, 0xFC with its endpoint included, can be injected with :meth:`TankBroker.inject_produce`;
   fetch codes 0xFF (unknown partition), 0xFFFF topic mark, and injected 0xFB/0xFC/0xFD;
-* DiscoverPartitions (first available and high-water mark; an empty partition answers first = 1,
-  high-water mark 0), CreateTopic (codes 0, 1, 4, 10), DiscoverTopics and Status (standalone, version 400).
+* DiscoverPartitions (first available and high-water mark; a partition that never held a message answers
+  first = 0, high-water mark 0, as the v4 broker does; fetches still number its first message 1),
+  CreateTopic (codes 0, 1, 4, 10), DiscoverTopics and Status (standalone, version 400).
 
 It parses and writes bytes with its own code here, never with ``tubespark.tank.wire``, so a mistake in
 the connector's codec cannot be mirrored by the broker it is tested against. Test hooks: seed bundles
@@ -157,6 +158,14 @@ class _Partition:
         if self.entries:
             return self.entries[0].first
         return max(self.hw + 1, self.dropped_below, 1)
+
+    @property
+    def reported_first(self) -> int:
+        """The first available number DiscoverPartitions answers: 0 for a partition that never held a message
+        (seen on a live v4 broker; the reader treats 0 and 1 alike there)."""
+        if not self.entries and self.hw == 0 and self.dropped_below == 0:
+            return 0
+        return self.first_available
 
     def append(self, bundle: bytes, base: int | None) -> int:
         """Store ``bundle`` (numbered from ``base``, or hw + 1); returns 0 or the produce error code."""
@@ -550,7 +559,7 @@ class TankBroker:
                         out += _endpoint(leader or "127.0.0.1:1")
                     continue
                 part = parts[pid] if pid < len(parts) else _Partition()
-                out += struct.pack("<QQ", part.first_available, part.hw)
+                out += struct.pack("<QQ", part.reported_first, part.hw)
         return bytes(out)
 
     def _create_topic(self, r: _Reader) -> bytes:

@@ -137,8 +137,8 @@ def test_metadata_calls(broker):
         with pytest.raises(BadRequestError):
             client.create_topic("empty", 0)
         infos = client.partitions("fresh")
-        assert [(i.partition, i.first_available, i.high_water_mark) for i in infos] == [(0, 1, 0), (1, 1, 0),
-                                                                                       (2, 1, 0)]
+        assert [(i.partition, i.first_available, i.high_water_mark) for i in infos] == [(0, 0, 0), (1, 0, 0),
+                                                                                       (2, 0, 0)]
         assert {t.name: t.partitions for t in client.topics()} == {"events": 2, "other": 1, "fresh": 3}
         with pytest.raises(UnknownTopicError):
             client.partitions("missing")

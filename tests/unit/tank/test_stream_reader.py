@@ -129,3 +129,22 @@ def test_a_partition_resumed_below_its_checkpoint_reads_what_comes_after_a_resta
     after = restarted.latestOffset(resumed, ReadAllAvailable())
     assert after["events:0"] == 5 and rows(restarted, resumed, after) == 2
     restarted.stop()
+
+
+@pytest.mark.parametrize("empty_first", [0, 1], ids=["v4-broker", "first-is-1"])
+def test_an_empty_partition_reads_from_its_first_message_whichever_first_number_it_reports(
+        broker: TankBroker, monkeypatch: pytest.MonkeyPatch, empty_first: int) -> None:
+    # a live v4 broker answers first available 0 and high-water mark 0 for a partition that never held a message;
+    # the protocol's numbering starts at 1, so a reader must take both answers for the same empty partition
+    import tests.doubles.tank_broker as double
+
+    real = double._Partition.reported_first
+    monkeypatch.setattr(double._Partition, "reported_first",
+                        property(lambda part: empty_first if real.fget(part) == 0 else real.fget(part)))
+    reader = make_reader(broker)
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+    fill(broker, 0, 3)
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert rows(reader, start, end) == 3
+    reader.stop()
