@@ -16,7 +16,9 @@ the one rule they all follow instead (issue 23 part 8):
 Which answers of a broker mean "unreachable" rather than "not there" is the broker's to say (its folder
 turns an ambiguous answer into ``BrokerUnavailableError`` only where it has evidence the topic exists);
 this module only counts the time. :class:`OutageWindow` is the bookkeeping a producer's own retry loop
-uses; :func:`ride_out` wraps a call that can simply be made again.
+uses; :func:`ride_out` wraps a call that can simply be made again; :func:`read_through_outage` is the same
+rule for a read task's exact range (a micro-batch planned before its broker went down), where "again" means
+"from where the read stood".
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from tubespark.errors import BrokerConnectionError, BrokerUnavailableError
+from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, RangeReadError
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +112,92 @@ def ride_out(fn: Callable[[], T], *, outage_s: float, what: str, is_outage: Outa
             log.warning("%s: the broker is unreachable (%s: %s); trying again in %.1f s, for up to %.0f s more",
                         what, type(exc).__name__, exc, pause, window.remaining())
             sleep(pause)
+
+
+WARN_EVERY_S = 30.0
+"""While a range read waits for its broker: how often the WARNING that it still waits is repeated."""
+
+
+def read_attempt_s(retry_s: float, request_timeout_s: float) -> float:
+    """How long a range reader retries on its own before :func:`read_through_outage` looks at the fault: two
+    request timeouts (two tries of a silent broker), at least 5 s, at most the reader's whole ``retry_s``.
+
+    Short, so the WARNING of a read waiting for its broker comes within seconds; the wait itself is bounded by
+    :func:`read_through_outage`, not by this."""
+    return min(retry_s, max(5.0, 2 * request_timeout_s))
+
+
+def read_through_outage(read: Callable[[int], Iterable[T]], *, start: int, retry_s: float, outage_s: float,
+                        what: str, is_outage: OutageTest = is_unreachable, warn_every_s: float = WARN_EVERY_S,
+                        sleep: Callable[[float], None] = time.sleep,
+                        clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
+    """Yield what ``read(start)`` yields; when the read gives up on its broker, wait for it and read on.
+
+    Why: a micro-batch planned just before a broker crashed (or replayed after a restart) has a range on it,
+    and failing the task stops the query for nothing (a restarted query replays the same range on the same
+    down broker). So the task waits, as the sink does (issue 23 part 2):
+
+    * ``read(offset)`` reads the range from ``offset`` and raises :class:`RangeReadError` when its own
+      retries are spent; ``reached`` says where to go on (everything below it was yielded);
+    * a fault whose cause is an outage (``is_outage``: the broker refuses, drops or does not answer) is
+      waited for with capped backoff until ``outage_s`` (``outageTimeoutMs``) have passed without progress,
+      logging a WARNING naming ``what`` at once and every ``warn_every_s``, then the read resumes at
+      ``reached``; after the whole wait it fails with :class:`BrokerUnavailableError` (retriable);
+    * any other retriable fault (a busy broker, data not visible yet) keeps the reader's ``retry_s``
+      without progress, then its :class:`RangeReadError` is raised; other errors pass through at once.
+
+    ``outage_s == 0`` (or below ``retry_s``) leaves the reader's ``retry_s`` as the only bound. After an outage
+    fault, other faults get ``retry_s`` from that fault on (a restarted broker answers "not ready" for a moment).
+    Every wait is bounded by the deadline, and every call of ``read`` by its own socket timeouts: the read never
+    stalls more than ``max(retry_s, outage_s) + retry_s`` plus one reader attempt.
+    """
+    offset = start
+    progress = clock()  # the last item handed out (or the start)
+    unreachable = progress  # the later of that and the last outage fault: a restarted broker that answers
+    # "not ready" (or busy) gets the reader's whole budget from there, not what is left of it after the outage
+    waiting_since: float | None = None
+    warned_at: float | None = None
+    tries = 0
+    while True:
+        try:
+            for item in read(offset):
+                if waiting_since is not None:
+                    log.warning("%s: the broker answers again after %.0f s; reading on from offset %d", what,
+                                clock() - waiting_since, offset)
+                    waiting_since = warned_at = None
+                tries = 0
+                yield item
+                progress = unreachable = clock()  # after the consumer took the item: its time is no broker's
+            if waiting_since is not None:
+                log.warning("%s: the broker answers again after %.0f s; the rest of the range was read", what,
+                            clock() - waiting_since)
+            return
+        except RangeReadError as exc:
+            offset = max(offset, exc.reached)
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            outage = is_outage(cause)
+            now = clock()
+            if outage:
+                unreachable = now
+            since = progress if outage else unreachable
+            budget = max(retry_s, outage_s) if outage else retry_s
+            if now - since >= budget:
+                if outage and outage_s > 0:
+                    raise BrokerUnavailableError(
+                        f"{what}: the broker was unreachable for {now - progress:.0f} s (outageTimeoutMs="
+                        f"{outage_s * 1000:.0f}); every message below offset {offset} was read; the next try "
+                        f"(a task retry, a restarted query) reads on from there: {type(cause).__name__}: "
+                        f"{cause}") from exc
+                raise
+            tries += 1
+            pause = min(backoff(tries), since + budget - now)
+            if waiting_since is None:
+                waiting_since = now
+            if warned_at is None or now - warned_at >= warn_every_s:
+                warned_at = now
+                log.warning("%s: waiting for the broker (%s: %s); read up to offset %d, %.0f s without progress, "
+                            "failing after %.0f s (outageTimeoutMs=%.0f)", what, type(cause).__name__, cause,
+                            offset, now - progress, budget, outage_s * 1000)
+            sleep(pause)
+            if outage:
+                unreachable = clock()  # still down as far as anyone knows when the next attempt starts

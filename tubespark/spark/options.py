@@ -192,11 +192,15 @@ SEND_RETRIES = SharedOption(
     "sendRetries", "3", parse_non_negative_int, "Writing: re-sends of a message (or of a batch of them) after a "
     "retriable error before the task fails.", applies=WRITE)
 OUTAGE_TIMEOUT = SharedOption(
-    "outageTimeoutMs", "120000", parse_non_negative_ms, "Writing: how long the sink waits for a broker that is "
-    "down or restarting (its port refuses connections, no broker serves the topic that exists) before the "
-    "write fails with the retriable `BrokerUnavailableError`; sends are retried within it, `sendRetries` "
-    "counts the other retriable errors. `0`: fail at the first such error. A topic that does not exist fails "
-    "at once.", applies=WRITE)
+    "outageTimeoutMs", "900000", parse_non_negative_ms, "How long a broker that is down or restarting (its port "
+    "refuses connections or does not answer, no broker serves the topic that exists) is waited for before the "
+    "task fails with the retriable `BrokerUnavailableError` (15 minutes: a broker down for 10 minutes stops "
+    "no query). Reading: a read task whose range is on that broker (a micro-batch planned just before it went "
+    "down, or replayed after a restart) waits, logging a WARNING naming broker, partition and range every "
+    "30 s, and reads on from where it stood once the broker is back. Writing: sends are retried within it, "
+    "`sendRetries` counts the other retriable errors. `0`: reads fail after 6 times `requestTimeoutMs` of retries "
+    "(RocketMQ: `failoverTimeoutMs`) with `RangeReadError`, writes at the first such error. A topic or "
+    "partition removed from the configuration is no outage and is never waited for.", applies="both")
 
 EVERY_BROKER: tuple[SharedOption, ...] = (
     TOPIC, STARTING_OFFSETS, ENDING_OFFSETS, MAX_RECORDS_PER_PARTITION, MAX_OFFSETS_PER_TRIGGER,

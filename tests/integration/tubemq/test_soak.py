@@ -651,7 +651,7 @@ def test_rolling_restarts_on_three_brokers_lose_and_repeat_nothing(spark, rollin
                                f"e.g. {relay_missing[:10]}")
     assert len(held) == len(held_set), "a broker holds a message twice"
     # not asserted: a micro-batch planned just before the crash has a range on broker 2, and its read task
-    # waits for that broker (up to 6 x requestTimeoutMs), holding the whole stream; after a query kill the
+    # waits for that broker (up to outageTimeoutMs), holding the whole stream; after a query kill the
     # replayed batch waits the same way. Whether rows flow during the outage depends on that timing (4,609
     # rows in one run, 0 in another), so it is printed, not checked
     if cluster.flush_mode == "nomem":

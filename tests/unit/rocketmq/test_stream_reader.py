@@ -47,7 +47,8 @@ class FakeRocketMQ:
     def close(self) -> None:
         self.closed = True
 
-    def read_range(self, task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None):
+    def read_range(self, task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None,
+                   outage_s: float | None = None):
         """The stored messages of ``[start, end)`` (those within the queue's bounds), as the read path's rows."""
         key = task.mq.key
         if task.broker_name in self.dead:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.outage import read_attempt_s, read_through_outage
 from tubespark.rocketmq.client.ranges import RangeReader
 from tubespark.rocketmq.spark.clients import shared_client
 from tubespark.rocketmq.spark.options import RocketMQOptions
@@ -34,15 +35,21 @@ class PullRange(InputPartition):
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
 
-def read_range(task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None,
+               outage_s: float | None = None) -> Iterator[pa.RecordBatch]:
     """Executor side: every message of the task's range, in order, one Arrow batch per pull; a failing pull
     is retried for ``retry_s`` (by default ``failoverTimeoutMs``: long enough for a slave to act for its
-    master)."""
+    master), a broker group that is down waited for ``outage_s`` (by default ``outageTimeoutMs``,
+    :func:`read_through_outage`)."""
     schema = arrow_schema_for(read_schema(options.include_properties))
+    budget = options.failover_timeout_ms / 1000 if retry_s is None else retry_s
     reader = RangeReader(shared_client(options), options.group or READ_GROUP,
                          fail_on_data_loss=options.fail_on_data_loss, verify_crc=options.verify_checksums,
-                         retry_s=options.failover_timeout_ms / 1000 if retry_s is None else retry_s)
-    for messages in reader.read(task.mq, task.start, task.end):
+                         retry_s=read_attempt_s(budget, options.request_timeout_ms / 1000))
+    wait_s = options.outage_timeout_ms / 1000 if outage_s is None else outage_s
+    for messages in read_through_outage(lambda offset: reader.read(task.mq, offset, task.end), start=task.start,
+                                        retry_s=budget, outage_s=wait_s,
+                                        what=f"read of queue {task.mq.key} [{task.start}, {task.end})"):
         yield to_record_batch(messages, broker_name=task.broker_name, schema=schema)
 
 

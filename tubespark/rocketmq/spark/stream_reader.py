@@ -124,10 +124,11 @@ class PullStreamReader(StreamEngine):
         return read_range(partition, self.options)
 
     def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """One request timeout of retries, not the failover budget: every trigger would wait for it."""
+        """One request timeout of retries, not the failover budget nor an outage wait: every trigger would
+        wait for it."""
         if not isinstance(partition, PullRange):
             raise TypeError(f"a rocketmq pull task is a PullRange, not {type(partition).__name__}")
-        return read_range(partition, self.options, retry_s=self.options.request_timeout_ms / 1000)
+        return read_range(partition, self.options, retry_s=self.options.request_timeout_ms / 1000, outage_s=0)
 
     def store_offsets(self, offsets: Offsets) -> None:
         """Store a committed batch's end as the group's offsets (best effort: the checkpoint rules)."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.outage import read_attempt_s, read_through_outage
 from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.tank.client.ranges import RangeReader
 from tubespark.tank.spark.options import TankOptions, partition_key
@@ -32,14 +33,22 @@ class SeqRange(InputPartition):
         return partition_key(self.topic, self.partition)
 
 
-def read_range(task: SeqRange, options: TankOptions) -> Iterator[pa.RecordBatch]:
-    """Executor side: exactly the messages of the task's range, one Arrow batch per fetch."""
+def read_range(task: SeqRange, options: TankOptions, *, outage_s: float | None = None) -> Iterator[pa.RecordBatch]:
+    """Executor side: exactly the messages of the task's range, one Arrow batch per fetch; a broker that is
+    down is waited for ``outage_s`` (by default ``outageTimeoutMs``; the driver's own reads pass 0,
+    :func:`read_through_outage`)."""
     schema = arrow_schema()
     reader = RangeReader(task.broker, options.client_settings(), fetch_size=options.fetch_size_bytes,
-                         retry_s=options.retry_s, fail_on_data_loss=options.fail_on_data_loss)
+                         retry_s=read_attempt_s(options.retry_s, options.request_timeout_ms / 1000),
+                         fail_on_data_loss=options.fail_on_data_loss)
     rows = 0
     try:
-        for columns in reader.read(task.topic, task.partition, task.start, task.end):
+        for columns in read_through_outage(lambda seq: reader.read(task.topic, task.partition, seq, task.end),
+                                           start=task.start, retry_s=options.retry_s,
+                                           outage_s=options.outage_timeout_ms / 1000 if outage_s is None
+                                           else outage_s,
+                                           what=f"read of partition {task.key} [{task.start}, {task.end}) from "
+                                                f"broker {task.broker}"):
             rows += len(columns)
             yield to_record_batch(columns, task.topic, task.partition, schema)
     except UnknownTopicError as exc:

@@ -131,6 +131,13 @@ class TankStreamReader(StreamEngine):
             raise TypeError(f"a tank read task is a SeqRange, not {type(partition).__name__}")
         return read_range(partition, self.options)
 
+    def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The executors' read without the outage wait: a check or an estimate the driver makes must not hold
+        every trigger of the query for ``outageTimeoutMs`` (it is tried again at a later trigger)."""
+        if not isinstance(partition, SeqRange):
+            raise TypeError(f"a tank read task is a SeqRange, not {type(partition).__name__}")
+        return read_range(partition, self.options, outage_s=0)
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()

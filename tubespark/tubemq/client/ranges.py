@@ -127,10 +127,13 @@ class RangeReader:
             raise DataLossError; when false, read from min and count the loss in ``lost_offsets``.
         retry_s: how long to wait out broker faults (a broken or silent connection, busy, moved, a
             stale holder) before a batch is given up with :class:`RangeReadError`.
+        data_wait_s: how long data below ``end`` that is not visible yet is waited for before it counts
+            as lost (default ``retry_s``; a read task keeps it long while its ``retry_s`` is one short attempt).
     """
 
     def __init__(self, broker: BrokerClient, read_group: str, *, filters: tuple[str, ...] = (),
-                 fail_on_data_loss: bool = True, verify_checksums: bool = True, retry_s: float = 60.0) -> None:
+                 fail_on_data_loss: bool = True, verify_checksums: bool = True, retry_s: float = 60.0,
+                 data_wait_s: float | None = None) -> None:
         self.broker = broker
         self.read_group = read_group
         self.filters = tuple(filters)
@@ -143,7 +146,8 @@ class RangeReader:
         self._fault_retry = RetryPolicy(timeout_s=retry_s, backoff_s=0.2, max_backoff_s=2.0)
         # Data below ``end`` that is not visible yet (a filtered read served from flushed files only)
         # is waited for; when it never comes, the broker lost it.
-        self._data_wait = RetryPolicy(timeout_s=retry_s, backoff_s=0.2, max_backoff_s=1.0)
+        self._data_wait = RetryPolicy(timeout_s=retry_s if data_wait_s is None else data_wait_s, backoff_s=0.2,
+                                      max_backoff_s=1.0)
 
     def read(self, part: PartitionRef, start: int, end: int) -> Iterator[ReceivedMessage]:
         """Yield every message of ``part`` in ``[start, end)``, in order, exactly once."""

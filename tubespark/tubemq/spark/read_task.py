@@ -15,22 +15,23 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tubespark.core.native import announce
+from tubespark.core.outage import is_unreachable, read_attempt_s, read_through_outage
 from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG, MSG_EN_TYPE_PB
 from tubespark.spark.dedupe import ReplayFilter
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
-from tubespark.tubemq.errors import BundleParseError
+from tubespark.tubemq.errors import BundleParseError, ServerNotReadyError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
 from tubespark.tubemq.wire.fetch import Columns, PackedColumns
@@ -39,6 +40,8 @@ from tubespark.tubemq.wire.message import ReceivedMessage
 from tubespark.tubemq.wire.twin import HOT_PATH
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -138,13 +141,15 @@ def skipped_bundles(path: str) -> SkippedBundles:
     return SkippedBundles(sum(by_partition.values()), by_partition, ranges)
 
 
-def read_range(task: InputPartition, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
-    """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go."""
+def read_range(task: InputPartition, options: TubeMQOptions, *,
+               outage_s: float | None = None) -> Iterator[pa.RecordBatch]:
+    """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go. A broker
+    that is down is waited for ``outage_s`` (by default ``outageTimeoutMs``; the driver's own reads pass 0)."""
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
     announce("TubeMQ wire hot path", HOT_PATH)
     if options.inlongmsg:
-        yield from _read_bundles(task, options)
+        yield from _read_bundles(task, options, outage_s)
         return
     schema = arrow_schema(options.include_attributes)
     ref = task.ref
@@ -153,7 +158,7 @@ def read_range(task: InputPartition, options: TubeMQOptions) -> Iterator[pa.Reco
     replays = ReplayFilter()
     hinted = False
     try:
-        for columns in reader.read_columns(ref, task.start, task.end):
+        for columns in _patiently(task, options, outage_s, reader.read_columns):
             if not hinted and len(columns):
                 hinted = True  # the first messages tell: a topic of InLong bundles holds little else
                 hint_inlong_bundles(columns, ref.key)
@@ -194,16 +199,41 @@ def hint_inlong_bundles(columns: Columns, partition_key: str) -> bool:
 _BUNDLE_KINDS = {str(MSG_EN_TYPE_PB): "MessageObjs", str(MSG_EN_TYPE_INLONGMSG): "InLongMsg"}
 
 
+def _retry_s(options: TubeMQOptions) -> float:
+    """How long a read retries faults of a broker that answers (busy, a stale holder) without progress."""
+    return options.request_timeout_ms / 1000 * 6
+
+
 def _range_reader(task: QueueRange, options: TubeMQOptions) -> tuple[BrokerClient, RangeReader]:
-    """The task's broker connection and range reader (the caller closes the broker)."""
+    """The task's broker connection and range reader (the caller closes the broker). The reader gives up
+    after one short attempt (:func:`read_attempt_s`); :func:`_patiently` decides whether to wait and go on."""
     broker = BrokerClient(task.client_id, options.client_settings())
+    retry_s = _retry_s(options)
     return broker, RangeReader(broker, task.read_group, filters=options.stream_ids,
                                fail_on_data_loss=options.fail_on_data_loss,
                                verify_checksums=options.verify_checksums,
-                               retry_s=options.request_timeout_ms / 1000 * 6)
+                               retry_s=read_attempt_s(retry_s, options.request_timeout_ms / 1000),
+                               data_wait_s=retry_s)
 
 
-def _read_bundles(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.RecordBatch]:
+def _is_outage(exc: BaseException) -> bool:
+    """A broker that is down, or restarting: its port accepts connections a moment before its RPC server runs
+    (``ServerNotReadyError``), which is part of the same outage."""
+    return is_unreachable(exc) or isinstance(exc, ServerNotReadyError)
+
+
+def _patiently(task: QueueRange, options: TubeMQOptions, outage_s: float | None,
+               read: Callable[[PartitionRef, int, int], Iterator[T]]) -> Iterator[T]:
+    """``read`` of the task's range, waiting for its broker while it is down (``outageTimeoutMs``)."""
+    ref = task.ref
+    return read_through_outage(lambda offset: read(ref, offset, task.end), start=task.start, is_outage=_is_outage,
+                               retry_s=_retry_s(options),
+                               outage_s=options.outage_timeout_ms / 1000 if outage_s is None else outage_s,
+                               what=f"read of partition {ref.key} [{task.start}, {task.end}) from broker "
+                                    f"{ref.broker.address}")
+
+
+def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | None) -> Iterator[pa.RecordBatch]:
     """``payloadFormat=inlongmsg``: a row per record of every bundle in ``[start, end)``."""
     schema = arrow_schema(options.include_attributes, inlongmsg=True)
     ref = task.ref
@@ -214,7 +244,7 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions) -> Iterator[pa.Recor
     skipped = SkipCounter()
     messages_read = rows = 0
     try:
-        for messages in reader.read_batches(ref, task.start, task.end):
+        for messages in _patiently(task, options, outage_s, reader.read_batches):
             messages_read += len(messages)
             decoded = decode_bundles(messages, ref.key, options.ignore_parse_errors, skipped)
             if decoded:

@@ -447,6 +447,13 @@ class TubeStreamReader(StreamEngine):
             raise TypeError(f"a tubemq read task is a QueueRange, not {type(partition).__name__}")
         return read_range(partition, self.options)
 
+    def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The executors' read without the outage wait: a check or an estimate the driver makes must not hold
+        every trigger of the query for ``outageTimeoutMs`` (it is tried again at a later trigger)."""
+        if not isinstance(partition, QueueRange):
+            raise TypeError(f"a tubemq read task is a QueueRange, not {type(partition).__name__}")
+        return read_range(partition, self.options, outage_s=0)
+
     def store_offsets(self, offsets: Offsets) -> None:
         """Store ``offsets`` as the group's for the partitions held (commitToGroup); never raises. Brokers
         that did not answer plan nothing this trigger."""

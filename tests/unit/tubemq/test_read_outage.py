@@ -1,0 +1,149 @@
+"""A read task whose range is on a broker that goes down waits for it (issue 23 part 2): ``outageTimeoutMs``.
+
+A micro-batch planned just before a broker crashes (or replayed after a query restart) has a range on that
+broker. Its read task used to retry for ``6 x requestTimeoutMs`` and fail, which stops the query (local
+mode has no task retries) for nothing: the restarted query replays the same range on the same down broker.
+Now the task waits for the broker, logging a WARNING naming broker, partition and range, reads the range
+once the broker is back (each message once), and fails with the retriable ``BrokerUnavailableError`` only
+after the whole ``outageTimeoutMs``.
+
+The broker is the scripted fake behind the testbed's fault proxy; "down" is the proxy stopped (open
+connections dropped, new ones refused, as a killed broker's port does), "back" a new proxy on the same port.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from tubespark_testbed.faultproxy import FaultProxy
+
+from tests.doubles.fakebroker import FakeBroker
+from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, RangeReadError, ServerBusyError
+from tubespark.tubemq.spark.batch_reader import QueueRange, read_range
+from tubespark.tubemq.spark.options import TubeMQOptions
+from tubespark.tubemq.wire.constants import Method
+from tubespark.tubemq.wire.message import OutgoingMessage
+
+N = 40
+BATCH = 4
+REQUEST_TIMEOUT_MS = 300
+OLD_BUDGET_S = 6 * REQUEST_TIMEOUT_MS / 1000
+"""What a read task retried before it failed, before this change (and still with outageTimeoutMs=0)."""
+DOWN_S = 2 * OLD_BUDGET_S + 0.5
+
+
+class Link:
+    """A broker's port that can go down and come back: a fault proxy to the fake broker, restarted on its port."""
+
+    def __init__(self, broker: FakeBroker) -> None:
+        self.target = broker.address
+        self.proxy = FaultProxy(self.target).start()
+        self.host, port = self.proxy.address.rsplit(":", 1)
+        self.port = int(port)
+
+    def down(self) -> None:
+        self.proxy.stop()
+
+    def up(self) -> None:
+        self.proxy = FaultProxy(self.target, port=self.port).start()
+
+    def close(self) -> None:
+        self.proxy.stop()
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    with FakeBroker(batch_size=BATCH) as fake:
+        yield fake
+
+
+@pytest.fixture
+def link(broker: FakeBroker) -> Iterator[Link]:
+    link = Link(broker)
+    yield link
+    link.close()
+
+
+@pytest.fixture
+def task(broker: FakeBroker, link: Link) -> QueueRange:
+    [ref] = broker.add_topic("outage")
+    broker.append(ref, *(OutgoingMessage(b"m%d" % k) for k in range(N)))
+    return QueueRange(broker.broker_id, link.host, link.port, "outage", ref.partition_id, 0, 28 * N,
+                      "outage_reader", "outage_client")
+
+
+def options(outage_ms: int) -> TubeMQOptions:
+    return TubeMQOptions.from_raw({"master": "127.0.0.1:1", "topic": "outage", "connectTimeoutMs": "300",
+                                   "requestTimeoutMs": str(REQUEST_TIMEOUT_MS), "outageTimeoutMs": str(outage_ms)},
+                                  mode="read")
+
+
+def read_with_outage(task: QueueRange, link: Link, outage_ms: int, *, back_after_s: float | None) -> list[bytes]:
+    """Read the task's range; after its first batch the broker goes down (and comes back after ``back_after_s``)."""
+    values: list[bytes] = []
+    timer = threading.Timer(back_after_s, link.up) if back_after_s is not None else None
+    try:
+        for batch in read_range(task, options(outage_ms)):
+            values.extend(batch.column("value").to_pylist())
+            if len(values) == BATCH:
+                link.down()
+                if timer is not None:
+                    timer.start()
+    finally:
+        if timer is not None:
+            timer.join(back_after_s + 5)  # the broker is back (or never went down) before the next test
+    return values
+
+
+def test_a_read_waits_past_the_old_budget_for_a_broker_that_comes_back(task, link, caplog):
+    """Fails before the change: RangeReadError after 6 x requestTimeoutMs (1.8 s), the broker back after 4.1 s."""
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="tubespark.core.outage"):
+        values = read_with_outage(task, link, 20_000, back_after_s=DOWN_S)
+    elapsed = time.monotonic() - started
+    assert values == [b"m%d" % k for k in range(N)], "every message of the range once, in order"
+    assert elapsed >= DOWN_S
+    waits = [r.getMessage() for r in caplog.records if "waiting for the broker" in r.getMessage()]
+    assert waits, "a WARNING says what the task waits for"
+    assert len(waits) <= 2, "once, then every 30 s: not at every retry"
+    address = f"{link.host}:{link.port}"
+    assert (f"read of partition {task.ref.key} [0, {28 * N}) from broker {address}: waiting for the broker"
+            in waits[0]) and f"read up to offset {28 * BATCH}" in waits[0]
+    assert any("the broker answers again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_broker_down_for_the_whole_outage_time_fails_the_task_retriably(task, link):
+    outage_ms = 3000
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailableError) as caught:
+        read_with_outage(task, link, outage_ms, back_after_s=None)
+    elapsed = time.monotonic() - started
+    assert outage_ms / 1000 <= elapsed < outage_ms / 1000 + OLD_BUDGET_S + 2, "bounded by the option (+ one attempt)"
+    error = caught.value
+    assert error.retriable
+    text = str(error)
+    assert task.ref.key in text and f"{link.host}:{link.port}" in text and "outageTimeoutMs=3000" in text
+    assert f"every message below offset {28 * BATCH} was read" in text
+    assert isinstance(error.__cause__, RangeReadError) and isinstance(error.__cause__.__cause__, BrokerConnectionError)
+
+
+def test_outage_timeout_zero_keeps_the_readers_own_budget(task, link):
+    started = time.monotonic()
+    with pytest.raises(RangeReadError):
+        read_with_outage(task, link, 0, back_after_s=None)
+    assert time.monotonic() - started < OLD_BUDGET_S + 2
+
+
+def test_a_busy_broker_is_no_outage_and_keeps_the_readers_budget(task, broker):
+    """A broker that answers, but busy (503), is not waited for for outageTimeoutMs: its budget stays 6 x
+    requestTimeoutMs, and the error says what it was."""
+    broker.inject(Method.GET_MESSAGE, 503, times=10_000)
+    started = time.monotonic()
+    with pytest.raises(RangeReadError) as caught:
+        list(read_range(task, options(60_000)))
+    assert time.monotonic() - started < OLD_BUDGET_S + 3
+    assert isinstance(caught.value.__cause__, ServerBusyError)
