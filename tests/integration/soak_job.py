@@ -3,9 +3,14 @@
     python soak_job.py MASTER TOPIC GROUP CHECKPOINT OUTPUT (run|drain) [MAX_OFFSETS_PER_TRIGGER]
         [SINK_TOPIC [MASTER_WEB_URL]]
 
-Prints one line per finished micro-batch, for the soak to measure recovery times from::
+Prints one line per finished micro-batch of the parquet query, for the soak to measure recovery times from::
 
-    progress <batchId> <numInputRows> <unix time the line was printed>
+    progress <batchId> <numInputRows> <unix time the line was printed> <unix time the trigger began> <ends>
+
+``<ends>`` is the batch's end offset per partition, compacted to ``key=offset,...`` (the source's ``endOffset``
+without its ``#`` marks; ``-`` when there is none): with several brokers the soak tells from it when a restarted
+broker's partitions are read again, which the batch's row count cannot show (the other brokers' partitions
+fill it). A batch whose trigger began after a broker accepted connections again was planned after it.
 
 ``run`` streams until killed; ``drain`` runs Trigger.AvailableNow and exits. With ``SINK_TOPIC`` (``run``
 only) a second query in the same Spark application streams the topic's values into ``SINK_TOPIC`` through
@@ -19,10 +24,24 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 import tubespark
+from tubespark.spark.offsets import BatchOffsets, parse_offsets
+
+
+def progress_line(progress: Mapping[str, Any]) -> str:
+    """One ``progress`` line (see the module docstring) from a StreamingQueryProgress (a dict in PySpark)."""
+    began = datetime.strptime(progress["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    sources = progress.get("sources") or [{}]
+    ends = BatchOffsets.parse(parse_offsets(sources[0].get("endOffset"))).positions
+    compact = ",".join(f"{key}={offset}" for key, offset in sorted(ends.items())) or "-"
+    return (f"progress {progress['batchId']} {progress.get('numInputRows') or 0} {time.time():.3f} "
+            f"{began.timestamp():.3f} {compact}")
 
 
 def main() -> None:
@@ -60,11 +79,9 @@ def main() -> None:
     seen = -1
     while query.isActive and all(other.isActive for other in others):
         for progress in query.recentProgress:
-            batch = progress.get("batchId", -1) if isinstance(progress, dict) else progress.batchId
-            rows = progress.get("numInputRows", 0) if isinstance(progress, dict) else progress.numInputRows
-            if batch > seen:
-                seen = batch
-                print(f"progress {batch} {rows} {time.time():.3f}", flush=True)
+            if progress["batchId"] > seen:
+                seen = progress["batchId"]
+                print(progress_line(progress), flush=True)
         time.sleep(0.1)
     error = query.exception()
     stopped = [other for other in others if not other.isActive]
