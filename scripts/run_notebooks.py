@@ -4,9 +4,10 @@ sees what each cell prints and the monitoring plot).
     python scripts/run_notebooks.py [NAME.ipynb ...]
 
 Each notebook runs as a reader would run it, with ``TUBEMQ_MASTER`` and ``TUBESPARK_NB_TOPIC`` unset: it
-starts its own local TubeMQ cluster (Java 17+, Maven) and stops it in its last cell, or with its kernel
-when a cell fails. Needs ``pip install -e ".[test]"`` (nbclient, ipykernel, matplotlib). The tests run the
-same notebooks against the session cluster (tests/integration/core/test_notebooks.py) without writing them.
+starts its own local TubeMQ cluster (Java 17+, Maven) and stops it in its last cell, or in the cell that
+fails (each cell runs inside the notebook's ``stop_on_error()``). Needs ``pip install -e ".[test]"``
+(nbclient, ipykernel, matplotlib). The tests run the same notebooks against the session cluster
+(tests/integration/core/test_notebooks.py) without writing them.
 """
 
 from __future__ import annotations

@@ -120,16 +120,21 @@ class BrokerError(TubeSparkError):
     (:mod:`tubespark.tubemq.wire.errcodes`, :mod:`tubespark.tank.wire.codes`,
     :mod:`tubespark.rocketmq.wire.codes`), so callers branch on the class and ``retriable``, never on a
     number.
+
+    ``advice`` is what the user can do about it (check the ``topic`` option, the credentials, ...): the
+    server's own text names a protocol field at best, so the code that maps the answer adds it to the
+    message's one line, after what the server said.
     """
 
     code: int = 0
 
-    def __init__(self, code: int, message: str, *, context: str = "", broker: str = "") -> None:
+    def __init__(self, code: int, message: str, *, context: str = "", broker: str = "", advice: str = "") -> None:
         self.code = code
         self.server_message = message
         self.context = context
         where = f" ({context})" if context else ""
-        super().__init__(f"{broker + ' ' if broker else ''}error {code}{where}: {message}")
+        then = f"; {advice}" if advice else ""
+        super().__init__(f"{broker + ' ' if broker else ''}error {code}{where}: {message}{then}")
 
 
 class NoDataError(BrokerError):

@@ -190,7 +190,7 @@ def parse_local_directory(name: str, value: str) -> str:
     if not value or "://" in value:
         raise OptionError(f"option {name}={value!r}: expected a local directory path (a shared mount on a cluster)")
     if os.path.exists(value) and not os.path.isdir(value):
-        raise OptionError(f"option {name}={value!r}: exists and is not a directory")
+        raise OptionError(f"option {name}={value!r}: exists and is not a directory; name a directory")
     return value
 
 

@@ -55,7 +55,8 @@ def client_context(*, ca_file: str | None = None, cert_file: str | None = None, 
     try:
         context = ssl.create_default_context(cafile=ca_file)
     except (ssl.SSLError, OSError) as exc:
-        raise ValueError(f"cannot load CA certificates from {ca_file}: {_reason(exc)}") from None
+        raise ValueError(f"cannot load CA certificates from {ca_file}: {_reason(exc)}; give a readable PEM file of "
+                         f"CA certificates") from None
     context.check_hostname = verify_hostname  # chain verification (CERT_REQUIRED) stays on either way
     if cert_file is not None:
         def password() -> str:  # a callback, so a missing password fails instead of prompting
@@ -86,34 +87,37 @@ def tls_failure(address: str, exc: BaseException) -> TlsError | None:
         if any(alert in reason for alert in _CLIENT_CERT_ALERTS):
             return TlsError(f"TLS to {address} failed: the server refused the client's certificate (it requires "
                             f"one signed by a CA it trusts, and none was sent or this one is not accepted; "
-                            f"TLS alert {exc.reason})")
-        return TlsError(f"TLS to {address} failed: the server ended the TLS session with alert {exc.reason}")
+                            f"TLS alert {exc.reason}): give a client certificate the server's CA signed")
+        return TlsError(f"TLS to {address} failed: the server ended the TLS session with alert {exc.reason}; "
+                        f"check the TLS options against the server's TLS settings")
     if any(name in reason for name in _NOT_TLS_REASONS):
         return TlsError(f"TLS to {address} failed: the server did not answer in TLS ({exc.reason}); the port "
-                        f"is probably a plain-text port, not the server's TLS port")
-    return TlsError(f"TLS to {address} failed: {exc.reason or exc}")
+                        f"is probably a plain-text port: use the server's TLS port, or turn TLS off")
+    return TlsError(f"TLS to {address} failed: {exc.reason or exc}; check the TLS options against the server's "
+                    f"TLS settings")
 
 
 def _verify_cause(address: str, exc: ssl.SSLCertVerificationError) -> str:
     code, detail = exc.verify_code, exc.verify_message
     if code == _EXPIRED:
-        return f"the server's certificate has expired ({detail})"
+        return f"the server's certificate has expired ({detail}): renew it on the server"
     if code == _NOT_YET_VALID:
         return f"the server's certificate is not valid yet; check the clocks ({detail})"
     if code in _WRONG_HOST:
         host = address.rpartition(":")[0]
         return (f"the server's certificate is not valid for the host name {host!r} the client connected to: "
-                f"hostname verification is on and the certificate's subjectAltName does not name it ({detail})")
+                f"hostname verification is on and the certificate's subjectAltName does not name it ({detail}); "
+                f"connect by a name the certificate holds")
     if code in _UNTRUSTED:
         return (f"the server's certificate is not signed by a CA the client trusts (the CA file, or the system's "
-                f"CAs without one) ({detail})")
-    return f"the server's certificate failed verification ({detail}, code {code})"
+                f"CAs without one) ({detail}): give the CA that signed it as the CA file")
+    return f"the server's certificate failed verification ({detail}, code {code}): check it and the CA file"
 
 
 def handshake_timeout(address: str, timeout_s: float) -> TlsError:
     """The error for a TLS handshake that got no answer: TubeMQ's plain ports ignore a ClientHello."""
     return TlsError(f"TLS to {address} failed: no answer to the TLS handshake within {timeout_s:g}s; the port is "
-                    f"probably a plain-text port, not the server's TLS port")
+                    f"probably a plain-text port: use the server's TLS port, or turn TLS off")
 
 
 def speaks_tls(address: tuple[str, int], timeout_s: float) -> bool:

@@ -125,7 +125,7 @@ def encode_bundle(records: Sequence[tuple[bytes, Mapping[str, str]]], rows: list
         return [(payload, rows)]
     if len(records) == 1:
         raise MessageTooLargeError(f"{describe(rows[0])}: its bundle is {len(payload)} bytes, over the "
-                                   f"{limit} bytes a message of this topic may hold")
+                                   f"{limit} bytes a message of this topic may hold: make the row smaller")
     half = len(records) // 2
     return (encode_bundle(records[:half], rows[:half], compress=compress, limit=limit, describe=describe)
             + encode_bundle(records[half:], rows[half:], compress=compress, limit=limit, describe=describe))

@@ -45,14 +45,15 @@ def _partition_map(name: str, text: str, check_key: Callable[[str], bool], key_f
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise OptionError(f"option {name}: invalid JSON ({exc.msg} at position {exc.pos}): {text!r}") from None
+        raise OptionError(f"option {name}: invalid JSON ({exc.msg} at position {exc.pos}): {text!r}; expected a "
+                          f"JSON object of partition key -> {what}") from None
     if not isinstance(spec, dict) or not spec:
         raise OptionError(f"option {name}: the JSON must be a non-empty object of partition key -> {what}")
     for key, number in spec.items():
         if not check_key(key):
             raise OptionError(f"option {name}: bad partition key {key!r}, expected {key_form}")
         if not isinstance(number, int) or isinstance(number, bool) or not valid(number):
-            raise OptionError(f"option {name}: {what} for {key} {rule}, got {number!r}")
+            raise OptionError(f"option {name}: {what} for {key} {rule}, got {number!r}; fix it in the JSON")
     return dict(spec)
 
 

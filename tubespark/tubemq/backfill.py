@@ -223,15 +223,20 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def main(argv: list[str] | None = None, *, session_factory: Callable[[], SparkSession] | None = None) -> int:
-    args = parser().parse_args(argv)
+def backfill_session(action: str) -> SparkSession:
+    """The session a backfill runs in, without Spark's console stage bar: it would interleave with the progress
+    lines printed here, and PySpark turns it on for every session it launches itself (as for a shell)."""
     from pyspark.sql import SparkSession
 
+    return (SparkSession.builder.appName(f"tubespark-backfill-{action}")
+            .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+
+
+def main(argv: list[str] | None = None, *, session_factory: Callable[[], SparkSession] | None = None) -> int:
+    args = parser().parse_args(argv)
     import tubespark
 
-    # Spark's console stage bar would interleave with the progress lines printed here
-    spark = (session_factory or (lambda: SparkSession.builder.appName(f"tubespark-backfill-{args.action}")
-                                 .config("spark.ui.showConsoleProgress", "false").getOrCreate()))()
+    spark = (session_factory or (lambda: backfill_session(args.action)))()
     tubespark.register(spark)
     try:
         return export(spark, args) if args.action == "export" else publish(spark, args)

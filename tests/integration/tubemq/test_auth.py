@@ -195,7 +195,7 @@ def test_no_credentials_are_refused_at_once_by_master_and_broker(cluster):
     finally:
         unsigned.close()
     assert error.code == ErrCode.CERTIFICATE_FAILURE and "userName is Blank" in str(error), str(error)
-    assert "authentication refused: see the auth.user / auth.password options" in str(error)
+    assert "authentication refused: check the auth.user / auth.password options" in str(error)
     assert took < AT_ONCE_S
     session = GroupSession(master, new_group(), [CLIENT_TOPIC], settings=ClientSettings())
     try:

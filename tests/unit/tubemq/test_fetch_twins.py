@@ -254,3 +254,44 @@ def test_a_count_that_is_not_the_answers_is_not_trusted() -> None:
     assert len(fetch.decode_packed(data, 0, step=28, count=40)) == 40
     for wrong in (0, 1, 39, 41, 10**6):
         assert fetch.decode_packed(data, 0, step=28, count=wrong) is None
+
+
+# ------------------------------------------------------------------- arguments of the wrong kind (issue 24)
+
+
+def _either(call: Callable[[], object]) -> tuple[object, object]:
+    """``call()``'s rows or its error (any exception), with the compiled twin and with the pure one."""
+    def outcome() -> object:
+        try:
+            result = call()
+        except Exception as exc:  # noqa: BLE001 - what is compared is which one, and its text
+            return "error", type(exc), str(exc)
+        return "ok", _rows(result) if isinstance(result, fetch.MessageColumns | fetch.PackedColumns) else result
+
+    compiled = outcome()
+    with twin.pure_python():
+        pure = outcome()
+    return compiled, pure
+
+
+@pytest.mark.parametrize("value", [None, "x", 1.5, True, 2**70], ids=["None", "str", "float", "True", "2**70"])
+def test_a_start_or_step_of_any_kind_gives_one_answer(value: object) -> None:
+    """The compiled decoder took a bool or None as an int through ``PyArg_ParseTuple``; it now decodes only a
+    plain int's offsets and leaves the rest to the pure twin."""
+    data = SHAPES["several texts"]
+    for start, step in ((value, 28), (0, value)):
+        def columns(start: object = start, step: object = step) -> fetch.Columns:
+            return fetch.parse_fetch_reply(data).columns(start, step=step)  # type: ignore[arg-type]
+
+        compiled, pure = _either(columns)
+        assert compiled == pure
+
+
+@pytest.mark.parametrize("value", [None, "x", 5, bytearray(SHAPES["one producer"]), memoryview(SHAPES["one producer"])],
+                         ids=["None", "str", "int", "bytearray", "memoryview"])
+def test_a_fetch_answer_of_any_kind_gives_one_answer(value: object) -> None:
+    def header() -> tuple:
+        return _header(fetch.parse_fetch_reply(value))  # type: ignore[arg-type]
+
+    compiled, pure = _either(header)
+    assert compiled == pure

@@ -7,9 +7,12 @@ same typed error, for real answers, every error case and the fuzz corpus of test
 
 from __future__ import annotations
 
+import enum
+import operator
 from collections.abc import Callable
 from datetime import timedelta
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -207,9 +210,9 @@ def test_a_window_of_frames_is_byte_identical_to_framing_each_request(auth: tupl
         got_serial, payload = read_frame(reader)
         assert got_serial == serial and decode_request(payload).request == request.message(auth).SerializeToString()
     if NATIVE is not None:  # the fast lane itself, no fallback
-        assert NATIVE.encode_send_frames(requests, serials, auth[0] if auth else None, auth[1] if auth else None,
-                                         Method.SEND_MESSAGE, ServiceType.BROKER_WRITE, PROTOCOL_VERSION, timeout_ms,
-                                         BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME) == pure[1]
+        assert NATIVE.encode_send_frames(requests, serials, auth, Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
+                                         PROTOCOL_VERSION, timeout_ms, BEGIN_TOKEN, MAX_BLOCK_SIZE,
+                                         MAX_BLOCKS_PER_FRAME) == pure[1]
 
 
 def test_an_empty_window_is_no_bytes() -> None:
@@ -243,3 +246,100 @@ def test_fuzz_windows_are_byte_identical(fields: list[tuple[str, int, bytes, str
     assert compiled == pure
     if pure[0] == "ok":
         assert pure[1] == _frames_one_by_one(requests, serials, 30_000, auth)
+
+
+# --- arguments of the wrong kind: one answer from both twins (issue 24) --------------------------------------
+# The compiled twin once took a bool as an int (True sent as 1), a bytearray or memoryview as a body and bytes
+# as text, all of which protobuf (the pure-Python twin) refuses; and it sent an empty signed token where the
+# pure twin leaves a None one out. The compiled code now takes only what the pure twin takes alike and hands
+# everything else to it, so a caller sees the pure twin's bytes or its error, whichever twin is loaded.
+
+
+class _Flag(enum.IntEnum):
+    ONE = 1
+
+
+WRONG_KINDS: dict[str, object] = {
+    "True": True, "False": False, "numpy bool": np.bool_(True), "None": None, "float": 1.0,
+    "bytearray": bytearray(b"x"), "memoryview": memoryview(b"x"), "bytes": b"c", "bytes not UTF-8": b"\xff",
+    "str": "x", "surrogate": "\udcff", "2**70": 2**70, "numpy int64": np.int64(3), "IntEnum": _Flag.ONE,
+}
+"""Values of every kind a caller might pass for any field; some are right for some fields (the pure twin
+encodes numpy ints and UTF-8 bytes for text), most are not, and the twins must agree on each."""
+BASE = SendRequest(CLIENT, "t", 1, b"x", 0, 0, 0, "s", "202401021530")
+
+
+def any_outcome(call: Callable[[], object]) -> tuple[object, object]:
+    """``both``, for any exception (protobuf's own EncodeError included): the twins must agree on it too."""
+    def outcome() -> object:
+        try:
+            return "ok", call()
+        except Exception as exc:  # noqa: BLE001 - what is compared is which one, and its text
+            return "error", type(exc), str(exc)
+
+    compiled = outcome()
+    with twin.pure_python():
+        pure = outcome()
+    return compiled, pure
+
+
+@pytest.mark.parametrize("field", SendRequest._fields)
+@pytest.mark.parametrize("kind", sorted(WRONG_KINDS))
+def test_a_field_of_any_kind_gives_one_answer(field: str, kind: str) -> None:
+    request = BASE._replace(**{field: WRONG_KINDS[kind]})
+    compiled, pure = any_outcome(lambda: request.envelope(1000))
+    assert compiled == pure
+    compiled, pure = any_outcome(lambda: encode_send_frames([BASE, request], [1, 2], 1000))
+    assert compiled == pure
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_KINDS))
+@pytest.mark.parametrize("place", ["visit token", "signed token", "timeout", "serial", "auth"])
+def test_call_arguments_of_any_kind_give_one_answer(kind: str, place: str) -> None:
+    value = WRONG_KINDS[kind]
+    auth: object = {"visit token": (value, "token"), "signed token": (5, value), "auth": value}.get(place)
+    timeout = value if place == "timeout" else 1000
+    serial = value if place == "serial" else 1
+    if place != "serial":
+        assert operator.eq(*any_outcome(lambda: BASE.envelope(timeout, auth)))  # type: ignore[arg-type]
+    assert operator.eq(*any_outcome(lambda: encode_send_frames([BASE], [serial], timeout,  # type: ignore[arg-type]
+                                                               auth)))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [True, False, bytearray(b"x"), memoryview(b"x"), b"c"],
+                         ids=["True", "False", "bytearray", "memoryview", "bytes"])
+def test_the_compiled_twin_itself_refuses_what_protobuf_refuses(value: object) -> None:
+    """The defect itself, at the compiled function: a bool for an int, a bytes-like that is not bytes for the
+    body, bytes for text; each raises for send.py to hand to the pure twin (never encoded as something else)."""
+    if NATIVE is None:
+        assert twin.HOT_PATH.startswith("pure-python")
+        return
+    fields: list[object] = [CLIENT, "t", 1, b"x", 0, 0, 0, None, None, None, Method.SEND_MESSAGE,
+                            ServiceType.BROKER_WRITE, PROTOCOL_VERSION, 1000]
+    places = [2, 4, 5, 6, 13] if isinstance(value, bool) else [0, 1] if isinstance(value, bytes) else [3]
+    for place in places:
+        with pytest.raises(TypeError):
+            NATIVE.encode_send(*fields[:place], value, *fields[place + 1:])
+    if isinstance(value, bool):
+        with pytest.raises(TypeError):
+            NATIVE.encode_send(*fields[:9], (value, ""), *fields[10:])
+
+
+def test_a_window_of_plain_tuples_is_not_taken_for_send_requests() -> None:
+    """The pure twin calls SendRequest.envelope; a plain 9-tuple has none, so the compiled one refuses it too."""
+    compiled, pure = any_outcome(lambda: encode_send_frames([tuple(BASE)], [1], 1000))  # type: ignore[list-item]
+    assert compiled == pure and pure[0] == "error" and pure[1] is AttributeError
+
+
+@pytest.mark.parametrize("kind", ["None", "str", "float", "True"])
+def test_decoders_given_no_bytes_raise_one_error(kind: str) -> None:
+    value = WRONG_KINDS[kind]
+    envelope = encode_response(Method.SEND_MESSAGE, ANSWERS["ok"].SerializeToString())
+    for call in (lambda: parse_send_answer(value), lambda: decode_response(value)):  # type: ignore[arg-type]
+        compiled, pure = any_outcome(call)
+        assert compiled == pure and pure[0] == "error"
+    for convert in (bytearray, memoryview):  # bytes-like: protobuf reads them, so both twins do
+        data = convert(ANSWERS["ok"].SerializeToString())
+        assert operator.eq(*any_outcome(lambda: parse_send_answer(data)))  # type: ignore[arg-type]  # noqa: B023
+        wrapped = convert(envelope)
+        assert operator.eq(*any_outcome(lambda: decode_response(wrapped)))  # type: ignore[arg-type]  # noqa: B023

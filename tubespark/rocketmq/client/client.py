@@ -153,7 +153,8 @@ class RocketMQClient:
                     # route when the topic's only brokers stop, so this is an outage, not a missing topic
                     raise BrokerUnavailableError(f"the name server {address} has no route for topic {topic} now, "
                                                  f"{why}: its brokers are down or restarting "
-                                                 f"({response.remark or 'no route'})")
+                                                 f"({response.remark or 'no route'}); start them, or wait until "
+                                                 f"they register again")
                 raise UnknownTopicError(response.code, f"{response.remark or 'no route'}: check the `topic` option, or "
                                         f"create the topic first (mqadmin updateTopic); the name server also "
                                         f"forgets a topic whose broker groups are all stopped",
@@ -164,7 +165,8 @@ class RocketMQClient:
             with self._lock:
                 self._routes[topic] = (time.monotonic(), route)
             return route
-        raise NoNameServerAvailableError(f"no name server of {self.namesrv} answered: {last}")
+        raise NoNameServerAvailableError(f"no name server of {self.namesrv} answered: {last}; check the `namesrv` "
+                                         f"option (host:port, 9876 by default) and that a name server runs there")
 
     def registered_groups(self, address: str | None = None) -> frozenset[str] | None:
         """The broker groups registered at a name server (``address``, else the first that answers) now;

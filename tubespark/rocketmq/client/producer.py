@@ -100,7 +100,8 @@ class BatchProducer:
             queues = self.client.route(topic, refresh=refresh).write_queues()
             if not queues:
                 raise UnknownTopicError(0, "no writable queue (no broker group with a live master)",
-                                        context=f"topic {topic}")
+                                        context=f"topic {topic}", advice="start a broker group's master, or "
+                                        "check the topic's write queues (mqadmin updateTopic)")
             self._queues[topic] = queues
         return self._queues[topic]
 
@@ -121,7 +122,7 @@ class BatchProducer:
         entry = batch_entry(body, encode_properties(props))
         if len(entry) > self.batch_bytes and len(entry) > MAX_BATCH_BYTES:
             raise MessageTooLargeError(f"a message of {len(body)} bytes exceeds the broker's {MAX_BATCH_BYTES}-byte "
-                                       f"limit")
+                                       f"limit: make the row's value smaller")
         mq = self._queue_for(topic, key)
         batch = self._open.get(mq)
         if batch is not None and batch.size + len(entry) > self.batch_bytes:

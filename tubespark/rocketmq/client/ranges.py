@@ -89,8 +89,8 @@ class RangeReader:
                  exc: TubeSparkError) -> RangeReadError:
         """The error for a range whose retry budget ran out at ``pos`` (``exc``: the last, retriable, fault)."""
         return RangeReadError(f"{mq.key}: reading [{start}, {end}) failed at {pos} after {self.retry_s:g} s of "
-                              f"retries: {exc}", partition=mq.key, start=start, end=end, reached=pos,
-                              tries=failures + 1)
+                              f"retries; check that its broker group is up (Spark retries the task): {exc}",
+                              partition=mq.key, start=start, end=end, reached=pos, tries=failures + 1)
 
     def _pull(self, address: str, mq: MessageQueue, low: int, high: int) -> Future[Command]:
         cmd = headers.pull_request(group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=low,
@@ -145,7 +145,8 @@ class RangeReader:
             expected = messages[0].queue_offset
             for m in messages:  # consecutive offsets: a hole inside one answer is a broker bug, not retention
                 if m.queue_offset != expected:
-                    raise DataLossError(f"{mq.key}: pull answer jumps from offset {expected} to {m.queue_offset}")
+                    raise DataLossError(f"{mq.key}: pull answer jumps from offset {expected} to {m.queue_offset}; "
+                                        f"check the broker's store (run the query again to read the range again)")
                 expected += 1
             return messages, expected
         if result.status == headers.OFFSET_MOVED or (result.status == headers.NOT_FOUND and result.min_offset > pos):

@@ -39,8 +39,8 @@ class RocketMQBatchReader(DataSourceReader):
 
     def __init__(self, options: RocketMQOptions) -> None:
         if options.pop:
-            raise OptionError("consumeMode=pop is for streaming reads (acks follow a micro-batch's commit); "
-                              "batch reads use consumeMode=pull")
+            raise OptionError("consumeMode=pop is for streaming reads (acks follow a micro-batch's commit): use "
+                              "consumeMode=pull for a batch read")
         if options.starting_offsets == "group":
             raise OptionError("startingOffsets=group is for streaming reads; batch reads take earliest, latest "
                               "or JSON offsets")
@@ -71,9 +71,11 @@ class RocketMQBatchReader(DataSourceReader):
             start = resolve_offset(opts.starting_offsets, mq.key, earliest=low, latest=high, default=EARLIEST)
             end = resolve_offset(opts.ending_offsets, mq.key, earliest=low, latest=high, default=LATEST)
             if end < start:
-                raise OptionError(f"for {mq.key} the starting offset {start} is after the ending offset {end}")
+                raise OptionError(f"for {mq.key} the starting offset {start} is after the ending offset {end}: fix "
+                                  f"startingOffsets or endingOffsets")
             if end > high:
-                raise OptionError(f"endingOffsets for {mq.key} is {end}, beyond the queue's max offset {high}")
+                raise OptionError(f"endingOffsets for {mq.key} is {end}, beyond the queue's max offset {high}: use "
+                                  f"latest or an offset up to {high}")
             tasks.extend(_task(mq, a, b) for a, b in split_range(start, end, opts.max_records_per_partition))
         log.info("rocketmq batch read of %s: %d tasks", ",".join(opts.topics or ()), len(tasks))
         return tasks

@@ -62,8 +62,8 @@ def _names(kind: str) -> Callable[[str, str], tuple[str, ...]]:
 def _group(name: str, value: str) -> str:
     value = value.strip()
     if not _NAME_RE.match(value) or len(value) > 120:
-        raise OptionError(f"option {name}={value!r}: a group name is letters, digits, '_', '-', '%' or '|' "
-                          f"(at most 120 chars)")
+        raise OptionError(f"option {name}={value!r}: expected a group name of letters, digits, '_', '-', '%' or "
+                          f"'|' (at most 120 chars)")
     return value
 
 
@@ -173,7 +173,7 @@ class RocketMQOptions(SharedOptions):
         if mode == WRITE:
             return
         if mode == READ and not self.topics:
-            raise OptionError("option topic is required for reading")
+            raise OptionError("option topic is required for reading: set it to the topic (or topics) to read")
         if self.pop:
             if not self.group:
                 raise OptionError("consumeMode=pop needs option group (the consumer group the broker balances)")

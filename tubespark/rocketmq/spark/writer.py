@@ -68,7 +68,8 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: RocketMQOptions) ->
             for i, value in enumerate(values or ()):
                 topic = fixed_topic or (topics[i] if topics else None)
                 if not topic:
-                    raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
+                    raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option): set the "
+                                      f"topic option or fill the topic column")
                 if topic not in routed:  # its brokers may be restarting: wait for the route like the sends do
                     ride_out(partial(producer.queues, topic), outage_s=options.outage_timeout_ms / 1000,
                              what=f"route of RocketMQ topic {topic}")

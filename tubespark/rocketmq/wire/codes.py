@@ -93,4 +93,6 @@ def error_for_code(code: int, remark: str | None, *, context: str = "", broker: 
         kind = BadRequestError
     else:
         kind = BadRequestError
-    return kind(code, message, context=context, broker=broker)
+    advice = ("check the `topic` option, or create the topic first (mqadmin updateTopic)"
+              if kind is UnknownTopicError else "")
+    return kind(code, message, context=context, broker=broker, advice=advice)

@@ -133,7 +133,8 @@ class RangeReader:
             if not exc.retriable:
                 raise
             raise RangeReadError(f"{where}: reading [{start}, {end}) failed at {seq} after {self.retry_s:.0f} s of "
-                                 f"retries: {exc}", partition=where, start=start, end=end, reached=seq,
+                                 f"retries; check that the broker is up (Spark retries the task): {exc}",
+                                 partition=where, start=start, end=end, reached=seq,
                                  broker=self.client.address) from exc
 
     def _missing(self, where: str, low: int, high: int, why: str) -> None:

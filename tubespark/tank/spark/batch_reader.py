@@ -34,7 +34,8 @@ class TankBatchReader(DataSourceReader):
             start = resolve(opts.starting_offsets, bounds, default=EARLIEST, option="startingOffsets")
             end = resolve(opts.ending_offsets, bounds, default=LATEST, option="endingOffsets")
             if end < start:
-                raise OptionError(f"for {key} the starting sequence number {start} is after the ending one {end}")
+                raise OptionError(f"for {key} the starting sequence number {start} is after the ending one {end}: fix "
+                                  f"startingOffsets or endingOffsets")
             if start < bounds.first:
                 message = (f"partition {key}: startingOffsets asks for {start} but the first available number is "
                            f"{bounds.first}")

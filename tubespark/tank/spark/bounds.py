@@ -50,7 +50,7 @@ def resolve(spec: OffsetSpec, bounds: Bounds, *, default: int, option: str) -> i
     value = resolve_offset(spec, bounds.key, earliest=bounds.first, latest=bounds.next, default=default)
     if value > bounds.next:
         raise OptionError(f"option {option}: {bounds.key} is at {value}, beyond the partition's next sequence number "
-                          f"{bounds.next} (high-water mark + 1)")
+                          f"{bounds.next} (high-water mark + 1): use latest or a number up to {bounds.next}")
     return value
 
 

@@ -133,7 +133,8 @@ class TankOptions(SharedOptions):
             if isinstance(spec, dict) and self.topics:
                 stray = sorted(k for k in spec if split_key(k)[0] not in self.topics)
                 if stray:
-                    raise OptionError(f"option {spec_name} names partitions of topics not read: {', '.join(stray)}")
+                    raise OptionError(f"option {spec_name} names partitions of topics not read: "
+                                      f"{', '.join(stray)}; remove them, or add their topics to the topic option")
 
     def client_settings(self) -> ClientSettings:
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,

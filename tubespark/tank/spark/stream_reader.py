@@ -87,12 +87,12 @@ class TankStreamReader(StreamEngine):
             offsets[key] = resolve(self.options.starting_offsets, bounds, default=EARLIEST, option="startingOffsets")
             if offsets[key] < bounds.first:
                 raise OptionError(f"option startingOffsets: {key} is at {offsets[key]}, below the partition's first "
-                                  f"available number {bounds.first}")
+                                  f"available number {bounds.first}: use earliest or a number from {bounds.first}")
             self._seen_next[key] = bounds.next
         spec = self.options.starting_offsets
         if isinstance(spec, dict) and set(spec) - set(offsets):
             raise OptionError(f"option startingOffsets names partitions that do not exist: "
-                              f"{', '.join(sorted(set(spec) - set(offsets)))}")
+                              f"{', '.join(sorted(set(spec) - set(offsets)))}; remove them from the JSON")
         return offsets
 
     def survey(self, start: Offsets) -> Survey:

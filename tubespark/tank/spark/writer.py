@@ -126,7 +126,8 @@ class BundledSend:
             for i, raw in enumerate(values):
                 topic = fixed_topic or (topics[i] if topics else None)
                 if not topic:
-                    raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
+                    raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option): set the "
+                                      f"topic option or fill the topic column")
                 value = _bytes(raw) or b""
                 key = _bytes(keys[i]) if keys else None
                 if key is not None and len(key) > 0xFF:

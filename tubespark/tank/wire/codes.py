@@ -78,7 +78,8 @@ CREATE_EXISTS = 1
 def fetch_error(code: int, context: str, *, leader: str | None = None, broker: str = "") -> BrokerError:
     """The error for a fetch partition's ``errorOrFlags`` (not OK, not sparse, not a boundary fault)."""
     if code == FETCH_UNKNOWN_PARTITION:
-        return UnknownTopicError(code, "unknown partition", context=context, broker=broker)
+        return UnknownTopicError(code, "unknown partition", context=context, broker=broker,
+                                 advice="check the partitions the offsets options name")
     if code == FETCH_OTHER_LEADER:
         return LeaderMovedError(code, "another node leads the partition", address=leader or "?", context=context,
                                 broker=broker)
@@ -94,7 +95,9 @@ def produce_error(code: int, context: str, *, leader: str | None = None, broker:
     """The error for a produce code other than 0 (docs/tank/protocol.md#produce)."""
     message = PRODUCE_MESSAGES.get(code, "unknown produce error code")
     if code in (PRODUCE_UNKNOWN_PARTITION, PRODUCE_UNKNOWN_TOPIC):
-        return UnknownTopicError(code, message, context=context, broker=broker)
+        return UnknownTopicError(code, message, context=context, broker=broker,
+                                 advice="check the `topic` option and the partitions the rows name, or create the "
+                                        "topic on the TANK broker first")
     if code == PRODUCE_OTHER_LEADER:
         return LeaderMovedError(code, message, address=leader or "?", context=context, broker=broker)
     if code in (PRODUCE_IO_FAULT, PRODUCE_NO_ISR_ACKS, PRODUCE_NOT_ENOUGH_REPLICAS, PRODUCE_NO_LEADER):

@@ -146,16 +146,31 @@ CHECK_TOPIC = ("check the `topic` option, or deploy the topic on the cluster fir
                "topic to clients about 30 s after it is added)")
 """How every "no such topic" error ends: the two fixes, and the wait a just-created topic needs."""
 
-# The server's 415 texts ("authInfo.userName is Blank!") name the protocol field, not what to change.
-_CREDENTIALS_HINT = "authentication refused: see the auth.user / auth.password options and docs/tubemq/auth.md"
+_GROUP_SETTINGS = ("use the settings the group's running members use (topics, streamIds, session), or another "
+                   "group (the `group` option)")
+ADVICE = {
+    ErrCode.FORBIDDEN: CHECK_TOPIC,
+    ErrCode.TOPIC_NOT_DEPLOYED: CHECK_TOPIC,
+    ErrCode.PARTITION_UNSUBSCRIBABLE: "check the topic's acceptSubscribe setting on the master",
+    ErrCode.PARTITION_UNPUBLISHABLE: "check the topic's acceptPublish setting on the master",
+    ErrCode.CERTIFICATE_FAILURE: "authentication refused: check the auth.user / auth.password options "
+                                 "(docs/tubemq/auth.md)",
+    ErrCode.CONSUME_GROUP_FORBIDDEN: "use a group the topic allows (the `group` option), or ask the cluster's "
+                                     "admin to allow this one (docs/tubemq/auth.md)",
+    ErrCode.CONSUME_CONTENT_FORBIDDEN: "check the streamIds option against the filters the master allows this "
+                                       "group (docs/tubemq/auth.md)",
+    **dict.fromkeys(range(ErrCode.CLIENT_INCONSISTENT_CONSUMETYPE, ErrCode.CLIENT_DUPLICATE_INDEXID + 1),
+                    _GROUP_SETTINGS),
+}
+"""What to do about the answers a user can fix, added to the error's message: the server's texts
+("authInfo.userName is Blank!") name a protocol field at best, not what to change."""
 
 
 def check(response: R, context: str) -> R:
     """Raise the typed TubeMQ error for ``success=false`` (or a non-200 errCode) responses."""
     if not response.success or response.errCode not in (0, ErrCode.SUCCESS):
-        if response.errCode == ErrCode.CERTIFICATE_FAILURE:
-            context = f"{context}; {_CREDENTIALS_HINT}"
-        raise error_for_code(response.errCode, getattr(response, "errMsg", ""), context=context)
+        raise error_for_code(response.errCode, getattr(response, "errMsg", ""), context=context,
+                             advice=ADVICE.get(response.errCode, ""))
     return response
 
 

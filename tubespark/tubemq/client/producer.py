@@ -192,7 +192,8 @@ class Producer:
         if all(t in self._served for t in absent):
             raise BrokerUnavailableError(f"topic {', '.join(absent)} has no partition to serve on the TubeMQ cluster "
                                          f"of master {self._master.active_address} now (none listed within "
-                                         f"{timeout_s:.0f} s), though it had: its brokers are down or restarting")
+                                         f"{timeout_s:.0f} s), though it had: its brokers are down or restarting; "
+                                         f"start them, or wait and write again")
         raise no_partition_listed(absent, self._master.active_address, timeout_s)
 
     def partitions(self, topic: str) -> tuple[PartitionRef, ...]:
@@ -279,7 +280,7 @@ class Producer:
         partitions = self.partitions(topic)
         if not partitions:  # published, but the master lists none now: its brokers are away
             raise BrokerUnavailableError(f"no partition of topic {topic!r} is served now (its brokers are down or "
-                                         f"restarting)")
+                                         f"restarting); start them, or wait and write again")
         live = self._serving(partitions) if self._shielded else partitions  # no lock per row while none is
         if key_hash is not None:
             chosen = partitions[key_hash % len(partitions)]
@@ -442,7 +443,8 @@ class Producer:
         limit = self.max_message_size(topic)
         if len(payload) > limit:
             raise MessageTooLargeError(f"message of {len(payload)} bytes exceeds topic {topic!r}'s maximum of "
-                                       f"{limit} bytes")
+                                       f"{limit} bytes: make the row's value smaller, or raise the topic's "
+                                       f"maxMsgSizeInMB on the master")
         return SendRequest(self.client_id, topic, part.partition_id, payload, flag, checksum(payload), self._sent_addr,
                            message.msg_type or "", message.msg_time or "")
 

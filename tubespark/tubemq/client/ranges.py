@@ -196,7 +196,8 @@ class RangeReader:
             text = (f"reading partition {part.key} from broker {part.broker.address} failed: offsets "
                     f"[{cursor.start}, {cursor.end}) were planned, every message below {cursor.next_offset} was "
                     f"read ({cursor.yielded} messages); gave up after {cursor.faults} faults in "
-                    f"{time.monotonic() - started:.1f}s (retry budget {self.retry_s:g}s)")
+                    f"{time.monotonic() - started:.1f}s (retry budget {self.retry_s:g}s); check that the broker is "
+                    f"up (Spark retries the task)")
             raise RangeReadError(f"{text}: {type(exc).__name__}: {exc}", broker=part.broker.address,
                                  partition=part.key, start=cursor.start, end=cursor.end, reached=cursor.next_offset,
                                  messages=cursor.yielded, tries=cursor.faults) from exc
@@ -258,7 +259,8 @@ class RangeReader:
                              what=f"{part.key}: data between {batch_end} and the planned end {end}")
                 if fetch is None:
                     raise DataLossError(f"{part.key}: the broker's max offset stays at {batch_end}, below the "
-                                        f"planned end {end}; data was removed or the broker lost it")
+                                        f"planned end {end}; data was removed or the broker lost it: start the "
+                                        f"query from a new checkpoint, or check the broker's store")
             batch = self._emit(cursor, fetch.start) if cursor.pending is not None else None
             if fetch.start >= end:
                 cursor.done = True

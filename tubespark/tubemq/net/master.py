@@ -147,7 +147,8 @@ class MasterChannel:
             raise NotAMasterError(f"no TubeMQ master at {where}: {CHECK_MASTER}")
         if standby:
             raise NoMasterAvailableError(f"no active TubeMQ master at {where}: the master group is electing its "
-                                         f"next active master, or a master is starting", electing=True)
+                                         f"next active master, or a master is starting; wait a few seconds and try "
+                                         f"again", electing=True)
         raise NoMasterAvailableError(f"no TubeMQ master answers at {where}: {CHECK_MASTER}")
 
     def _drop_connection(self) -> None:

@@ -76,10 +76,11 @@ class TubeBatchReader(DataSourceReader):
                 start = self._start(broker, ref, bounds)
                 end = self._end(broker, ref, bounds)
                 if end < start:
-                    raise OptionError(f"for {ref.key} the starting offset {start} is after the ending offset {end}")
+                    raise OptionError(f"for {ref.key} the starting offset {start} is after the ending offset {end}: "
+                                      f"fix startingOffsets or endingOffsets")
                 if end > bounds.max_offset:
                     raise OptionError(f"endingOffsets for {ref.key} is {end}, beyond the partition's max offset "
-                                      f"{bounds.max_offset}")
+                                      f"{bounds.max_offset}: use latest or an offset up to it")
                 tasks.extend(self._task(ref, low, high, len(tasks))
                              for low, high in split_range(start, end, opts.max_records_per_partition,
                                                           record_size=INDEX_RECORD_SIZE))

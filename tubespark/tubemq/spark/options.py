@@ -71,7 +71,7 @@ def _pattern(name: str, value: str) -> re.Pattern[str]:
     try:
         return re.compile(value)
     except re.error as exc:
-        raise OptionError(f"option {name}={value!r}: not a regular expression ({exc})") from None
+        raise OptionError(f"option {name}={value!r}: expected a regular expression ({exc})") from None
 
 
 def _web_urls(name: str, value: str) -> tuple[str, ...]:
@@ -86,7 +86,7 @@ def _web_urls(name: str, value: str) -> tuple[str, ...]:
 def _group(name: str, value: str) -> str:
     value = value.strip()
     if not _GROUP_RE.match(value) or len(value) > 200:
-        raise OptionError(f"option {name}={value!r}: a group name starts with a letter, then letters, digits, "
+        raise OptionError(f"option {name}={value!r}: expected a group name: a letter, then letters, digits, "
                           f"'_' or '-' (2 to 200 chars)")
     return value
 
@@ -95,7 +95,7 @@ def _stream_ids(name: str, value: str) -> tuple[str, ...]:
     items = sorted(set(comma_list(value)))
     bad = [v for v in items if not _STREAM_ID_RE.match(v) or len(v) > 256]
     if bad or len(items) > 500:
-        raise OptionError(f"option {name}={value!r}: streamIds are at most 500 names of letters, digits, '_' "
+        raise OptionError(f"option {name}={value!r}: expected at most 500 streamIds of letters, digits, '_' "
                           f"or '-'" + (f"; bad: {', '.join(bad)}" if bad else ""))
     return tuple(items)
 
@@ -144,7 +144,7 @@ def _address_map(name: str, value: str) -> tuple[tuple[str, str], ...]:
             raise OptionError(f"option {name}={value!r}: expected listed=reachable[,...], each host:port "
                               f"(bad: {item})") from None
         if pairs.get(listed, reachable) != reachable:
-            raise OptionError(f"option {name}={value!r}: {listed} is mapped twice")
+            raise OptionError(f"option {name}={value!r}: {listed} is mapped twice; map each address once")
         pairs[listed] = reachable
     return tuple(sorted(pairs.items()))
 
@@ -358,7 +358,7 @@ class TubeMQOptions(SharedOptions):
             raise OptionError("reading needs exactly one of the options topic (names) and topicPattern (a regular "
                               "expression)")
         if self.auth_password and not self.auth_user:
-            raise OptionError("option auth.password is set but auth.user is not")
+            raise OptionError("option auth.password is set but auth.user is not: set auth.user too")
         self._check_tls()
 
     def _check_tls(self) -> None:
@@ -371,14 +371,15 @@ class TubeMQOptions(SharedOptions):
         if not self.tls_enable:
             if given:
                 raise OptionError(f"option {', '.join(given)} set but tubemq.tlsEnable is not true: the connection "
-                                  f"would not use TLS")
+                                  f"would not use TLS; set tubemq.tlsEnable=true")
             return
         if (self.tls_key_file or self.tls_key_password) and not self.tls_cert_file:
             raise OptionError("option tubemq.tlsKeyFile / tubemq.tlsKeyPassword need tubemq.tlsCertFile")
         try:
             self.ssl_context()
         except ValueError as exc:
-            raise OptionError(f"option tubemq.tlsCaFile / tubemq.tlsCertFile / tubemq.tlsKeyFile: {exc}") from None
+            raise OptionError(f"option tubemq.tlsCaFile / tubemq.tlsCertFile / tubemq.tlsKeyFile: {exc} (check the "
+                              f"files these options name)") from None
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS client context these options ask for (``None`` without ``tubemq.tlsEnable``)."""

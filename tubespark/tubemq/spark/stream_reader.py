@@ -171,7 +171,7 @@ class TubeStreamReader(StreamEngine):
             return bounds.max_offset
         if int(wanted) > bounds.max_offset:
             raise OptionError(f"startingOffsets for {key} is {wanted}, beyond the partition's max offset "
-                              f"{bounds.max_offset}")
+                              f"{bounds.max_offset}: use latest or an offset up to it")
         return int(wanted)
 
     # --- each trigger ------------------------------------------------------------------------------

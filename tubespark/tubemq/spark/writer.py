@@ -136,7 +136,8 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
             topic = fixed_topic or (topics[i] if topics else None)
             if not topic:
                 producer.send_prepared(prepared)  # the rows before it are sent, as the error says
-                raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option)")
+                raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option): set the "
+                                  f"topic option or fill the topic column")
             if topic not in published:
                 publish(producer, topic, options)
                 published.add(topic)
@@ -255,7 +256,8 @@ class BundledSend:
     def _add(self, row: int, data: bytes, topic: str | None, stream_id: str | None, when: datetime | str | None,
              user_attributes: list[tuple[str, str]] | None, route: str | None) -> None:
         if not topic:
-            raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option)")
+            raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option): set the "
+                              f"topic option or fill the topic column")
         limit = self._limit(topic)
         minute: str | None = None
         dt: int | None = None
@@ -348,7 +350,7 @@ def raise_if_configured(exc: UnknownTopicError, options: TubeMQOptions, topics: 
     configuration holds them all (their brokers are away: waited for), else return (a missing topic)."""
     if configured(options, topics):
         raise BrokerUnavailableError(f"{exc} (the master's configuration holds the topic: its brokers are down "
-                                     f"or restarting)") from exc
+                                     f"or restarting); start them, or wait and write again") from exc
 
 
 def configured(options: TubeMQOptions, topics: tuple[str, ...]) -> bool:

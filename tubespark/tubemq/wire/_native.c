@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -262,6 +263,69 @@ static int read_header(const unsigned char *data, Py_ssize_t len, Header *h) {
     return (seen & 6) == 6; /* success and errCode are required */
 }
 
+/* ------------------------------------------------------------------ arguments both twins take alike */
+/* The fast lane takes only arguments the pure-Python twin takes the same way: an int that is not a bool
+ * (protobuf refuses a bool for an integer field, and True must never be sent as 1), text as str (protobuf
+ * checks bytes for UTF-8 on its own terms), a body as bytes (protobuf refuses bytearray and memoryview),
+ * None only where the pure twin reads None as "unset". Anything else raises TypeError here, which send.py
+ * answers by running the pure-Python twin on the same values: it encodes them or raises its own error, so
+ * both twins give one answer (issue 24). The decoders answer None instead, for the same reason. */
+
+static int plain_int(PyObject *o) { return PyLong_Check(o) && !PyBool_Check(o); }
+
+static int take_int(PyObject *o, long long lo, long long hi, long long *out) {
+    if (!plain_int(o)) {
+        PyErr_SetString(PyExc_TypeError, "not an int (a bool is not taken as one)");
+        return 0;
+    }
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (v == -1 && PyErr_Occurred()) return 0;
+    if (overflow || v < lo || v > hi) {
+        PyErr_SetString(PyExc_OverflowError, "value out of range");
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* A str as UTF-8 (``optional``: None gives NULL, the field unset). */
+static int take_text(PyObject *o, int optional, const char **s, Py_ssize_t *n) {
+    if (optional && o == Py_None) {
+        *s = NULL;
+        *n = 0;
+        return 1;
+    }
+    if (!PyUnicode_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "not a str");
+        return 0;
+    }
+    *s = PyUnicode_AsUTF8AndSize(o, n);
+    return *s != NULL;
+}
+
+static int take_bytes(PyObject *o, const char **d, Py_ssize_t *n) {
+    if (!PyBytes_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "not bytes");
+        return 0;
+    }
+    *d = PyBytes_AS_STRING(o);
+    *n = PyBytes_GET_SIZE(o);
+    return 1;
+}
+
+/* authInfo: None (none sent) or a (visitAuthorizedToken, authAuthorizedToken) tuple, as send.py passes it. */
+static int take_auth(PyObject *o, int *auth, long long *visit, const char **token, Py_ssize_t *token_len) {
+    *auth = o != Py_None;
+    if (!*auth) return 1;
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2) {
+        PyErr_SetString(PyExc_TypeError, "auth is not a (visit token, signed token) pair");
+        return 0;
+    }
+    return take_int(PyTuple_GET_ITEM(o, 0), LLONG_MIN, LLONG_MAX, visit) &&
+           take_text(PyTuple_GET_ITEM(o, 1), 0, token, token_len);
+}
+
 /* ------------------------------------------------------------------------------------- scan_fetch */
 
 PyDoc_STRVAR(scan_fetch_doc,
@@ -273,6 +337,7 @@ static PyObject *scan_fetch(PyObject *self, PyObject *arg) {
     Py_buffer buf;
     Header h;
     PyObject *msg, *result = NULL;
+    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     if (!read_header(buf.buf, buf.len, &h)) {
         PyBuffer_Release(&buf);
@@ -406,7 +471,15 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
     int table_ok = 0;
 
     Py_ssize_t n = -1;
-    if (!PyArg_ParseTuple(args, "y*LLp|n", &buf, &start, &step, &verify, &n)) return NULL;
+    PyObject *data, *start_obj, *step_obj;
+    if (!PyArg_ParseTuple(args, "OOOp|n", &data, &start_obj, &step_obj, &verify, &n)) return NULL;
+    if (!PyObject_CheckBuffer(data) || !plain_int(start_obj) || !plain_int(step_obj))
+        Py_RETURN_NONE; /* the pure-Python twin decides (see take_int) */
+    int start_overflow, step_overflow;
+    start = PyLong_AsLongLongAndOverflow(start_obj, &start_overflow);
+    step = PyLong_AsLongLongAndOverflow(step_obj, &step_overflow);
+    if (start_overflow || step_overflow) Py_RETURN_NONE; /* beyond int64: Python's integers decide */
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
     if (n < 0) { /* not scanned yet (scan_fetch gives the count of the same bytes): check the structure */
         if (!read_header(buf.buf, buf.len, &h)) goto fallback;
         n = h.count;
@@ -543,6 +616,7 @@ PyDoc_STRVAR(decode_response_doc,
 static PyObject *decode_response(PyObject *self, PyObject *arg) {
     Py_buffer buf;
     PyObject *result = NULL;
+    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len}, conn, header, body;
     uint64_t values[32];
@@ -617,35 +691,37 @@ static unsigned char *put_int(unsigned char *p, uint32_t field, int64_t v) {
 
 PyDoc_STRVAR(encode_send_doc,
 "encode_send(client_id, topic, partition_id, data, flag, checksum, sent_addr, msg_type, msg_time,\n"
-"            visit_token, auth_token, method, service_type, protocol_ver, timeout_ms) -> bytes\n\n"
+"            auth, method, service_type, protocol_ver, timeout_ms) -> bytes\n\n"
 "The request envelope of one SendMessage call, byte for byte what envelope.encode_request makes of a\n"
-"SendMessageRequestP2B with these fields (msg_type, msg_time: None = unset; visit_token None = no\n"
-"authInfo). Raises OverflowError / UnicodeEncodeError / TypeError where the caller must ask the\n"
-"pure-Python encoder.");
+"SendMessageRequestP2B with these fields (msg_type, msg_time: None = unset; auth: None = no authInfo,\n"
+"else (visit token, signed token)). Raises OverflowError / UnicodeEncodeError / TypeError / ValueError\n"
+"where the caller must ask the pure-Python encoder: for any argument not of the exact kind the\n"
+"pure-Python twin takes alike (a bool for an int, bytes for a str, a bytearray for bytes, ...).");
 
 static PyObject *encode_send(PyObject *self, PyObject *args) {
-    const char *client, *topic, *msg_type, *msg_time, *auth_token;
-    Py_ssize_t client_len, topic_len, msg_type_len, msg_time_len, auth_token_len;
-    int partition, flag, checksum, sent_addr, method, service_type, protocol_ver;
-    long long timeout;
-    PyObject *visit_obj, *out;
-    Py_buffer data;
-    long long visit = 0;
-    if (!PyArg_ParseTuple(args, "s#s#iy*iiiz#z#Oz#iiiL", &client, &client_len, &topic, &topic_len, &partition,
-                          &data, &flag, &checksum, &sent_addr, &msg_type, &msg_type_len, &msg_time, &msg_time_len,
-                          &visit_obj, &auth_token, &auth_token_len, &method, &service_type, &protocol_ver, &timeout))
+    PyObject *o[14], *out;
+    const char *client, *topic, *data, *msg_type, *msg_time, *auth_token = NULL;
+    Py_ssize_t client_len, topic_len, data_len, msg_type_len, msg_time_len, auth_token_len = 0;
+    long long partition, flag, checksum, sent_addr, method, service_type, protocol_ver, timeout, visit = 0;
+    int auth;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO:encode_send", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13]))
         return NULL;
-    int auth = visit_obj != Py_None;
-    if (auth) {
-        visit = PyLong_AsLongLong(visit_obj);
-        if (visit == -1 && PyErr_Occurred()) {
-            PyBuffer_Release(&data);
-            return NULL;
-        }
-        if (!auth_token) auth_token = "", auth_token_len = 0;
+    if (!take_text(o[0], 0, &client, &client_len) || !take_text(o[1], 0, &topic, &topic_len) ||
+        !take_int(o[2], INT32_MIN, INT32_MAX, &partition) || !take_bytes(o[3], &data, &data_len) ||
+        !take_int(o[4], INT32_MIN, INT32_MAX, &flag) || !take_int(o[5], INT32_MIN, INT32_MAX, &checksum) ||
+        !take_int(o[6], INT32_MIN, INT32_MAX, &sent_addr) || !take_text(o[7], 1, &msg_type, &msg_type_len) ||
+        !take_text(o[8], 1, &msg_time, &msg_time_len) ||
+        !take_auth(o[9], &auth, &visit, &auth_token, &auth_token_len) ||
+        !take_int(o[10], INT32_MIN, INT32_MAX, &method) || !take_int(o[11], INT32_MIN, INT32_MAX, &service_type) ||
+        !take_int(o[12], INT32_MIN, INT32_MAX, &protocol_ver) || !take_int(o[13], LLONG_MIN, LLONG_MAX, &timeout))
+        return NULL;
+    if (timeout <= 0) {
+        PyErr_SetString(PyExc_ValueError, "encode_send: timeout_ms must be positive");
+        return NULL;
     }
     Py_ssize_t auth_len = auth ? INT_LEN(visit) + BYTES_LEN(auth_token_len) : 0;
-    Py_ssize_t inner = BYTES_LEN(client_len) + BYTES_LEN(topic_len) + INT_LEN(partition) + BYTES_LEN(data.len) +
+    Py_ssize_t inner = BYTES_LEN(client_len) + BYTES_LEN(topic_len) + INT_LEN(partition) + BYTES_LEN(data_len) +
                        INT_LEN(flag) + INT_LEN(checksum) + INT_LEN(sent_addr) +
                        (msg_type ? BYTES_LEN(msg_type_len) : 0) + (msg_time ? BYTES_LEN(msg_time_len) : 0) +
                        (auth ? BYTES_LEN(auth_len) : 0);
@@ -653,10 +729,7 @@ static PyObject *encode_send(PyObject *self, PyObject *args) {
     Py_ssize_t body = INT_LEN(method) + INT_LEN(timeout) + BYTES_LEN(inner);
     Py_ssize_t total = 3 + 1 + header + varint_len((uint64_t)body) + body;
     out = PyBytes_FromStringAndSize(NULL, total);
-    if (!out) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
+    if (!out) return NULL;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
     *p++ = 2; /* RpcConnHeader{flag = 0 (request)}, delimited */
     *p++ = 0x08;
@@ -672,7 +745,7 @@ static PyObject *encode_send(PyObject *self, PyObject *args) {
     p = put_bytes(p, 1, client, client_len);
     p = put_bytes(p, 2, topic, topic_len);
     p = put_int(p, 3, partition);
-    p = put_bytes(p, 4, data.buf, data.len);
+    p = put_bytes(p, 4, data, data_len);
     p = put_int(p, 5, flag);
     p = put_int(p, 6, checksum);
     p = put_int(p, 7, sent_addr);
@@ -684,7 +757,6 @@ static PyObject *encode_send(PyObject *self, PyObject *args) {
         p = put_int(p, 1, visit);
         p = put_bytes(p, 2, auth_token, auth_token_len);
     }
-    PyBuffer_Release(&data);
     if (p != (unsigned char *)PyBytes_AS_STRING(out) + total || header >= 0x80) {
         Py_DECREF(out);
         PyErr_SetString(PyExc_SystemError, "encode_send: size mismatch");
@@ -702,34 +774,21 @@ typedef struct {
 } SendFields;
 
 static int int32_item(PyObject *obj, long *out) {
-    if (!PyLong_Check(obj)) {
-        PyErr_SetString(PyExc_TypeError, "encode_send_frames: an int field is not an int");
-        return 0;
-    }
-    long v = PyLong_AsLong(obj);
-    if (v == -1 && PyErr_Occurred()) return 0;
-    if (v < INT32_MIN || v > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "encode_send_frames: value out of int32 range");
-        return 0;
-    }
-    *out = v;
+    long long v;
+    if (!take_int(obj, INT32_MIN, INT32_MAX, &v)) return 0;
+    *out = (long)v;
     return 1;
 }
 
 static int text_item(PyObject *obj, const char **out, Py_ssize_t *len, int optional) {
-    if (!PyUnicode_Check(obj)) {
-        PyErr_SetString(PyExc_TypeError, "encode_send_frames: a text field is not a str");
-        return 0;
-    }
-    *out = PyUnicode_AsUTF8AndSize(obj, len);
-    if (!*out) return 0;
+    if (!take_text(obj, 0, out, len)) return 0;
     if (optional && *len == 0) *out = NULL; /* "" = unset, as SendRequest.envelope passes `or None` */
     return 1;
 }
 
 PyDoc_STRVAR(encode_send_frames_doc,
-"encode_send_frames(requests, serials, visit_token, auth_token, method, service_type, protocol_ver,\n"
-"                   timeout_ms, begin_token, max_block_size, max_blocks) -> bytes\n\n"
+"encode_send_frames(requests, serials, auth, method, service_type, protocol_ver, timeout_ms, begin_token,\n"
+"                   max_block_size, max_blocks) -> bytes\n\n"
 "The TubeMQ frames of a window of SendMessage calls, concatenated: request i (a SendRequest tuple:\n"
 "client_id, topic, partition_id, data, flag, checksum, sent_addr, msg_type, msg_time) enveloped as\n"
 "encode_send does and framed with serial number serials[i] as frame.encode_frame does (blocks of at most\n"
@@ -737,27 +796,28 @@ PyDoc_STRVAR(encode_send_frames_doc,
 "OverflowError / UnicodeEncodeError / TypeError / ValueError where the pure-Python twin must decide.");
 
 static PyObject *encode_send_frames(PyObject *self, PyObject *args) {
-    PyObject *requests, *serials, *visit_obj, *out = NULL;
-    const char *auth_token;
-    Py_ssize_t auth_token_len;
-    int method, service_type, protocol_ver;
-    long long timeout, visit = 0;
+    PyObject *requests, *serials, *auth_obj, *method_obj, *service_obj, *protocol_obj, *timeout_obj;
+    PyObject *out = NULL;
+    const char *auth_token = NULL;
+    Py_ssize_t auth_token_len = 0;
+    long long method, service_type, protocol_ver, timeout, visit = 0;
     unsigned int begin_token;
     Py_ssize_t max_block, max_blocks;
-    if (!PyArg_ParseTuple(args, "O!O!Oz#iiiLInn", &PyList_Type, &requests, &PyList_Type, &serials, &visit_obj,
-                          &auth_token, &auth_token_len, &method, &service_type, &protocol_ver, &timeout,
-                          &begin_token, &max_block, &max_blocks))
+    int auth;
+    if (!PyArg_ParseTuple(args, "O!O!OOOOOInn", &PyList_Type, &requests, &PyList_Type, &serials, &auth_obj,
+                          &method_obj, &service_obj, &protocol_obj, &timeout_obj, &begin_token, &max_block,
+                          &max_blocks))
+        return NULL;
+    if (!take_auth(auth_obj, &auth, &visit, &auth_token, &auth_token_len) ||
+        !take_int(method_obj, INT32_MIN, INT32_MAX, &method) ||
+        !take_int(service_obj, INT32_MIN, INT32_MAX, &service_type) ||
+        !take_int(protocol_obj, INT32_MIN, INT32_MAX, &protocol_ver) ||
+        !take_int(timeout_obj, LLONG_MIN, LLONG_MAX, &timeout))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(requests);
     if (PyList_GET_SIZE(serials) != n || max_block <= 0 || timeout <= 0) {
         PyErr_SetString(PyExc_ValueError, "encode_send_frames: bad arguments");
         return NULL;
-    }
-    int auth = visit_obj != Py_None;
-    if (auth) {
-        visit = PyLong_AsLongLong(visit_obj);
-        if (visit == -1 && PyErr_Occurred()) return NULL;
-        if (!auth_token) auth_token = "", auth_token_len = 0;
     }
     Py_ssize_t auth_len = auth ? INT_LEN(visit) + BYTES_LEN(auth_token_len) : 0;
     Py_ssize_t header = INT_LEN(service_type) + INT_LEN(protocol_ver);
@@ -771,7 +831,9 @@ static PyObject *encode_send_frames(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyList_GET_ITEM(requests, i);
         SendFields *x = &f[i];
-        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 9 || !PyBytes_Check(PyTuple_GET_ITEM(r, 3))) {
+        /* a SendRequest (a named tuple: a plain tuple has no envelope() for the pure twin), its body bytes */
+        if (!PyTuple_Check(r) || PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 9 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(r, 3))) {
             PyErr_SetString(PyExc_TypeError, "encode_send_frames: not a SendRequest");
             goto done;
         }
@@ -889,6 +951,7 @@ PyDoc_STRVAR(decode_send_answer_doc,
 
 static PyObject *decode_send_answer(PyObject *self, PyObject *arg) {
     Py_buffer buf;
+    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
     uint64_t values[8] = {0};

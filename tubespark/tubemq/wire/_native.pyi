@@ -8,7 +8,12 @@ def decode_fetch(
 def decode_response(payload: Buffer, /) -> tuple[int, bytes] | None: ...
 def encode_send(
     client_id: str, topic: str, partition_id: int, data: Buffer, flag: int, checksum: int, sent_addr: int,
-    msg_type: str | None, msg_time: str | None, visit_token: int | None, auth_token: str | None,
+    msg_type: str | None, msg_time: str | None, auth: tuple[int, str] | None,
     method: int, service_type: int, protocol_ver: int, timeout_ms: int, /
+) -> bytes: ...
+def encode_send_frames(
+    requests: list[tuple[str, str, int, bytes, int, int, int, str, str]], serials: list[int],
+    auth: tuple[int, str] | None, method: int, service_type: int, protocol_ver: int, timeout_ms: int,
+    begin_token: int, max_block_size: int, max_blocks: int, /
 ) -> bytes: ...
 def decode_send_answer(data: Buffer, /) -> tuple[bool, int, str, int, int, int] | None: ...

@@ -65,6 +65,7 @@ _CLASSES.update(dict.fromkeys(range(ErrCode.CLIENT_INCONSISTENT_CONSUMETYPE, Err
                               GroupConflictError))
 
 
-def error_for_code(code: int, message: str, *, context: str = "") -> BrokerError:
-    """Build the error that matches a TubeMQ ``errCode`` (a plain :class:`BrokerError` for unknown codes)."""
-    return _CLASSES.get(code, BrokerError)(code, message, context=context, broker="TubeMQ")
+def error_for_code(code: int, message: str, *, context: str = "", advice: str = "") -> BrokerError:
+    """Build the error that matches a TubeMQ ``errCode`` (a plain :class:`BrokerError` for unknown codes);
+    ``advice``: what the user can do about it (see :class:`~tubespark.errors.BrokerError`)."""
+    return _CLASSES.get(code, BrokerError)(code, message, context=context, broker="TubeMQ", advice=advice)

@@ -47,13 +47,12 @@ class SendRequest(NamedTuple):
     def envelope(self, timeout_ms: int, auth: tuple[int, str] | None = None) -> bytes:
         """The request envelope of the call (``auth``: visit token and signed token, or None for no authInfo)."""
         compiled = twin.native()
-        if compiled is not None and timeout_ms > 0:
+        if compiled is not None:
             try:
                 encoded: bytes = compiled.encode_send(
                     self.client_id, self.topic, self.partition_id, self.data, self.flag, self.checksum,
-                    self.sent_addr, self.msg_type or None, self.msg_time or None, auth[0] if auth else None,
-                    auth[1] if auth else None, Method.SEND_MESSAGE, ServiceType.BROKER_WRITE, PROTOCOL_VERSION,
-                    timeout_ms)
+                    self.sent_addr, self.msg_type or None, self.msg_time or None, auth, Method.SEND_MESSAGE,
+                    ServiceType.BROKER_WRITE, PROTOCOL_VERSION, timeout_ms)
                 return encoded
             except (OverflowError, UnicodeEncodeError, TypeError, ValueError):
                 pass  # the pure-Python twin raises the error that belongs to it (or encodes it)
@@ -81,12 +80,11 @@ def encode_send_frames(requests: Sequence[SendRequest], serials: Sequence[int], 
     (two Python calls per message cost 1.2 us of a 100 B message's CPU); anything it is not sure of goes to
     the pure-Python twin, which gives the same bytes or raises the typed error."""
     compiled = twin.native()
-    if compiled is not None and timeout_ms > 0:
+    if compiled is not None:
         try:
             encoded: bytes = compiled.encode_send_frames(
-                list(requests), list(serials), auth[0] if auth else None, auth[1] if auth else None,
-                Method.SEND_MESSAGE, ServiceType.BROKER_WRITE, PROTOCOL_VERSION, timeout_ms, BEGIN_TOKEN,
-                MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME)
+                list(requests), list(serials), auth, Method.SEND_MESSAGE, ServiceType.BROKER_WRITE,
+                PROTOCOL_VERSION, timeout_ms, BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME)
             return encoded
         except (OverflowError, UnicodeEncodeError, TypeError, ValueError):
             pass  # the pure-Python twin raises the error that belongs to it (or encodes it)
