@@ -78,8 +78,8 @@ class OutageWindow:
         saying how long; anything else (and any error when ``outage_s`` is 0) is ``exc`` itself."""
         if not self.is_outage(exc) or self.outage_s == 0:
             return exc  # 0: the caller asked for no wait, so it gets the error as it came
-        error = BrokerUnavailableError(f"{what}: the broker was still unreachable after {self.outage_s:.0f} s "
-                                       f"(outageTimeoutMs): {exc}")
+        error = BrokerUnavailableError(f"{what}: the broker was still unreachable after {self.outage_s:.0f} s; "
+                                       f"start it, or raise outageTimeoutMs to wait longer: {exc}")
         error.__cause__ = exc
         return error
 
@@ -184,10 +184,10 @@ def read_through_outage(read: Callable[[int], Iterable[T]], *, start: int, retry
             if now - since >= budget:
                 if outage and outage_s > 0:
                     raise BrokerUnavailableError(
-                        f"{what}: the broker was unreachable for {now - progress:.0f} s (outageTimeoutMs="
-                        f"{outage_s * 1000:.0f}); every message below offset {offset} was read; the next try "
-                        f"(a task retry, a restarted query) reads on from there: {type(cause).__name__}: "
-                        f"{cause}") from exc
+                        f"{what}: the broker was unreachable for {now - progress:.0f} s; start it and retry "
+                        f"(a task retry or a restarted query reads on from offset {offset}, below which every "
+                        f"message was read), or raise outageTimeoutMs (now {outage_s * 1000:.0f}) to wait longer: "
+                        f"{type(cause).__name__}: {cause}") from exc
                 raise
             tries += 1
             pause = min(backoff(tries), since + budget - now)

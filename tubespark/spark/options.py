@@ -269,7 +269,7 @@ class SharedOptions(ParsedOptions):
         if (self.min_offsets_per_trigger and self.max_offsets_per_trigger
                 and self.min_offsets_per_trigger > self.max_offsets_per_trigger):
             raise OptionError(f"option minOffsetsPerTrigger={self.min_offsets_per_trigger} is above "
-                              f"maxOffsetsPerTrigger={self.max_offsets_per_trigger}")
+                              f"maxOffsetsPerTrigger={self.max_offsets_per_trigger}; lower the one or raise the other")
 
 
 # --- the README ----------------------------------------------------------------------------------

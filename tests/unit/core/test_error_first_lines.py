@@ -57,12 +57,6 @@ InLong encoder's (PayloadEncodeError names the record field at fault) and the ad
 relays the master's own answer)."""
 BROKER_ERRORS = frozenset({"UnknownTopicError", "AuthError", "BrokerError", "GroupConflictError"})
 """Classes whose message is the second argument (after the code) and whose ``advice`` joins it."""
-PENDING = {
-    ("spark/options.py", "option minOffsetsPerTrigger={} is above maxOffsetsPerTrigger={}"),
-    ("core/outage.py", "{}: the broker was still unreachable after {} s (outageTimeoutMs): {}"),
-}
-"""Templates known to lack an action, left to the change that was rewriting their modules (the outage-timeout
-work) when this test was written; remove an entry when its message is mended."""
 BUILT_BY_A_HELPER = {("core/tls.py", "TLS to {} failed: {}"): "TLS verify 10"}
 """Templates whose action comes from a helper's text the scan cannot follow -> the walked path below that
 raises it."""
@@ -170,7 +164,7 @@ def test_the_source_scan_finds_the_constructions() -> None:
 def test_every_user_facing_message_template_says_what_to_do() -> None:
     missing = [f"{module}:{line} {kind}: {text}" for module, line, kind, text in constructions()
                if re.fullmatch(r"(\{\})*", text) is None  # relays another error's text, checked where it is made
-               and not first_line_says_what_to_do(text) and (module, text) not in PENDING
+               and not first_line_says_what_to_do(text)
                and (module, text) not in BUILT_BY_A_HELPER]
     assert not missing, "first lines without an action:\n" + "\n".join(missing)
     assert set(BUILT_BY_A_HELPER.values()) <= set(PATHS)
