@@ -222,6 +222,7 @@ class LocalCluster:
         self._owns_work_dir = False
         self._procs: list[JavaProcess] = []
         self._down: set[str] = set()  # processes taken down on purpose: not watched while waiting
+        self._coming_back: dict[str, tuple[float, bool]] = {}  # start_again(wait=False): (limit, new_registration)
         self._master_admins: dict[str, MasterAdmin] = {}
         self._active_master: str | None = None
         self._launch: tuple[str, str] | None = None  # (java, classpath) for processes started later
@@ -627,8 +628,14 @@ class LocalCluster:
         self._down.discard(proc.name)
         self._wait_serving(proc, timeout_s)
 
-    def start_again(self, name: str | int, *, timeout_s: float | None = None, new_registration: bool = True) -> float:
+    def start_again(self, name: str | int, *, timeout_s: float | None = None, new_registration: bool = True,
+                    wait: bool = True) -> float:
         """Start a killed or terminated JVM on the same ports and data, and wait until it serves.
+
+        ``wait=False`` returns once it accepts connections and leaves the wait until it serves (for a broker
+        the master's 30 s ``wait_sub``) to :meth:`wait_back`: a test that only has to leave a shared cluster
+        whole needs not wait out the broker's return itself, the next user of the cluster does (the
+        integration tests' ``pytest_runtest_setup``), and none after the last test.
 
         ``new_registration`` (brokers): wait until the master has taken the new process's registration,
         not the old one's. Right after a kill the master still shows the old process as running and
@@ -649,8 +656,19 @@ class LocalCluster:
         wait_until(f"{proc.name} to accept connections again", lambda: _port_open(port, self._host(proc.name)),
                    timeout_s=limit, interval_s=0.1, watch=[proc], on_timeout=proc.diagnostics)
         accepting = time.monotonic() - started
-        self._wait_serving(proc, limit, new_registration=new_registration)
+        if wait:
+            self._wait_serving(proc, limit, new_registration=new_registration)
+        else:
+            self._coming_back[proc.name] = (limit, new_registration)
         return accepting
+
+    def wait_back(self) -> None:
+        """Wait until every JVM :meth:`start_again` returned early for (``wait=False``) serves; each is waited
+        for once (a failed wait raises, and the next call does not wait for it again)."""
+        while self._coming_back:
+            name = next(iter(self._coming_back))
+            limit, new_registration = self._coming_back.pop(name)
+            self._wait_serving(self.process(name), limit, new_registration=new_registration)
 
     def restart(self, name: str | int, *, kill: bool = True, timeout_s: float | None = None) -> float:
         """Kill (or gracefully stop, ``kill=False``) one JVM and start it again on the same ports and data.

@@ -15,6 +15,8 @@ import pytest
 from tubespark_testbed.ports import free_ports
 
 from tests.integration.helpers import bodies, produce
+from tubespark.errors import UnknownTopicError
+from tubespark.tubemq.client.metadata import topic_partitions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -105,6 +107,11 @@ def test_row_above_max_size_fails_naming_row_and_keeps_earlier_rows(spark, tubem
     assert f"{marker}-3" not in rows, "nothing after the bad row was sent"
 
 
+GONE_TRIGGERS_S = 15.0
+"""How long a failOnDataLoss=false stream must run on once the master dropped its topic: 50 triggers of 300 ms,
+each finding the topic gone (failOnDataLoss=true fails at the first of them)."""
+
+
 @pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
 def test_topic_deleted_mid_stream(spark, tubemq_cluster, topic_factory, fail_on_data_loss):
     master = tubemq_cluster.master_address
@@ -124,9 +131,19 @@ def test_topic_deleted_mid_stream(spark, tubemq_cluster, topic_factory, fail_on_
                                     acceptPublish="false", acceptSubscribe="false")
         tubemq_cluster.master_admin("admin_delete_topic_info", topicName=topic, brokerId=broker_id)
         tubemq_cluster.master_admin("admin_remove_topic_info", topicName=topic, brokerId=broker_id)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 30
+        while True:  # the reader decides at its next trigger (300 ms) once the master no longer lists the topic
+            try:
+                topic_partitions(master, [topic], timeout_s=1)
+            except UnknownTopicError:
+                break
+            assert time.monotonic() < deadline, "the master kept listing the deleted topic"
+            time.sleep(0.2)
+        # failOnDataLoss=true has failed by then (1.6 s after the deletion, measured): =false has to stay up
+        # through GONE_TRIGGERS_S of triggers that find the topic gone (a fixed 60 s from the deletion before)
+        deadline = time.monotonic() + (60 if fail_on_data_loss == "true" else GONE_TRIGGERS_S)
         while query.isActive and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.3)
         if fail_on_data_loss == "true":
             assert not query.isActive, "the query should fail once its topic is gone"
             assert "DataLoss" in str(query.exception()) or topic in str(query.exception()), query.exception()

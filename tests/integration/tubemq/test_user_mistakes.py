@@ -162,5 +162,5 @@ def test_broker_down(spark, tubemq_cluster, topic_factory):
         # an AvailableNow stream gets no partition from the master: it must not end "successfully" unread
         text = stream_failure(spark, master, topic, group="g" + uuid.uuid4().hex[:8], assignmentTimeoutMs="3000")
         assert_no_partition(last_line(text), topic, master)
-    finally:
-        tubemq_cluster.restart("broker")
+    finally:  # the session cluster's next user waits until the broker serves again (30 s, the master's wait_sub)
+        tubemq_cluster.start_again("broker", wait=False)
