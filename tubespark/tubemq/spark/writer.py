@@ -131,9 +131,8 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
     published: set[str] = set()
     rows = sent_bytes = 0
     for batch in batches:
-        values = column_values(batch, "value") or []
         topics = None if fixed_topic else column_values(batch, "topic")
-        datas = [value.encode() if isinstance(value, str) else (value or b"") for value in values]
+        datas = _bodies(batch)
         encoded = _encode_rows(batch, datas, dedup_attribute if stamp is not None else None, f"{stamp}-", rows)
         good = len(encoded.payloads)  # the rows before one whose attributes cannot be encoded
         for first, end, topic in _topic_runs(fixed_topic, topics, good):
@@ -155,6 +154,19 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
         rows += len(datas)
         sent_bytes += sum(map(len, datas))
     return rows, sent_bytes
+
+
+def _bodies(batch: pa.RecordBatch) -> list[bytes]:
+    """The ``value`` column as message bodies: strings UTF-8 encoded, nulls empty (refused later as such).
+    A binary column without nulls is its Python values as they are, without a look at each row."""
+    index = batch.schema.get_field_index("value")
+    if index < 0:
+        return []
+    column = batch.column(index)
+    values: list[bytes | str | None] = column.to_pylist()
+    if pa.types.is_binary(column.type) and not column.null_count:
+        return values  # type: ignore[return-value]  # bytes, every one
+    return [value.encode() if isinstance(value, str) else (value or b"") for value in values]
 
 
 class _Rows:
