@@ -197,3 +197,95 @@ def test_an_unreachable_broker_fails_the_batch_with_a_connection_error_after_the
         assert producer.shielded_brokers() == {1}
     finally:
         producer.close()
+
+
+def _sink_options(master: FakeMaster, **extra: str) -> object:
+    from tubespark.tubemq.spark.options import TubeMQOptions
+
+    return TubeMQOptions.from_raw({"master": master.address, "maxInFlight": "4", "requestTimeoutMs": "1000",
+                                   "connectTimeoutMs": "500", **extra}, mode="write")
+
+
+def _close_sink_producers() -> None:
+    from tubespark.tubemq.spark import writer
+
+    for cached in writer._producers.values():
+        cached.close()
+    writer._producers.clear()
+
+
+def _sent(broker: FakeBroker) -> list[tuple[int, bytes, int, int, str, str]]:
+    return sorted((r.partitionId, r.data, r.flag, r.checkSum, r.msgType, r.msgTime)
+                  for r in broker.requests_of(Method.SEND_MESSAGE))
+
+
+def test_the_sinks_column_path_sends_what_one_message_per_row_sends(master, broker):
+    """Each batch is encoded column by column (``_encode_rows`` + ``Producer.prepare_many``): every request must
+    equal the one the row's own ``OutgoingMessage`` and ``Producer.prepare`` make, partition included."""
+    from datetime import UTC, datetime
+
+    from tubespark.tubemq.spark import writer
+
+    when = datetime(2024, 1, 2, 15, 30, 59, tzinfo=UTC)
+    batch = pa.record_batch({
+        "value": pa.array(["text", "", "x" * 50, "y", "z"], pa.string()),
+        "streamId": pa.array(["s1", None, "s2", "", "s1"]),
+        "msgTime": pa.array([when, None, when, when, None], pa.timestamp("us", tz="UTC")),
+        "attributes": pa.array([[("a", "1")], None, [("b", "2"), ("c", "3")], [], [("a", "1")]],
+                               pa.map_(pa.string(), pa.string())),
+        "partitionKey": pa.array(["k1", None, "k2", "", None]),
+    })
+    try:
+        reference = _producer(master)
+        expected = []
+        for i, row in enumerate(batch.to_pylist()):
+            attrs = dict(row["attributes"] or ())
+            attrs["dedup"] = f"stamp-{i}"
+            route = row["partitionKey"] or attrs["dedup"]
+            message = OutgoingMessage(row["value"].encode(), msg_type=row["streamId"],
+                                      msg_time=row["msgTime"].strftime("%Y%m%d%H%M") if row["msgTime"] else None,
+                                      attributes=attrs)
+            item = reference.prepare(TOPIC, message, key_hash=writer.route_hash(route))
+            r = item.request
+            expected.append((r.partition_id, r.data, r.flag, r.checksum, r.msg_type, r.msg_time))
+        reference.close()
+        sent = writer.send_batches(iter([batch]), _sink_options(master, topic=TOPIC, dedupAttribute="dedup"), "stamp")
+        assert (sent.rows, sent.bytes) == (5, 56)
+        assert _sent(broker) == sorted(expected)
+    finally:
+        _close_sink_producers()
+
+
+def test_a_row_the_sink_cannot_encode_fails_the_task_after_the_rows_before_it(master, broker):
+    from tubespark.errors import MessageFormatError
+    from tubespark.tubemq.spark import writer
+
+    attributes = pa.array([None, None, [("bad,key", "1")], None], pa.map_(pa.string(), pa.string()))
+    batch = pa.record_batch({"value": pa.array([b"a", b"b", b"c", b"d"]), "attributes": attributes})
+    try:
+        with pytest.raises(MessageFormatError, match=r"row 2 of this task \(topic 'topic_b', value of 1 bytes\).*"
+                                                     r"the 2 rows before it were sent"):
+            writer.send_batches(iter([batch]), _sink_options(master, topic=TOPIC), None)
+        assert sorted(body for ref in broker.partitions(TOPIC) for body in broker.bodies(ref)) == [b"a", b"b"]
+    finally:
+        _close_sink_producers()
+
+
+def test_the_sink_sends_runs_of_rows_by_their_topic_column_and_stops_at_a_row_without_one():
+    from tubespark.errors import OptionError
+    from tubespark.tubemq.spark import writer
+
+    with FakeBroker() as broker:
+        broker.add_topic("topic_b", stores=2)
+        broker.add_topic("topic_c", stores=1)
+        with FakeMaster(broker) as master:
+            batch = pa.record_batch({"value": pa.array([b"1", b"2", b"3", b"4", b"5"]),
+                                     "topic": pa.array(["topic_b", "topic_c", "topic_c", None, "topic_b"])})
+            try:
+                with pytest.raises(OptionError, match="row 3 has no topic"):
+                    writer.send_batches(iter([batch]), _sink_options(master), None)
+                stored = {topic: sorted(b for ref in broker.partitions(topic) for b in broker.bodies(ref))
+                          for topic in ("topic_b", "topic_c")}
+                assert stored == {"topic_b": [b"1"], "topic_c": [b"2", b"3"]}
+            finally:
+                _close_sink_producers()

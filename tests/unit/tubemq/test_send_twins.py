@@ -33,6 +33,7 @@ from tubespark.tubemq.wire.constants import (
 )
 from tubespark.tubemq.wire.envelope import decode_request, decode_response, encode_exception, encode_response
 from tubespark.tubemq.wire.frame import encode_frame, read_frame
+from tubespark.tubemq.wire.message import checksum
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.send import SendRequest, encode_send_frames, parse_send_answer
 
@@ -343,3 +344,71 @@ def test_decoders_given_no_bytes_raise_one_error(kind: str) -> None:
         assert operator.eq(*any_outcome(lambda: parse_send_answer(data)))  # type: ignore[arg-type]  # noqa: B023
         wrapped = convert(envelope)
         assert operator.eq(*any_outcome(lambda: decode_response(wrapped)))  # type: ignore[arg-type]  # noqa: B023
+
+
+# --- a sink batch's requests in one call: build_requests ---------------------------------------------------
+
+
+def _requests_one_by_one(payloads: list[bytes], partition_ids: list[int], flags: list[int] | None,
+                         msg_types: list[str] | None, msg_times: list[str] | None) -> list[SendRequest]:
+    """The reference: each request built as ``Producer.prepare`` builds one (``checksum`` of message.py)."""
+    return [SendRequest(CLIENT, "orders", partition_id, payload, flags[i] if flags else 0, checksum(payload), 42,
+                        msg_types[i] if msg_types else "", msg_times[i] if msg_times else "")
+            for i, (payload, partition_id) in enumerate(zip(payloads, partition_ids, strict=True))]
+
+
+def _built(payloads: object, partition_ids: object, flags: object = None, msg_types: object = None,
+           msg_times: object = None) -> tuple[object, object]:
+    """Both twins' outcome, each request with its type (a tuple equals a SendRequest of the same fields)."""
+    def call() -> object:
+        built = send.build_requests(CLIENT, "orders", 42, payloads, partition_ids, flags, msg_types,  # type: ignore[arg-type]
+                                    msg_times)  # type: ignore[arg-type]
+        return [(type(request), request) for request in built]
+    return both(call)
+
+
+BATCHES = {
+    "bare": ([b"x" * 100, b"\x00", b"y" * 70_000], [3, 10_001, 2**40], None, None, None),
+    "attributes": ([b"\x00\x00\x00\x05a=b,cbody", b"z"], [0, 1], [1, 0], ["s", ""], ["202401021530", ""]),
+    "empty": ([], [], None, None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BATCHES))
+def test_a_batch_of_requests_is_identical_to_building_each(name: str) -> None:
+    payloads, partition_ids, flags, msg_types, msg_times = BATCHES[name]
+    compiled, pure = _built(payloads, partition_ids, flags, msg_types, msg_times)
+    expected = _requests_one_by_one(payloads, partition_ids, flags, msg_types, msg_times)
+    assert compiled == pure == ("ok", [(SendRequest, request) for request in expected])
+    if NATIVE is not None:  # the fast lane itself, no fallback
+        built = NATIVE.build_requests(SendRequest, CLIENT, "orders", 42, payloads, partition_ids, flags, msg_types,
+                                      msg_times)
+        assert built == expected and all(type(request) is SendRequest for request in built)
+
+
+@pytest.mark.parametrize("args", [
+    ([b"a", bytearray(b"b")], [0, 1]),  # a payload that is not bytes: the pure twin takes it
+    ((b"a",), [0]),  # not lists
+    ([b"a", b"b"], [0]),  # unequal lengths
+    ([b"a"], [0], [0, 1]),
+    ([b"a"], [0], None, ["s", "t"]),
+    ([b"a"], [0], None, None, "ab"),
+    ([None], [0]),  # not a payload at all
+], ids=["bytearray", "tuple", "short partitions", "long flags", "long msg_types", "str msg_times", "None"])
+def test_batches_the_compiled_twin_refuses_end_as_in_python(args: tuple[object, ...]) -> None:
+    compiled, pure = _built(*args)
+    assert compiled == pure
+
+
+@TWINS_FUZZ
+@given(st.lists(st.tuples(st.binary(max_size=300), st.integers(-(2**70), 2**70), st.integers(0, 1),
+                          st.text(max_size=8), st.text(max_size=14)), max_size=20),
+       st.booleans())
+def test_fuzz_batches_of_requests_are_identical(rows: list[tuple[bytes, int, int, str, str]], bare: bool) -> None:
+    payloads = [row[0] for row in rows]
+    partition_ids = [row[1] for row in rows]
+    columns = (None, None, None) if bare else ([row[2] for row in rows], [row[3] for row in rows],
+                                               [row[4] for row in rows])
+    compiled, pure = _built(payloads, partition_ids, *columns)
+    assert compiled == pure == ("ok", [(SendRequest, r) for r in _requests_one_by_one(payloads, partition_ids,
+                                                                                       *columns)])

@@ -108,7 +108,7 @@ class BatchSend:
         """Send every message; return how many were acknowledged, or raise the first unrecoverable error."""
         queues = self.queues
         for index, item in enumerate(self.items):
-            address = item.partition.broker.address
+            address = item.partition.address
             queue = queues.get(address)
             if queue is None:
                 queue = queues[address] = deque()
@@ -156,7 +156,7 @@ class BatchSend:
                     self._failed(index, None, exc)
                     continue
                 item.request = item.request._replace(partition_id=item.partition.partition_id)
-            address = item.partition.broker.address
+            address = item.partition.address
             self.queues.setdefault(address, deque()).appendleft(index)
 
     def _send(self, address: str, queue: deque[int]) -> None:
@@ -197,7 +197,7 @@ class BatchSend:
             return
         index, conn, _id, _deadline = entry
         item = self.items[index]
-        self.on_wire[item.partition.broker.address] -= 1  # the listed address (conn's may be mapped)
+        self.on_wire[item.partition.address] -= 1  # the listed address (conn's may be mapped)
         if isinstance(answer, SendAnswer) and answer.success and answer.errCode in (0, ErrCode.SUCCESS):
             item.message_id, item.append_offset, item.append_time_ms = (answer.messageId, answer.appendOffset,
                                                                         answer.appendTime)
@@ -222,7 +222,7 @@ class BatchSend:
             if deadline > now:
                 return
             del sent[tag]
-            self.on_wire[self.items[index].partition.broker.address] -= 1
+            self.on_wire[self.items[index].partition.address] -= 1
             conn.forget([correlation_id])
             key = self.items[index].partition.key
             self._failed(index, conn, RpcTimeoutError(f"no response to send to {key} within {self.wait_s:.1f}s"))
@@ -236,7 +236,7 @@ class BatchSend:
         # while the broker answers others on it, but not when it sent nothing for as long (stalled or
         # half-open: a socket that never answers again and never fails on its own), as the per-message path.
         if conn is not None and isinstance(exc, RpcTimeoutError):
-            producer._pool.drop_if_quiet(item.partition.broker.address, self.wait_s)
+            producer._pool.drop_if_quiet(item.partition.address, self.wait_s)
         elif conn is not None and isinstance(exc, BrokerConnectionError):
             conn.close()  # the pool opens a new one on the next get
         if isinstance(exc, BrokerConnectionError) or getattr(exc, "code", None) == ErrCode.SERVICE_UNAVAILABLE:

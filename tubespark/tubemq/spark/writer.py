@@ -35,6 +35,7 @@ import zlib
 from collections.abc import Hashable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType, TimestampType
@@ -61,10 +62,10 @@ from tubespark.spark.writers import (
 )
 from tubespark.tubemq.client.batch_send import Prepared
 from tubespark.tubemq.client.placement import configured_partitions
-from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.client.producer import Producer, unsendable
 from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time, parse_msg_time
+from tubespark.tubemq.wire.message import OutgoingMessage, encode_payload, format_msg_time, parse_msg_time
 
 log = logging.getLogger(__name__)
 
@@ -123,49 +124,144 @@ def _send_all(batches: Iterator[pa.RecordBatch], producer: Producer, fixed_topic
               dedup_attribute: str | None, stamp: str | None, options: TubeMQOptions) -> tuple[int, int]:
     """One message per row, an Arrow batch at a time through the producer's batched path
     (:meth:`Producer.send_prepared`: pipelined, no future per row); every row is acknowledged before the
-    next batch is read, which also bounds what is held in memory to one Arrow batch of rows."""
-    outage_s = options.outage_timeout_ms / 1000
+    next batch is read, which also bounds what is held in memory to one Arrow batch of rows.
+
+    A batch's rows are encoded column by column (:func:`_encode_rows`) and placed and built in one
+    :meth:`Producer.prepare_many` call per topic run; no object is made per row besides the request."""
     published: set[str] = set()
     rows = sent_bytes = 0
     for batch in batches:
-        values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
-        stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
-        attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
-        prepared: list[Prepared] = []
-        for i, value in enumerate(values):
-            topic = fixed_topic or (topics[i] if topics else None)
+        topics = None if fixed_topic else column_values(batch, "topic")
+        datas = _bodies(batch)
+        encoded = _encode_rows(batch, datas, dedup_attribute if stamp is not None else None, f"{stamp}-", rows)
+        good = len(encoded.payloads)  # the rows before one whose attributes cannot be encoded
+        for first, end, topic in _topic_runs(fixed_topic, topics, good):
+            if first == end:
+                continue
             if not topic:
-                producer.send_prepared(prepared)  # the rows before it are sent, as the error says
-                raise OptionError(f"row {rows} has no topic (null 'topic' column and no 'topic' option): set the "
-                                  f"topic option or fill the topic column")
+                raise OptionError(f"row {rows + first} has no topic (null 'topic' column and no 'topic' option): "
+                                  f"set the topic option or fill the topic column")
             if topic not in published:
                 publish(producer, topic, options)
                 published.add(topic)
-            data = value.encode() if isinstance(value, str) else (value or b"")
-            attrs = dict(attributes[i] or ()) if attributes else {}
-            route = keys[i] if keys and keys[i] is not None else None
-            if dedup_attribute and stamp is not None:
-                attrs[dedup_attribute] = f"{stamp}-{rows}"
-                route = route or attrs[dedup_attribute]  # a replayed row lands where the original did
-            when = times[i] if times else None
-            message = OutgoingMessage(data, msg_type=stream_ids[i] if stream_ids else None,
-                                      msg_time=format_msg_time(when) if isinstance(when, datetime) else when,
-                                      attributes=attrs)
-            try:
-                try:
-                    item = producer.prepare(topic, message, key_hash=route_hash(route))
-                except BrokerConnectionError:  # a broker restarting now (no partition listed): nothing was sent
-                    item = ride_out(partial(producer.prepare, topic, message, key_hash=route_hash(route)),
-                                    outage_s=outage_s, what=f"send to TubeMQ topic {topic}")
-                prepared.append(item)
-            except MessageFormatError as exc:  # too large or empty: nothing of this row was sent
-                producer.send_prepared(prepared)
-                raise type(exc)(f"row {rows} of this task (topic {topic!r}, value of {len(data)} bytes) cannot be "
-                                f"sent: {exc}; the {rows} rows before it were sent") from exc
-            rows += 1
-            sent_bytes += len(data)
-        producer.send_prepared(prepared)
+            _send_run(producer, topic, encoded, first, end, rows, options)
+        if encoded.error is not None:  # nothing of this row was sent
+            row, topic = rows + good, fixed_topic or (topics[good] if topics else None)
+            if not topic:
+                raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option): set the "
+                                  f"topic option or fill the topic column")
+            raise type(encoded.error)(f"row {row} of this task (topic {topic!r}, value of {len(datas[good])} bytes) "
+                                      f"cannot be sent: {encoded.error}; the {row} rows before it were sent"
+                                      ) from encoded.error
+        rows += len(datas)
+        sent_bytes += sum(map(len, datas))
     return rows, sent_bytes
+
+
+def _bodies(batch: pa.RecordBatch) -> list[bytes]:
+    """The ``value`` column as message bodies: strings UTF-8 encoded, nulls empty (refused later as such).
+    A binary column without nulls is its Python values as they are, without a look at each row."""
+    index = batch.schema.get_field_index("value")
+    if index < 0:
+        return []
+    column = batch.column(index)
+    values: list[bytes | str | None] = column.to_pylist()
+    if pa.types.is_binary(column.type) and not column.null_count:
+        return values  # type: ignore[return-value]  # bytes, every one
+    return [value.encode() if isinstance(value, str) else (value or b"") for value in values]
+
+
+class _Rows:
+    """A batch's rows as the producer takes them: payloads, and the columns only some batches have."""
+
+    __slots__ = ("datas", "error", "flags", "key_hashes", "msg_times", "msg_types", "payloads")
+
+    def __init__(self, datas: list[bytes], payloads: list[bytes], flags: list[int] | None,
+                 msg_types: list[str] | None, msg_times: list[str] | None,
+                 key_hashes: list[int | None] | None, error: MessageFormatError | None = None) -> None:
+        self.datas, self.payloads, self.flags = datas, payloads, flags
+        self.msg_types, self.msg_times, self.key_hashes = msg_types, msg_times, key_hashes
+        self.error = error  # why row len(payloads) cannot be encoded (the columns stop before it)
+
+
+def _encode_rows(batch: pa.RecordBatch, datas: list[bytes], dedup_attribute: str | None, stamp: str,
+                 first_row: int) -> _Rows:
+    """Encode a batch's rows (``OutgoingMessage.encode``'s payload and flag, the route hash): a batch of
+    bare values is its values as they are; only rows with attributes, a streamId or a msgTime (or a dedup
+    id) get an attribute prefix. ``first_row``: the task's row number of the batch's first row."""
+    stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
+    attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
+    key_hashes: list[int | None] | None = [route_hash(key) for key in keys] if keys else None
+    if not (stream_ids or times or attributes or dedup_attribute):
+        return _Rows(datas, datas, None, None, None, key_hashes)
+    count = len(datas)
+    msg_types = [stream_id or "" for stream_id in stream_ids] if stream_ids else None
+    msg_times = [format_msg_time(when) if isinstance(when, datetime) else (when or "")
+                 for when in times] if times else None
+    payloads: list[bytes] = []
+    flags: list[int] = []
+    if dedup_attribute and key_hashes is None:
+        key_hashes = [None] * count
+    for i, data in enumerate(datas):
+        attrs = dict(attributes[i] or ()) if attributes else {}
+        if dedup_attribute and key_hashes is not None:
+            attrs[dedup_attribute] = dedup_id = f"{stamp}{first_row + i}"
+            if not (keys and keys[i]):  # a replayed row lands where the original did
+                key_hashes[i] = route_hash(dedup_id)
+        try:
+            payload, flag = encode_payload(data, attrs, msg_types[i] if msg_types else None,
+                                           msg_times[i] if msg_times else None)
+        except MessageFormatError as exc:  # a bad attribute, streamId or msgTime: the rows before it go
+            return _Rows(datas, payloads, flags, msg_types and msg_types[:i], msg_times and msg_times[:i],
+                         key_hashes and key_hashes[:i], exc)
+        payloads.append(payload)
+        flags.append(flag)
+    return _Rows(datas, payloads, flags, msg_types, msg_times, key_hashes)
+
+
+def _topic_runs(fixed_topic: str | None, topics: list[str | None] | None,
+                count: int) -> Iterator[tuple[int, int, str | None]]:
+    """``(first, end, topic)`` of each run of consecutive rows bound for one topic (one run with the
+    ``topic`` option), in row order, so rows before a row without a topic are sent before it fails."""
+    if fixed_topic or topics is None:
+        yield 0, count, fixed_topic
+        return
+    first = 0
+    for i in range(1, count + 1) if count else ():
+        if i == count or topics[i] != topics[first]:
+            yield first, i, topics[first]
+            first = i
+
+
+def _send_run(producer: Producer, topic: str, rows: _Rows, first: int, end: int, row_base: int,
+              options: TubeMQOptions) -> None:
+    """Prepare and send rows ``first:end`` of a batch to ``topic``. A row that cannot be sent (empty, too
+    large) fails the task after the rows before it are sent, as the error says."""
+    whole = first == 0 and end == len(rows.payloads)
+
+    def part(column: list[Any] | None, stop: int) -> list[Any] | None:
+        return column if column is None or (whole and stop == end) else column[first:stop]
+
+    payloads = part(rows.payloads, end) or []
+    bad = unsendable(payloads, producer.max_message_size(topic))
+    stop = end if bad < 0 else first + bad
+
+    def prepare() -> list[Prepared]:
+        return producer.prepare_many(topic, part(rows.payloads, stop) or [], flags=part(rows.flags, stop),
+                                     msg_types=part(rows.msg_types, stop), msg_times=part(rows.msg_times, stop),
+                                     key_hashes=part(rows.key_hashes, stop))
+    try:
+        items = prepare()
+    except BrokerConnectionError:  # a broker restarting now (no partition listed): nothing was sent
+        items = ride_out(prepare, outage_s=options.outage_timeout_ms / 1000, what=f"send to TubeMQ topic {topic}")
+    producer.send_prepared(items)
+    if bad >= 0:  # too large or empty: nothing of this row was sent
+        row, data = row_base + stop, rows.datas[stop]
+        try:
+            producer.prepare_many(topic, [rows.payloads[stop]])
+        except MessageFormatError as exc:
+            raise type(exc)(f"row {row} of this task (topic {topic!r}, value of {len(data)} bytes) cannot be "
+                            f"sent: {exc}; the {row} rows before it were sent") from exc
 
 
 def publish(producer: Producer, topic: str, options: TubeMQOptions) -> None:

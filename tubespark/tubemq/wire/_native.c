@@ -987,6 +987,75 @@ fallback:
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------------ a batch of SendRequests */
+
+PyDoc_STRVAR(build_requests_doc,
+"build_requests(request_type, client_id, topic, sent_addr, payloads, partition_ids, flags, msg_types,\n"
+"               msg_times) -> list\n\n"
+"The SendRequest tuples of a sink batch, one per payload: request_type(client_id, topic, partition_ids[i],\n"
+"payloads[i], flags[i], checksum(payloads[i]), sent_addr, msg_types[i], msg_times[i]); flags / msg_types /\n"
+"msg_times may be None (all 0 / ''). One call per batch instead of a checksum call and\n"
+"a tuple construction in Python per row. Fields other than the payload are taken as they are (the twin\n"
+"does not check them either); a payload that is not bytes, or lists of unequal length, raise\n"
+"TypeError / ValueError: the pure-Python twin decides then.");
+
+static PyObject *build_requests(PyObject *self, PyObject *args) {
+    PyObject *type_obj, *client_id, *topic, *sent_addr, *payloads, *partition_ids, *flags, *msg_types, *msg_times;
+    if (!PyArg_ParseTuple(args, "O!OOOO!O!OOO", &PyType_Type, &type_obj, &client_id, &topic, &sent_addr,
+                          &PyList_Type, &payloads, &PyList_Type, &partition_ids, &flags, &msg_types, &msg_times))
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    Py_ssize_t n = PyList_GET_SIZE(payloads);
+    PyObject *columns[3] = {flags, msg_types, msg_times};
+    for (int k = 0; k < 3; k++) {
+        if (columns[k] == Py_None) continue;
+        if (!PyList_Check(columns[k])) {
+            PyErr_SetString(PyExc_TypeError, "build_requests: flags, msg_types and msg_times are lists or None");
+            return NULL;
+        }
+        if (PyList_GET_SIZE(columns[k]) != n) {
+            PyErr_SetString(PyExc_ValueError, "build_requests: columns of unequal length");
+            return NULL;
+        }
+    }
+    if (!PyType_IsSubtype(type, &PyTuple_Type) || PyList_GET_SIZE(partition_ids) != n) {
+        PyErr_SetString(PyExc_ValueError, "build_requests: not a tuple type, or columns of unequal length");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* checked before anything is built: the twin then decides */
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(payloads, i))) {
+            PyErr_SetString(PyExc_TypeError, "build_requests: a payload is not bytes");
+            return NULL;
+        }
+    }
+    PyObject *zero = PyLong_FromLong(0), *empty = PyUnicode_FromStringAndSize("", 0);
+    PyObject *out = zero && empty ? PyList_New(n) : NULL;
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *data = PyList_GET_ITEM(payloads, i);
+        uint32_t crc = crc32_ieee((const unsigned char *)PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data));
+        PyObject *sum = PyLong_FromUnsignedLong(crc & 0x7FFFFFFFu);
+        PyObject *r = sum ? type->tp_alloc(type, 9) : NULL;
+        if (!r) {
+            Py_XDECREF(sum);
+            Py_CLEAR(out);
+            break;
+        }
+        PyObject *flag = flags == Py_None ? zero : PyList_GET_ITEM(flags, i);
+        PyObject *msg_type = msg_types == Py_None ? empty : PyList_GET_ITEM(msg_types, i);
+        PyObject *msg_time = msg_times == Py_None ? empty : PyList_GET_ITEM(msg_times, i);
+        PyObject *items[9] = {client_id, topic, PyList_GET_ITEM(partition_ids, i), data, flag, sum, sent_addr,
+                              msg_type, msg_time};
+        for (int k = 0; k < 9; k++) {
+            if (k != 5) Py_INCREF(items[k]); /* the checksum's reference is new */
+            PyTuple_SET_ITEM(r, k, items[k]);
+        }
+        PyList_SET_ITEM(out, i, r);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(empty);
+    return out;
+}
+
 /* ------------------------------------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
@@ -996,6 +1065,7 @@ static PyMethodDef methods[] = {
     {"encode_send", encode_send, METH_VARARGS, encode_send_doc},
     {"decode_send_answer", decode_send_answer, METH_O, decode_send_answer_doc},
     {"encode_send_frames", encode_send_frames, METH_VARARGS, encode_send_frames_doc},
+    {"build_requests", build_requests, METH_VARARGS, build_requests_doc},
     {NULL, NULL, 0, NULL},
 };
 

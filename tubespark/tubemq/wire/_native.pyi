@@ -1,4 +1,6 @@
 # Typing stub of the compiled twin built from _native.c (see tubespark/tubemq/wire/fetch.py).
+from typing import Any
+
 from typing_extensions import Buffer
 
 def scan_fetch(data: Buffer, /) -> tuple[bool, int, str, int, int, int] | None: ...
@@ -17,3 +19,7 @@ def encode_send_frames(
     begin_token: int, max_block_size: int, max_blocks: int, /
 ) -> bytes: ...
 def decode_send_answer(data: Buffer, /) -> tuple[bool, int, str, int, int, int] | None: ...
+def build_requests(
+    request_type: type, client_id: str, topic: str, sent_addr: int, payloads: list[bytes], partition_ids: list[int],
+    flags: list[int] | None, msg_types: list[str] | None, msg_times: list[str] | None, /
+) -> list[Any]: ...

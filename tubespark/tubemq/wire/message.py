@@ -117,11 +117,19 @@ class OutgoingMessage:
 
     def encode(self) -> tuple[bytes, int]:
         """Return ``(payload, flag)`` for SendMessageRequestP2B."""
-        text = encode_attributes(self.attributes, self.msg_type, self.msg_time)
-        if not text:
-            return bytes(self.data), 0
-        attr = text.encode("utf-8")
-        return _ATTR_LEN.pack(len(attr)) + attr + bytes(self.data), MSG_FLAG_HAS_ATTRIBUTES
+        return encode_payload(self.data, self.attributes, self.msg_type, self.msg_time)
+
+
+def encode_payload(data: bytes, attributes: dict[str, str], msg_type: str | None,
+                   msg_time: str | None) -> tuple[bytes, int]:
+    """``(payload, flag)`` of a message: the body, after the attribute prefix when there are attributes.
+
+    What :meth:`OutgoingMessage.encode` does, without the object: the sink calls it per row of a batch."""
+    text = encode_attributes(attributes, msg_type, msg_time) if attributes or msg_type or msg_time else ""
+    if not text:
+        return bytes(data), 0
+    attr = text.encode("utf-8")
+    return _ATTR_LEN.pack(len(attr)) + attr + bytes(data), MSG_FLAG_HAS_ATTRIBUTES
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
+from zlib import crc32
 
 from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.constants import (
@@ -92,6 +93,38 @@ def encode_send_frames(requests: Sequence[SendRequest], serials: Sequence[int], 
         raise ValueError(f"{len(requests)} requests but {len(serials)} serial numbers")
     return b"".join([encode_frame(serial, request.envelope(timeout_ms, auth))
                      for request, serial in zip(requests, serials, strict=True)])
+
+
+def build_requests(client_id: str, topic: str, sent_addr: int, payloads: Sequence[bytes], partition_ids: Sequence[int],
+                   flags: Sequence[int] | None = None, msg_types: Sequence[str] | None = None,
+                   msg_times: Sequence[str] | None = None) -> list[SendRequest]:
+    """The :class:`SendRequest` of each of a batch's encoded ``payloads`` (checksum included), to partition
+    ``partition_ids[i]``; ``flags``/``msg_types``/``msg_times`` None: 0 / not sent for every one.
+
+    The sink's per-batch step (:meth:`~tubespark.tubemq.client.producer.Producer.prepare_many`): the compiled
+    twin builds the whole list in one call (a checksum call and a tuple per row cost about 0.3 us of a
+    100 B row's CPU in Python); anything it is not sure of (a payload that is not ``bytes``, a column that
+    is not a list) goes to the pure-Python twin, which gives the same tuples or raises."""
+    compiled = twin.native()
+    if compiled is not None:
+        try:
+            built: list[SendRequest] = compiled.build_requests(SendRequest, client_id, topic, sent_addr, payloads,
+                                                               partition_ids, flags, msg_types, msg_times)
+            return built
+        except (TypeError, ValueError):
+            pass  # the pure-Python twin raises the error that belongs to it (or builds them)
+    count = len(payloads)
+    columns = (partition_ids, flags, msg_types, msg_times)
+    if any(column is not None and len(column) != count for column in columns):
+        raise ValueError(f"build_requests: {count} payloads but columns of other lengths")
+    flag_column: Sequence[int] = flags if flags is not None else [0] * count
+    type_column: Sequence[str] = msg_types if msg_types is not None else [""] * count
+    time_column: Sequence[str] = msg_times if msg_times is not None else [""] * count
+    new = tuple.__new__
+    return [new(SendRequest, (client_id, topic, partition_id, payload, flag, crc32(payload) & 0x7FFFFFFF,
+                              sent_addr, msg_type, msg_time))
+            for partition_id, payload, flag, msg_type, msg_time
+            in zip(partition_ids, payloads, flag_column, type_column, time_column, strict=True)]
 
 
 class SendAnswer(NamedTuple):
