@@ -111,18 +111,18 @@ def _packed_record_batch(columns: PackedColumns, *, topic: str, partition_key: s
     uniform = columns.uniform_text
     index: pa.Array | None = None
     if uniform >= 0:
-        times = _repeated(_micros(parse_msg_time(columns.text_msg_times[uniform])), time_type, n)
-        stream_ids = _repeated(columns.text_msg_types[uniform] or None, pa.string(), n)
+        times = _repeated(_micros(parse_msg_time(columns.text_msg_times[uniform])), "msgTime", time_type, n)
+        stream_ids = _repeated(columns.text_msg_types[uniform] or None, "streamId", pa.string(), n)
     else:
         index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.text_index_buffer)])
         times = pa.array([_micros(parse_msg_time(text)) for text in columns.text_msg_times], time_type).take(index)
         stream_ids = pa.array([msg_type or None for msg_type in columns.text_msg_types], pa.string()).take(index)
     arrays = [
         value,
-        _repeated(topic, pa.string(), n),
-        _repeated(partition_key, pa.string(), n),
-        _repeated(broker_id, pa.int32(), n),
-        _repeated(partition_id, pa.int32(), n),
+        _repeated(topic, "topic", pa.string(), n),
+        _repeated(partition_key, "partitionKey", pa.string(), n),
+        _repeated(broker_id, "brokerId", pa.int32(), n),
+        _repeated(partition_id, "partitionId", pa.int32(), n),
         offsets,
         times,
         stream_ids,
@@ -135,15 +135,16 @@ def _packed_record_batch(columns: PackedColumns, *, topic: str, partition_key: s
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-_REPEATS: dict[tuple[pa.DataType, object], pa.Array] = {}
-_REPEATS_KEPT = 64  # distinct (type, value) arrays a process keeps: a task's constants and a few msgTimes
+_REPEATS: dict[tuple[str, object], pa.Array] = {}
+_REPEATS_KEPT = 64  # distinct (column, value) arrays a process keeps: a task's constants and a few msgTimes
 _REPEAT_MIN_ROWS = 4096
 
 
-def _repeated(value: object, arrow_type: pa.DataType, n: int) -> pa.Array:
-    """``n`` rows of ``value``: a zero-copy slice of an array kept for the next fetch (built again only
-    when a fetch has more rows than it)."""
-    key = (arrow_type, value)
+def _repeated(value: object, column: str, arrow_type: pa.DataType, n: int) -> pa.Array:
+    """``n`` rows of ``value`` for ``column`` (of type ``arrow_type``, the same for every call with that
+    column): a zero-copy slice of an array kept for the next fetch, built again only when a fetch has more
+    rows than it. Keyed by the column's name: hashing an Arrow type cost more than all the rest."""
+    key = (column, value)
     array = _REPEATS.get(key)
     if array is None or len(array) < n:
         if len(_REPEATS) >= _REPEATS_KEPT:

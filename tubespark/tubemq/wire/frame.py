@@ -25,12 +25,15 @@ from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLO
 
 _HEAD = struct.Struct(">III")
 _LEN = struct.Struct(">I")
+_ONE_BLOCK = struct.Struct(">IIII")  # the head and the length of a frame of one block
 
 __all__ = ["FRAMING", "BytesReader", "Reader", "TubeMQFraming", "encode_frame", "read_frame", "take_frame"]
 
 
 def encode_frame(serial_no: int, payload: bytes) -> bytes:
     """Frame ``payload`` (the concatenated envelope) in blocks of at most 8 KiB."""
+    if 0 < len(payload) <= MAX_BLOCK_SIZE:  # most requests: one block, two calls (a fetch is sent per batch read)
+        return _ONE_BLOCK.pack(BEGIN_TOKEN, serial_no & 0xFFFFFFFF, 1, len(payload)) + payload
     blocks = [payload[i:i + MAX_BLOCK_SIZE] for i in range(0, len(payload), MAX_BLOCK_SIZE)] or [b""]
     if len(blocks) > MAX_BLOCKS_PER_FRAME:
         raise FrameTooLargeError(f"payload of {len(payload)} bytes needs {len(blocks)} blocks "
