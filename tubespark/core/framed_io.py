@@ -26,7 +26,8 @@ from tubespark.errors import BrokerConnectionError, FrameTooLargeError, Truncate
 DEFAULT_MAX_READ_BYTES = 64 * 1024 * 1024
 """Largest single ``read_exactly`` a :class:`SocketReader` accepts unless told otherwise."""
 
-_BUFFER_BYTES = 1024 * 1024  # the receive buffer to start with: a whole fetch answer (512 KiB) fits
+_BUFFER_BYTES = 64 * 1024  # the receive buffer to start with; it doubles up to the largest frame read (a
+# TubeMQ fetch answer: 512 KiB), so a connection that only carries small calls stays small
 _COMPACT_BELOW = 64 * 1024  # room left under which buffered bytes move to the buffer's front
 
 
@@ -101,7 +102,7 @@ class SocketReader:
         self._peer = peer  # for messages: the socket may be shut down by then, without a peer name
         self._closed = closed
         self._max_read = max_read_bytes
-        self._buf = bytearray(min(_BUFFER_BYTES, max(max_read_bytes, 64 * 1024)))
+        self._buf = bytearray(_BUFFER_BYTES)
         self._start = 0  # buffered bytes are _buf[_start:_end]
         self._end = 0
 
