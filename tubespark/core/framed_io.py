@@ -110,7 +110,8 @@ class SocketReader:
         self._fill(n)
         start = self._start
         self._start = start + n
-        return bytes(self._buf[start:start + n])
+        with memoryview(self._buf) as view:  # one copy (a bytearray slice would be a second)
+            return bytes(view[start:start + n])
 
     def peek(self, n: int) -> memoryview:
         self._fill(n)
