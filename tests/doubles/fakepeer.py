@@ -39,6 +39,12 @@ class _PeerReader(SocketReader):
         except BrokerConnectionError as exc:
             raise TruncatedFrameError(f"fake peer socket failed: {exc}") from exc
 
+    def peek(self, n: int) -> memoryview:
+        try:
+            return super().peek(n)
+        except BrokerConnectionError as exc:
+            raise TruncatedFrameError(f"fake peer socket failed: {exc}") from exc
+
 
 class Link:
     """The peer's side of one accepted connection, handed to the script."""

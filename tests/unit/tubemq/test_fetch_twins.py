@@ -295,3 +295,16 @@ def test_a_fetch_answer_of_any_kind_gives_one_answer(value: object) -> None:
 
     compiled, pure = _either(header)
     assert compiled == pure
+
+
+def test_one_value_columns_kept_across_fetches_fit_every_fetch() -> None:
+    """The Arrow batch's one-value columns are slices of arrays kept from fetch to fetch (issue 24): fetches
+    of growing and shrinking size, of other topics and other msgTimes, each get exactly their own values."""
+    sizes = [3, 5000, 2, 9000, 4096, 1]
+    for k, n in enumerate(sizes):
+        data = answer(*(message(i, b"v%d" % i, msg_type=f"s{k % 2}", msg_time=f"2024010215{k:02d}") for i in range(n)))
+        expected = _outcome(_pure, data, 28 * k, 28, True)
+        got = _outcome(_compiled, data, 28 * k, 28, True)
+        assert got == expected
+        rows = got[4][0]
+        assert {(r["topic"], r["streamId"]) for r in rows} == {("t", f"s{k % 2}")} and len(rows) == n

@@ -19,6 +19,7 @@ from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tubemq.client.common import ClientSettings, Reply, check
 from tubespark.tubemq.net.connection import Connection, wait
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
+from tubespark.tubemq.wire.envelope import encode_request
 from tubespark.tubemq.wire.fetch import Columns, FetchReply, parse_fetch_reply
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
@@ -28,6 +29,7 @@ M = TypeVar("M", bound=Message)
 R = TypeVar("R", bound=Reply)
 
 FILTERED_READS_FROM_MEMORY = 303
+_FETCH_REQUESTS_KEPT = 256  # encoded GetMessage requests a client keeps (one per partition and group read)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class BrokerClient:
         self.settings = settings or ClientSettings()
         self.visit_token = visit_token
         self.pool = self.settings.connection_pool()
+        self._fetch_requests: dict[tuple[str, int, str, bool, bool], bytes] = {}
 
     def _call(self, part: PartitionRef, method: Method, request: Message, response_cls: type[M]) -> M:
         address = part.broker.address
@@ -130,6 +133,18 @@ class BrokerClient:
         try:
             future = conn.call_async_parsed(method, ServiceType.BROKER_READ, request, parse,
                                             self.settings.request_timeout_s)
+        except BrokerConnectionError:
+            self.pool.drop(address, conn)
+            raise
+        return PendingCall(self, part, method, future, what, conn)
+
+    def _send_encoded(self, part: PartitionRef, method: Method, envelope: bytes,
+                      parse: Callable[[bytes | memoryview], R], what: str) -> PendingCall[R]:
+        """:meth:`_send` of an envelope encoded already, ``parse`` taking the answer's data as a view."""
+        address = part.broker.address
+        conn = self.pool.get(address)
+        try:
+            future = conn.call_encoded_view_async(envelope, parse)
         except BrokerConnectionError:
             self.pool.drop(address, conn)
             raise
@@ -195,11 +210,25 @@ class BrokerClient:
         The broker may move the group's position as soon as it handles the request, whether or not the
         answer is ever taken.
         """
-        request = bpb.GetMessageRequestC2B(clientId=self.client_id, partitionId=part.partition_id,
-                                           groupName=group, topicName=part.topic,
-                                           lastPackConsumed=last_consumed, manualCommitOffset=manual_commit)
-        return PendingFetch(self._send(part, Method.GET_MESSAGE, request, parse_fetch_reply,
-                                       f"fetch {part.key} for group {group}"))
+        return PendingFetch(self._send_encoded(part, Method.GET_MESSAGE,
+                                               self._fetch_request(part, group, last_consumed, manual_commit),
+                                               parse_fetch_reply, f"fetch {part.key} for group {group}"))
+
+    def _fetch_request(self, part: PartitionRef, group: str, last_consumed: bool, manual_commit: bool) -> bytes:
+        """The GetMessage request envelope, encoded once per partition, group and flags: a range read sends the
+        same bytes hundreds of times (the frame's serial number is what differs, and the frame adds it)."""
+        key = (part.topic, part.partition_id, group, last_consumed, manual_commit)
+        envelope = self._fetch_requests.get(key)
+        if envelope is None:
+            request = bpb.GetMessageRequestC2B(clientId=self.client_id, partitionId=part.partition_id,
+                                               groupName=group, topicName=part.topic,
+                                               lastPackConsumed=last_consumed, manualCommitOffset=manual_commit)
+            envelope = encode_request(Method.GET_MESSAGE, ServiceType.BROKER_READ, request,
+                                      max(1, int(self.settings.request_timeout_s * 1000)))
+            if len(self._fetch_requests) >= _FETCH_REQUESTS_KEPT:
+                self._fetch_requests.clear()
+            self._fetch_requests[key] = envelope
+        return envelope
 
     def commit(self, part: PartitionRef, group: str, *, consumed: bool = True) -> Position:
         """CommitOffset: fold the in-flight delta into the stored offset (or drop it)."""

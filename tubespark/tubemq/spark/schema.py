@@ -98,29 +98,61 @@ def _packed_record_batch(columns: PackedColumns, *, topic: str, partition_key: s
 
     The value, offset and text-index buffers become Arrow arrays as they are; msgTime, streamId and the
     attributes are built once per distinct attribute text of the fetch and spread over the rows with
-    Arrow's ``take`` (same values as the per-row path: the same parse functions on the same texts).
+    Arrow's ``take`` (same values as the per-row path: the same parse functions on the same texts). The
+    columns one value fills (topic, partition, broker, and msgTime and streamId when every message
+    carries the same attributes, as one producer's do) are slices of arrays kept across fetches
+    (:func:`_repeated`): a fetch's batch is then a dozen calls, not a dozen array builds.
     """
     n = len(columns)
     value = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(columns.value_offset_buffer),
                                                    pa.py_buffer(columns.value_buffer)])
     offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(columns.offset_buffer)])
-    index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.text_index_buffer)])
-    times = pa.array([_micros(parse_msg_time(text)) for text in columns.text_msg_times], schema.field("msgTime").type)
-    stream_ids = pa.array([msg_type or None for msg_type in columns.text_msg_types], pa.string())
+    time_type = schema.field("msgTime").type
+    uniform = columns.uniform_text
+    index: pa.Array | None = None
+    if uniform >= 0:
+        times = _repeated(_micros(parse_msg_time(columns.text_msg_times[uniform])), "msgTime", time_type, n)
+        stream_ids = _repeated(columns.text_msg_types[uniform] or None, "streamId", pa.string(), n)
+    else:
+        index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.text_index_buffer)])
+        times = pa.array([_micros(parse_msg_time(text)) for text in columns.text_msg_times], time_type).take(index)
+        stream_ids = pa.array([msg_type or None for msg_type in columns.text_msg_types], pa.string()).take(index)
     arrays = [
         value,
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition_key, pa.string()), n),
-        pa.repeat(pa.scalar(broker_id, pa.int32()), n),
-        pa.repeat(pa.scalar(partition_id, pa.int32()), n),
+        _repeated(topic, "topic", pa.string(), n),
+        _repeated(partition_key, "partitionKey", pa.string(), n),
+        _repeated(broker_id, "brokerId", pa.int32(), n),
+        _repeated(partition_id, "partitionId", pa.int32(), n),
         offsets,
-        times.take(index),
-        stream_ids.take(index),
+        times,
+        stream_ids,
     ]
     if len(schema) > len(arrays):
+        if index is None:
+            index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.text_index_buffer)])
         user = pa.array([_user_attributes(a) for a in columns.text_attributes], schema.field("attributes").type)
         arrays.append(user.take(index))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_REPEATS: dict[tuple[str, object], pa.Array] = {}
+_REPEATS_KEPT = 64  # distinct (column, value) arrays a process keeps: a task's constants and a few msgTimes
+_REPEAT_MIN_ROWS = 4096
+
+
+def _repeated(value: object, column: str, arrow_type: pa.DataType, n: int) -> pa.Array:
+    """``n`` rows of ``value`` for ``column`` (of type ``arrow_type``, the same for every call with that
+    column): a zero-copy slice of an array kept for the next fetch, built again only when a fetch has more
+    rows than it. Keyed by the column's name: hashing an Arrow type cost more than all the rest."""
+    key = (column, value)
+    array = _REPEATS.get(key)
+    if array is None or len(array) < n:
+        if len(_REPEATS) >= _REPEATS_KEPT:
+            _REPEATS.clear()
+        rows = max(n, _REPEAT_MIN_ROWS, 2 * len(array) if array is not None else 0)
+        array = pa.repeat(pa.scalar(value, arrow_type), rows)
+        _REPEATS[key] = array
+    return array if len(array) == n else array.slice(0, n)
 
 
 _MIN_MS, _MAX_MS = -62135596800000, 253402300799999  # Spark's timestamp range, years 1..9999 (a data time

@@ -1,6 +1,6 @@
-/* The compiled twin of TubeMQ's hot wire paths (tubespark/tubemq/wire/twin.py selects it at import): a fetch's
- * answer to columns (fetch.py), a successful response envelope (envelope.py), a SendMessage request and its
- * answer (send.py).
+/* The compiled twin of TubeMQ's hot wire paths (tubespark/tubemq/wire/twin.py selects it at import): a frame
+ * out of a reader's buffer (frame.py), a fetch's answer to columns (fetch.py), a successful response envelope
+ * (envelope.py), a SendMessage request and its answer (send.py).
  *
  * Why it exists: decoding a GetMessageResponseB2C message by message in Python (protobuf objects, a CRC
  * call, a bytes slice and five list appends per message) cost about 2.3 us per 100-byte row, most of a
@@ -454,7 +454,8 @@ PyDoc_STRVAR(decode_fetch_doc,
 "decode_fetch(data, start, step, verify[, count]) -> tuple | None\n\n"
 "The messages of a GetMessageResponseB2C as flat little-endian buffers:\n"
 "(count, message_ids int64[n], offsets int64[n], value_offsets int32[n+1], values, text_index int32[n],\n"
-"texts). Row k's offset is start + step*k (-1 for every row when step is 0); text_index[k] is 0 for a\n"
+"texts, uniform). ``uniform``: the text index every row has when they all have the same one, else -1\n"
+"(the Arrow batch then repeats one value instead of gathering per row). Row k's offset is start + step*k (-1 for every row when step is 0); text_index[k] is 0 for a\n"
 "message without attribute prefix, else 1 + the position in ``texts`` (each distinct attribute text\n"
 "once, as bytes). None when the pure-Python decoder must decide: a structure it is not sure of, a\n"
 "checksum mismatch (with verify), a bad attribute length. ``count``: what scan_fetch said of the same\n"
@@ -504,6 +505,7 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
     const unsigned char *last_text = NULL; /* one producer's messages share a text: compare before hashing */
     Py_ssize_t last_len = -1;
     int32_t last_index = 0;
+    int32_t uniform = -2; /* -2: no row yet; -1: rows differ */
     vo_out[0] = 0;
     while (c.p < c.end) {
         uint32_t field = 0, wt = 0;
@@ -545,6 +547,7 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
         id_out[k] = m.message_id;
         offset_out[k] = step ? (int64_t)start + (int64_t)step * (int64_t)k : -1;
         index_out[k] = text_index;
+        if (uniform != text_index) uniform = uniform == -2 ? text_index : -1;
         k++;
         vo_out[k] = (int32_t)written;
     }
@@ -557,7 +560,8 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
         if (!text) goto error;
         PyList_SET_ITEM(texts, i, text);
     }
-    result = Py_BuildValue("(nNNNNNN)", n, ids, offsets, value_offsets, values, index, texts);
+    result = Py_BuildValue("(nNNNNNNi)", n, ids, offsets, value_offsets, values, index, texts,
+                           uniform == -2 ? -1 : (int)uniform);
     ids = offsets = value_offsets = values = index = texts = NULL;
     goto done;
 
@@ -652,6 +656,115 @@ static PyObject *decode_response(PyObject *self, PyObject *arg) {
 fallback:
     PyBuffer_Release(&buf);
     Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(locate_response_doc,
+"locate_response(payload) -> (method, start, length) | None\n\n"
+"decode_response without the copy: where the data of a successful response envelope lies in ``payload``\n"
+"(a fetch answer is half a MiB: the caller takes a view of it). None as decode_response.");
+
+static PyObject *locate_response(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len}, conn, header, body;
+    uint64_t values[32];
+    uint32_t seen;
+    const unsigned char *data = NULL;
+    Py_ssize_t data_len = 0;
+    int have_method = 0, have_data = 0;
+    uint64_t method = 0;
+    PyObject *result;
+    /* the same walk as decode_response: RpcConnHeader flag 1, ResponseHeader SUCCESS, RspResponseBody */
+    if (!read_delimited(&c, &conn) || !read_varints(conn, 1u << 1, values, &seen) || !(seen & 2) ||
+        (int32_t)(uint32_t)values[1] != 1)
+        goto fallback;
+    if (!read_delimited(&c, &header) || !read_varints(header, (1u << 1) | (1u << 2) | (1u << 3), values, &seen) ||
+        !(seen & 2) || values[1] != 0)
+        goto fallback;
+    if (!read_delimited(&c, &body)) goto fallback;
+    while (body.p < body.end) {
+        uint32_t field, wt;
+        if (!read_tag(&body, &field, &wt)) goto fallback;
+        if (field == 1) {
+            if (wt != 0 || !read_varint(&body, &method)) goto fallback;
+            have_method = 1;
+        } else if (field == 2) {
+            if (wt != 2 || !read_length(&body, &data, &data_len)) goto fallback;
+            have_data = 1;
+        } else if (!skip_field(&body, wt)) {
+            goto fallback;
+        }
+    }
+    if (!have_method || !have_data) goto fallback;
+    result = Py_BuildValue("(inn)", (int)(int32_t)(uint32_t)method, (Py_ssize_t)(data - (const unsigned char *)buf.buf),
+                           data_len);
+    PyBuffer_Release(&buf);
+    return result;
+fallback:
+    PyBuffer_Release(&buf);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------------------ frames */
+
+PyDoc_STRVAR(take_frame_doc,
+"take_frame(buffer, token, max_block_size, max_blocks) -> (serial, payload, used) | int | None\n\n"
+"One TubeMQ frame (token | serial | count | (length | block)*, big-endian int32) from the start of the\n"
+"bytes a reader holds: (serial, the blocks joined, the bytes the frame took) when it is all there; the\n"
+"number of bytes ``buffer`` must hold to get further when it is not; None for a frame the pure-Python\n"
+"reader must reject (wrong token, a block count or a block length out of bounds): it raises the typed\n"
+"error. The twin of frame.take_frame.");
+
+static PyObject *take_frame(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    unsigned long token;
+    Py_ssize_t max_block, max_blocks;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*knn", &buf, &token, &max_block, &max_blocks)) return NULL;
+    const unsigned char *p = buf.buf;
+    Py_ssize_t have = buf.len, pos = 12, total = 0;
+    if (have < 12) {
+        result = PyLong_FromSsize_t(12);
+        goto done;
+    }
+    uint32_t count = be32(p + 8);
+    if (be32(p) != (uint32_t)token || count == 0 || (Py_ssize_t)count > max_blocks) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    for (uint32_t i = 0; i < count; i++) { /* every length first: the payload is allocated once */
+        if (pos + 4 > have) {
+            result = PyLong_FromSsize_t(pos + 4);
+            goto done;
+        }
+        uint32_t length = be32(p + pos);
+        if ((Py_ssize_t)length > max_block) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+        pos += 4 + (Py_ssize_t)length;
+        total += (Py_ssize_t)length;
+        if (pos > have) { /* ask for the next block's length too, when there is one */
+            result = PyLong_FromSsize_t(i + 1 < count ? pos + 4 : pos);
+            goto done;
+        }
+    }
+    PyObject *payload = PyBytes_FromStringAndSize(NULL, total);
+    if (payload == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(payload);
+    pos = 12;
+    for (uint32_t i = 0; i < count; i++) {
+        Py_ssize_t length = (Py_ssize_t)be32(p + pos);
+        memcpy(out, p + pos + 4, (size_t)length);
+        out += length;
+        pos += 4 + length;
+    }
+    result = Py_BuildValue("(kNn)", (unsigned long)be32(p + 4), payload, pos);
+done:
+    PyBuffer_Release(&buf);
+    return result;
 }
 
 /* ------------------------------------------------------------------------------------- SendMessage */
@@ -1062,6 +1175,8 @@ static PyMethodDef methods[] = {
     {"scan_fetch", scan_fetch, METH_O, scan_fetch_doc},
     {"decode_fetch", decode_fetch, METH_VARARGS, decode_fetch_doc},
     {"decode_response", decode_response, METH_O, decode_response_doc},
+    {"locate_response", locate_response, METH_O, locate_response_doc},
+    {"take_frame", take_frame, METH_VARARGS, take_frame_doc},
     {"encode_send", encode_send, METH_VARARGS, encode_send_doc},
     {"decode_send_answer", decode_send_answer, METH_O, decode_send_answer_doc},
     {"encode_send_frames", encode_send_frames, METH_VARARGS, encode_send_frames_doc},

@@ -40,9 +40,10 @@ class PackedColumns:
     Row ``k``: message id ``int64`` at ``k`` of ``id_buffer``; offset ``int64`` at ``k`` of
     ``offset_buffer``; value bytes ``value_buffer[vo[k]:vo[k+1]]`` with ``vo`` the ``int32`` array
     ``value_offset_buffer``; attribute text ``text_index[k]`` (``int32``) into ``text_attributes``,
-    ``text_msg_types`` and ``text_msg_times`` (entry 0: no attribute prefix). The buffers may hold more
-    rows than ``count`` (:meth:`head` only lowers the count). As with :class:`MessageColumns`, rows with
-    the same text share one attributes mapping: read it, never change it.
+    ``text_msg_types`` and ``text_msg_times`` (entry 0: no attribute prefix); ``uniform_text`` is the
+    text index of every row when they all share one (a producer's messages do), else -1. The buffers may
+    hold more rows than ``count`` (:meth:`head` only lowers the count). As with :class:`MessageColumns`,
+    rows with the same text share one attributes mapping: read it, never change it.
     """
 
     count: int
@@ -54,6 +55,7 @@ class PackedColumns:
     text_attributes: Sequence[Mapping[str, str]]
     text_msg_types: Sequence[str]
     text_msg_times: Sequence[str]
+    uniform_text: int = -1
 
     def __len__(self) -> int:
         return self.count
@@ -116,7 +118,7 @@ def _decode_texts(texts: list[bytes]) -> tuple[list[Mapping[str, str]], list[str
     return attributes, msg_types, msg_times
 
 
-def decode_packed(data: bytes, start: int, *, verify: bool = True, step: int = 0,
+def decode_packed(data: bytes | memoryview, start: int, *, verify: bool = True, step: int = 0,
                   count: int = -1) -> PackedColumns | None:
     """The compiled twin on a GetMessageResponseB2C's bytes; None when it is absent or not sure. ``count``:
     the messages the compiled :func:`parse_fetch_reply` counted in the same bytes (-1: not scanned)."""
@@ -126,11 +128,11 @@ def decode_packed(data: bytes, start: int, *, verify: bool = True, step: int = 0
     packed = compiled.decode_fetch(data, start, step, verify, count)
     if packed is None:
         return None
-    count, ids, offsets, value_offsets, values, index, texts = packed
+    count, ids, offsets, value_offsets, values, index, texts, uniform = packed
     decoded = _decode_texts(texts)
     if decoded is None:
         return None
-    return PackedColumns(count, ids, offsets, value_offsets, values, index, *decoded)
+    return PackedColumns(count, ids, offsets, value_offsets, values, index, *decoded, uniform_text=uniform)
 
 
 class FetchReply:
@@ -142,7 +144,8 @@ class FetchReply:
     """
 
     def __init__(self, success: bool, err_code: int, err_msg: str, curr_offset: int, max_offset: int, *,
-                 data: bytes | None = None, count: int = -1, proto: bpb.GetMessageResponseB2C | None = None) -> None:
+                 data: bytes | memoryview | None = None, count: int = -1,
+                 proto: bpb.GetMessageResponseB2C | None = None) -> None:
         self.success = success
         self.errCode = err_code
         self.errMsg = err_msg
@@ -169,7 +172,7 @@ class FetchReply:
         return decode_columns(self.messages, start, verify=verify, step=step)
 
 
-def parse_fetch_reply(data: bytes) -> FetchReply:
+def parse_fetch_reply(data: bytes | memoryview) -> FetchReply:
     """GetMessageResponseB2C bytes -> :class:`FetchReply`; ProtobufDecodeError for garbage (parse_message's)."""
     compiled = twin.native()
     if compiled is not None:

@@ -2,9 +2,10 @@
 
 The compiled module is loaded once, at import, unless ``TUBESPARK_NO_EXTENSIONS=1`` (see
 :mod:`tubespark.core.native`) or it is not there (no wheel for this platform, Spark Connect's by-value
-shipping, a ``--py-files`` zip). Its users (:mod:`~tubespark.tubemq.wire.fetch`,
-:mod:`~tubespark.tubemq.wire.envelope`, :mod:`~tubespark.tubemq.wire.send`) ask :func:`native` on every
-call, so :func:`pure_python` can switch the whole process for a while.
+shipping, a ``--py-files`` zip). Its users (:mod:`~tubespark.tubemq.wire.frame`,
+:mod:`~tubespark.tubemq.wire.fetch`, :mod:`~tubespark.tubemq.wire.envelope`,
+:mod:`~tubespark.tubemq.wire.send`) ask :func:`native` on every call, so :func:`pure_python` can switch
+the whole process for a while.
 """
 
 from __future__ import annotations
