@@ -217,6 +217,7 @@ class RocketMQStack:
             "deleteWhen": "04", "fileReservedTime": "48", "enablePopLog": "false",
             "registerBrokerTimeoutMills": "3000", "sendMessageThreadPoolNums": "4",
             "pullMessageThreadPoolNums": "4", "useReentrantLockWhenPutMessage": "true",
+            "enablePropertyFilter": "true",  # SQL92 filters (subExpression); tag filters need nothing
         }
         if self.acting_master:
             props.update({

@@ -28,6 +28,7 @@ from tubespark.core.options import (
 )
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import ClientSettings
+from tubespark.rocketmq.wire.filter import SQL92, SUB_ALL, TAG, Filter
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.options import (
     COMMIT_TO_GROUP,
@@ -67,6 +68,14 @@ def _group(name: str, value: str) -> str:
     return value
 
 
+def _expression(name: str, value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise OptionError(f"option {name} is empty: `*` reads every message, `TagA || TagB` some tags, or an SQL92 "
+                          f"expression with expressionType=SQL92")
+    return value
+
+
 def is_queue_key(key: str) -> bool:
     try:
         mq = MessageQueue.parse_key(key)
@@ -86,7 +95,8 @@ TERMS = BrokerTerms(
                            "`earliest` or `latest`, where a group that never consumed starts (the broker keeps "
                            "the group's position).",
         "maxOffsetsPerTrigger": "Pull mode only: a pop micro-batch is bounded by `popPartitions` times "
-                                "`popMaxMessages` instead.",
+                                "`popMaxMessages` instead. With a `subExpression` it counts offsets, so every "
+                                "message the filter skips too: a batch may have far fewer rows.",
         "minOffsetsPerTrigger": _PULL_ONLY,
         "maxTriggerDelay": _PULL_ONLY,
         "maxBytesPerTrigger": _PULL_ONLY,
@@ -112,6 +122,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "(optional; needed for `startingOffsets=group`). Pop: required, the group the broker balances."),
     OptionSpec("includeProperties", "false", parse_bool, "Add a `properties` map<string,string> column with "
                "every message property."),
+    OptionSpec("subExpression", SUB_ALL, _expression, "Which messages to read, filtered by the broker (pull and "
+               "pop). `expressionType=TAG`: `*` (all) or tags joined by `||` (`TagA || TagB`); a message without "
+               "tags matches only `*`. `expressionType=SQL92`: a condition on message properties (`a > 5 AND "
+               "TAGS IN ('x')`), on a broker with `enablePropertyFilter=true` (else the read fails on the driver "
+               "with FilterNotSupportedError). Offsets still count every message, the skipped ones included "
+               "(see `maxOffsetsPerTrigger`)."),
+    OptionSpec("expressionType", TAG.lower(), choice(TAG.lower(), SQL92.lower()), "How `subExpression` is read: "
+               "`tag` or `sql92`."),
     OptionSpec("popPartitions", "2", int_between(1, 1024), "Pop: Spark tasks per micro-batch, each popping on "
                "its own."),
     OptionSpec("popMaxMessages", "10000", parse_positive_int, "Pop: most messages one task pops per "
@@ -157,6 +175,8 @@ class RocketMQOptions(SharedOptions):
     commit_to_group: bool
     include_properties: bool
     verify_checksums: bool
+    sub_expression: str
+    expression_type: str
     pop_partitions: int
     pop_max_messages: int
     pop_invisible_time_ms: int
@@ -174,6 +194,9 @@ class RocketMQOptions(SharedOptions):
             return
         if mode == READ and not self.topics:
             raise OptionError("option topic is required for reading")
+        if self.expression_type == SQL92.lower() and self.sub_expression == SUB_ALL:
+            raise OptionError("expressionType=sql92 needs option subExpression: an SQL92 condition on message "
+                              "properties, such as `a > 5`")
         if self.pop:
             if not self.group:
                 raise OptionError("consumeMode=pop needs option group (the consumer group the broker balances)")
@@ -182,6 +205,11 @@ class RocketMQOptions(SharedOptions):
                                   "never consumed starts); the broker keeps the group's position")
         elif self.starting_offsets == "group" and not self.group:
             raise OptionError("startingOffsets=group needs option group")
+
+    @property
+    def filter(self) -> Filter:
+        """The subscription of reads: :data:`~tubespark.rocketmq.wire.filter.ALL` unless ``subExpression``."""
+        return Filter(self.sub_expression, self.expression_type.upper())
 
     @property
     def pop(self) -> bool:

@@ -12,6 +12,7 @@ from tubespark.rocketmq.client.ranges import RangeReader
 from tubespark.rocketmq.spark.clients import shared_client
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.schema import read_schema, to_record_batch
+from tubespark.rocketmq.wire.filter import ALL
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.arrow import arrow_schema_for
 
@@ -34,14 +35,17 @@ class PullRange(InputPartition):
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
 
-def read_range(task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None) -> Iterator[pa.RecordBatch]:
-    """Executor side: every message of the task's range, in order, one Arrow batch per pull; a failing pull
-    is retried for ``retry_s`` (by default ``failoverTimeoutMs``: long enough for a slave to act for its
-    master)."""
+def read_range(task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None,
+               filtered: bool = True) -> Iterator[pa.RecordBatch]:
+    """Executor side: every message of the task's range that ``subExpression`` matches, in order, one Arrow
+    batch per pull; a failing pull is retried for ``retry_s`` (by default ``failoverTimeoutMs``: long enough
+    for a slave to act for its master). ``filtered=False`` reads every message (the driver's own reads: a
+    fingerprint names the message at an offset, whatever the filter)."""
     schema = arrow_schema_for(read_schema(options.include_properties))
     reader = RangeReader(shared_client(options), options.group or READ_GROUP,
                          fail_on_data_loss=options.fail_on_data_loss, verify_crc=options.verify_checksums,
-                         retry_s=options.failover_timeout_ms / 1000 if retry_s is None else retry_s)
+                         retry_s=options.failover_timeout_ms / 1000 if retry_s is None else retry_s,
+                         flt=options.filter if filtered else ALL)
     for messages in reader.read(task.mq, task.start, task.end):
         yield to_record_batch(messages, broker_name=task.broker_name, schema=schema)
 
