@@ -21,10 +21,13 @@ from tests.integration.rocketmq.test_spark import batch, run_available_now, stre
 from tubespark.errors import BadRequestError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.client.pop import PopConsumer
+from tubespark.rocketmq.client.ranges import RangeReader
 from tubespark.rocketmq.errors import FilterNotSupportedError
 from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.wire.filter import SQL92, Filter
 from tubespark.rocketmq.wire.frame import request
+from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.offsets import BatchOffsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -84,8 +87,12 @@ def test_sql92_filter_and_its_typed_errors(spark, rocketmq_stack, topic):
                                                      "expressionType": "sql92", "subExpression": expression},
                                                     mode="read")).partitions()
 
-    with pytest.raises(BadRequestError, match="n >>"):  # the 5.3.3 broker's pull would pass every message
+    with pytest.raises(BadRequestError, match="n >>"):  # asked first (CHECK_CLIENT_CONFIG): ...
         plan("n >> 3")
+    with RocketMQClient([rocketmq_stack.namesrv_address]) as client:  # ... as the 5.3.3 broker's pull passes all
+        passed = [m for b in RangeReader(client, "g", flt=Filter("n >> 3", SQL92)).read(
+            MessageQueue(topic, "broker-a", 0), 0, 20) for m in b]
+    assert len(passed) == 20
     broker = rocketmq_stack.node("broker-a")
     client = rocketmq_stack.client
 

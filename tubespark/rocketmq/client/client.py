@@ -24,6 +24,7 @@ from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, Tube
 from tubespark.rocketmq.errors import NoNameServerAvailableError
 from tubespark.rocketmq.net.connection import RemotingConnection, connection_pool, wait
 from tubespark.rocketmq.wire import codes, headers
+from tubespark.rocketmq.wire.acl import Credentials
 from tubespark.rocketmq.wire.filter import TAG, Filter, check_client_request
 from tubespark.rocketmq.wire.frame import Command
 from tubespark.rocketmq.wire.route import MessageQueue, TopicRoute, parse_route
@@ -66,6 +67,8 @@ class ClientSettings(ConnectionSettings):
 
     route_ttl_s: float = 5.0
     failover_s: float = 45.0
+    credentials: Credentials | None = None
+    """Access key and secret every request is signed with (brokers with ACL); the repr leaves the secret out."""
 
 
 class RocketMQClient:
@@ -77,7 +80,8 @@ class RocketMQClient:
         self.namesrv = list(namesrv)
         self.settings = settings or ClientSettings()
         self._pool = connection_pool(connect_timeout_s=self.settings.connect_timeout_s,
-                                     io_timeout_s=self.settings.request_timeout_s)
+                                     io_timeout_s=self.settings.request_timeout_s,
+                                     credentials=self.settings.credentials)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._down: dict[str, float] = {}  # address -> until when it is tried last
         self._lock = threading.Lock()

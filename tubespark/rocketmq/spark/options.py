@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tubespark.core.options import (
     BOTH,
@@ -25,9 +25,11 @@ from tubespark.core.options import (
     parse_host_ports,
     parse_local_directory,
     parse_positive_int,
+    parse_text,
 )
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import ClientSettings
+from tubespark.rocketmq.wire.acl import Credentials
 from tubespark.rocketmq.wire.filter import SQL92, SUB_ALL, TAG, Filter
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.options import (
@@ -151,6 +153,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("failoverTimeoutMs", ClientSettings.default_ms("failover_s"), parse_positive_int, "How long a read "
                "keeps following the route around a dead broker (the name server needs ~15 s to substitute an "
                "acting master).", False, BOTH),
+    OptionSpec("accessKey", None, parse_text, "Access key (user name) for brokers with ACL (RocketMQ 5 "
+               "`authenticationEnabled=true`): every request is signed with it and `secretKey`, as the Java "
+               "client's `AclClientRPCHook` does. A wrong key or secret fails with AuthError, an operation the "
+               "user has no policy for with AccessDeniedError.", False, BOTH),
+    OptionSpec("secretKey", None, parse_text, "Secret of `accessKey` (the user's password). Only its signatures "
+               "travel; it is kept out of logs, messages and the options' repr.", False, BOTH),
     OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads: queues of a broker "
                "group that is not registered at the name server now (stopped or down; the name server forgets such "
                "a group, so only queues this process was routed to before or that the offsets options name are "
@@ -187,9 +195,13 @@ class RocketMQOptions(SharedOptions):
     producer_group: str
     failover_timeout_ms: int
     on_unavailable_partitions: str
+    access_key: str | None
+    secret_key: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
 
     def check(self, mode: str) -> None:
         super().check(mode)
+        if bool(self.access_key) != bool(self.secret_key):
+            raise OptionError("options accessKey and secretKey go together: set both (brokers with ACL) or neither")
         if mode == WRITE:
             return
         if mode == READ and not self.topics:
@@ -218,7 +230,9 @@ class RocketMQOptions(SharedOptions):
     def client_settings(self) -> ClientSettings:
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
                               request_timeout_s=self.request_timeout_ms / 1000,
-                              failover_s=self.failover_timeout_ms / 1000)
+                              failover_s=self.failover_timeout_ms / 1000,
+                              credentials=Credentials(self.access_key, self.secret_key)
+                              if self.access_key and self.secret_key else None)
 
 
 def option_table(mode: str | None = None) -> str:
