@@ -94,6 +94,8 @@ def test_options_build_the_filter() -> None:
     assert sql.filter == Filter("a > 1", SQL92)
     with pytest.raises(OptionError, match="needs option subExpression"):
         RocketMQOptions.from_raw({**base, "expressionType": "sql92"}, mode="read")
+    with pytest.raises(OptionError, match="names no tag"):  # the broker would match nothing, not everything
+        RocketMQOptions.from_raw({**base, "subExpression": "||"}, mode="read")
     with pytest.raises(OptionError, match="subExpression is empty"):
         RocketMQOptions.from_raw({**base, "subExpression": " "}, mode="read")
 

@@ -209,6 +209,10 @@ class RocketMQOptions(SharedOptions):
         if self.expression_type == SQL92.lower() and self.sub_expression == SUB_ALL:
             raise OptionError("expressionType=sql92 needs option subExpression: an SQL92 condition on message "
                               "properties, such as `a > 5`")
+        try:
+            self.filter  # noqa: B018  # built here so a bad expression fails before any network call
+        except ValueError as exc:
+            raise OptionError(f"option subExpression: {exc}") from None
         if self.pop:
             if not self.group:
                 raise OptionError("consumeMode=pop needs option group (the consumer group the broker balances)")

@@ -41,6 +41,8 @@ class Filter:
         expr = self.expression.strip()
         tags = frozenset() if self.kind != TAG or expr in ("", SUB_ALL) else frozenset(
             t.strip() for t in expr.split("||") if t.strip())
+        if self.kind == TAG and not tags and expr not in ("", SUB_ALL):
+            raise ValueError(f"the tag expression {self.expression!r} names no tag (tags are joined by '||')")
         object.__setattr__(self, "tags", tags)
 
     @property
