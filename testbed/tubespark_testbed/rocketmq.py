@@ -27,18 +27,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from tubespark.errors import TubeSparkError
 from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient
+from tubespark.rocketmq.wire.acl import Credentials
+from tubespark.rocketmq.wire.frame import request
 from tubespark_testbed.artifacts import cache_root
 from tubespark_testbed.errors import ClusterError
 from tubespark_testbed.javatool import resolve_classpath, which
@@ -68,6 +71,7 @@ _COMMON_JVM_FLAGS = (
 _NAMESRV_JVM_FLAGS = ("-Xms64m", "-Xmx192m", "-XX:MaxDirectMemorySize=64m")
 _BROKER_JVM_FLAGS = ("-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:-AlwaysPreTouch")
 _START_TIMEOUT_S = 120.0
+_AUTH_CREATE_USER = 3001
 
 
 def render_pom() -> str:
@@ -148,8 +152,12 @@ class RocketMQStack:
     """Name server + brokers as child JVMs. ``start()`` blocks until every broker is in the routes."""
 
     def __init__(self, groups: Iterable[tuple[str, int]] = (("broker-a", 0),), *, acting_master: bool = False,
-                 work_dir: Path | None = None, keep: bool | None = None) -> None:
+                 work_dir: Path | None = None, keep: bool | None = None,
+                 broker_config: Mapping[str, str] | None = None, credentials: Credentials | None = None) -> None:
+        """``broker_config``: settings added to every broker's; ``credentials``: what set-up calls sign with
+        (a stack whose brokers have ACL on, see :meth:`with_acl`)."""
         self.groups = list(groups)
+        self.credentials = credentials
         self.acting_master = acting_master
         self.keep = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
         self._own_dir = work_dir is None
@@ -159,7 +167,8 @@ class RocketMQStack:
         self.brokers: list[BrokerNode] = []
         for group, slaves in self.groups:
             for broker_id in range(slaves + 1):
-                node = BrokerNode(group, broker_id, _free_triple(), self.work_dir / f"{group}-{broker_id}")
+                node = BrokerNode(group, broker_id, _free_triple(), self.work_dir / f"{group}-{broker_id}",
+                                  dict(broker_config or {}))
                 self.brokers.append(node)
         self._started = False
         self._client: RocketMQClient | None = None
@@ -172,6 +181,35 @@ class RocketMQStack:
     def two_groups(cls, **kw: object) -> RocketMQStack:
         """Two broker groups of one master each: :meth:`create_topic` puts a topic's queues on both."""
         return cls((("broker-a", 0), ("broker-b", 0)), **kw)  # type: ignore[arg-type]
+
+    @classmethod
+    def with_acl(cls, admin: Credentials, **kw: object) -> RocketMQStack:
+        """One master with ACL 2.0 on (authentication and authorization, users and policies kept by the
+        broker itself) and ``admin`` as its super user; :meth:`create_user` adds others."""
+        config = {
+            "authenticationEnabled": "true", "authorizationEnabled": "true",
+            "authenticationProvider": "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
+            "authenticationMetadataProvider":
+                "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
+            "authorizationProvider": "org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider",
+            "authorizationMetadataProvider":
+                "org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider",
+            "initAuthenticationUser": json.dumps({"username": admin.access_key, "password": admin.secret_key}),
+            "innerClientAuthenticationCredentials": json.dumps({"accessKey": admin.access_key,
+                                                                "secretKey": admin.secret_key}),
+        }
+        return cls((("broker-a", 0),), broker_config=config, credentials=admin, **kw)  # type: ignore[arg-type]
+
+    def create_user(self, user: Credentials) -> None:
+        """A normal user on every broker (AUTH_CREATE_USER, signed by the stack's super user): with no policy
+        (mqadmin createAcl) it may do nothing but authenticate."""
+        for node in self.brokers:
+            body = json.dumps({"username": user.access_key, "password": user.secret_key, "userType": "Normal"})
+            answer = self.client.call_address(node.address, request(_AUTH_CREATE_USER, {"username": user.access_key},
+                                                                    body.encode()), "create user")
+            if answer.code != 0:
+                raise ClusterError(f"creating user {user.access_key} on {node.name} failed: {answer.code} "
+                                   f"{answer.remark}")
 
     @classmethod
     def acting_master(cls, **kw: object) -> RocketMQStack:
@@ -193,7 +231,8 @@ class RocketMQStack:
     def client(self) -> RocketMQClient:
         """A client of this stack for set-up calls (short route cache, so route changes show at once)."""
         if self._client is None:
-            self._client = RocketMQClient([self.namesrv_address], ClientSettings(route_ttl_s=0.0, failover_s=10.0))
+            self._client = RocketMQClient([self.namesrv_address], ClientSettings(route_ttl_s=0.0, failover_s=10.0,
+                                                                                 credentials=self.credentials))
         return self._client
 
     # --- configuration ------------------------------------------------------------------------------
@@ -217,6 +256,7 @@ class RocketMQStack:
             "deleteWhen": "04", "fileReservedTime": "48", "enablePopLog": "false",
             "registerBrokerTimeoutMills": "3000", "sendMessageThreadPoolNums": "4",
             "pullMessageThreadPoolNums": "4", "useReentrantLockWhenPutMessage": "true",
+            "enablePropertyFilter": "true",  # SQL92 filters (subExpression); tag filters need nothing
         }
         if self.acting_master:
             props.update({

@@ -8,7 +8,7 @@ and imports nothing but the shared errors; the response codes that become these 
 
 from __future__ import annotations
 
-from tubespark.errors import BrokerConnectionError, BrokerError
+from tubespark.errors import AuthError, BadRequestError, BrokerConnectionError, BrokerError
 
 
 class NoNameServerAvailableError(BrokerConnectionError):
@@ -27,3 +27,13 @@ class NoPermissionError(BrokerError):
 
 class OffsetOutOfRangeError(BrokerError):
     """An ack or invisible-time change named an offset the queue no longer (or not yet) holds."""
+
+
+class FilterNotSupportedError(BadRequestError):
+    """The broker refuses SQL92 (property) filters: its ``enablePropertyFilter`` is off (the default). Not
+    retriable: every broker of a group answers so until the setting changes and the broker restarts."""
+
+
+class AccessDeniedError(AuthError):
+    """A broker with ACL (``authorizationEnabled``) knows the access key but its user may not do this (no
+    policy allows the topic or group, or a policy denies it). Not retriable: policies change by an admin."""

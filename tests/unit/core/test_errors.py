@@ -98,7 +98,8 @@ def test_the_shared_module_holds_only_broker_neutral_kinds() -> None:
                 "AdminApiError", "BundleParseError"}),
     ("tank", {"TankProtocolError", "BundleFormatError", "TruncatedFieldError", "LeaderMovedError",
               "BoundaryFaultError"}),
-    ("rocketmq", {"NoNameServerAvailableError", "NoPermissionError", "OffsetOutOfRangeError"}),
+    ("rocketmq", {"NoNameServerAvailableError", "NoPermissionError", "OffsetOutOfRangeError",
+                  "FilterNotSupportedError", "AccessDeniedError"}),
 ])
 def test_each_broker_has_its_own_error_module(broker: str, names: set[str]) -> None:
     assert set(_classes(BROKER_MODULES[broker])) == names
@@ -115,6 +116,8 @@ def test_each_broker_has_its_own_error_module(broker: str, names: set[str]) -> N
     ("tubespark.errors", "RangeReadError"),
     ("tubespark.tubemq.errors", "BundleParseError"),
     ("tubespark.tubemq.errors", "PartitionOccupiedError"),
+    ("tubespark.rocketmq.errors", "FilterNotSupportedError"),
+    ("tubespark.rocketmq.errors", "AccessDeniedError"),
     # ... and where the ones that moved could be imported from before
     ("tubespark.tubemq.client.ranges", "RangeReadError"),
     ("tubespark.tank.client.ranges", "RangeReadError"),

@@ -34,6 +34,7 @@ class FakeRocketMQ:
         self.group_offsets: dict[str, int] = {}
         self.bodies: dict[tuple[str, int], bytes] = {}  # (queue, offset) -> value; unset: "<queue>@<offset>"
         self.closed = False
+        self.filter_checks: list[str] = []
 
     def bounds(self, queues: list[MessageQueue], *, follow: bool = True) -> dict[str, tuple[int, int]]:
         return {mq.key: self.queues[mq.key] for mq in queues if follow or mq.broker_name not in self.dead}
@@ -47,8 +48,11 @@ class FakeRocketMQ:
     def close(self) -> None:
         self.closed = True
 
+    def check_filter(self, topic: str, group: str, flt: object) -> None:
+        self.filter_checks.append(topic)
+
     def read_range(self, task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None,
-                   outage_s: float | None = None):
+                   outage_s: float | None = None, filtered: bool = True):
         """The stored messages of ``[start, end)`` (those within the queue's bounds), as the read path's rows."""
         key = task.mq.key
         if task.broker_name in self.dead:
@@ -210,3 +214,16 @@ def test_offsets_reused_after_a_restart_are_data_loss(cluster: FakeRocketMQ) -> 
     cluster.bodies[(Q0, 29)] = b"another message at the same offset"
     with pytest.raises(DataLossError, match=f"{Q0}.*reused"):
         make_reader(cluster).latestOffset(end, ReadAllAvailable())
+
+
+def test_the_filter_is_checked_once_per_process_also_on_a_restart(cluster: FakeRocketMQ) -> None:
+    """A pull does not tell when an SQL92 filter does not compile (the broker passes everything): the brokers
+    are asked before planning, by a new query and by one restarted on its checkpoint (no initialOffset)."""
+    fresh = make_reader(cluster, subExpression="a > 1", expressionType="sql92")
+    offsets = fresh.initialOffset()
+    fresh.latestOffset(offsets, ReadAllAvailable())
+    assert cluster.filter_checks == ["orders"]
+    restarted = make_reader(cluster, subExpression="a > 1", expressionType="sql92")
+    restarted.latestOffset(offsets, ReadAllAvailable())
+    restarted.latestOffset(offsets, ReadAllAvailable())
+    assert cluster.filter_checks == ["orders", "orders"]

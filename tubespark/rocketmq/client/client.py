@@ -11,6 +11,7 @@ has not noticed the death yet. Writes go only to a group's master.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -23,6 +24,8 @@ from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, Tube
 from tubespark.rocketmq.errors import NoNameServerAvailableError
 from tubespark.rocketmq.net.connection import RemotingConnection, connection_pool, wait
 from tubespark.rocketmq.wire import codes, headers
+from tubespark.rocketmq.wire.acl import Credentials
+from tubespark.rocketmq.wire.filter import TAG, Filter, check_client_request
 from tubespark.rocketmq.wire.frame import Command
 from tubespark.rocketmq.wire.route import MessageQueue, TopicRoute, parse_route
 
@@ -64,6 +67,8 @@ class ClientSettings(ConnectionSettings):
 
     route_ttl_s: float = 5.0
     failover_s: float = 45.0
+    credentials: Credentials | None = None
+    """Access key and secret every request is signed with (brokers with ACL); the repr leaves the secret out."""
 
 
 class RocketMQClient:
@@ -75,7 +80,8 @@ class RocketMQClient:
         self.namesrv = list(namesrv)
         self.settings = settings or ClientSettings()
         self._pool = connection_pool(connect_timeout_s=self.settings.connect_timeout_s,
-                                     io_timeout_s=self.settings.request_timeout_s)
+                                     io_timeout_s=self.settings.request_timeout_s,
+                                     credentials=self.settings.credentials)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._down: dict[str, float] = {}  # address -> until when it is tried last
         self._lock = threading.Lock()
@@ -319,6 +325,24 @@ class RocketMQClient:
                            f"introduce group {group} on {mq.key}")
             response = store()
         headers.read_ok(response, what)
+
+    # --- filters ------------------------------------------------------------------------------------
+
+    def check_filter(self, topic: str, group: str, flt: Filter) -> None:
+        """Ask every broker group of ``topic`` whether it takes ``flt`` (CHECK_CLIENT_CONFIG), as the Java
+        consumer does at start: an SQL92 filter fails here, on the driver, with
+        :class:`~tubespark.rocketmq.errors.FilterNotSupportedError` when a broker's ``enablePropertyFilter``
+        is off and :class:`~tubespark.errors.BadRequestError` when it does not compile. Tag filters need no
+        check (the broker answers success without looking)."""
+        if flt.kind == TAG:
+            return
+        route = self.route(topic)
+        for broker in sorted({mq.broker_name for mq in route.read_queues()}):
+            mq = MessageQueue(topic, broker, 0)
+            what = f"check of the {flt.kind} filter {flt.expression!r} on {broker}"
+            headers.read_ok(self.read_call(mq, lambda: check_client_request(
+                group=group, topic=topic, flt=flt, client_id=f"tubespark@{socket.gethostname()}",
+                now_ms=int(time.time() * 1000)), what), what)
 
     # --- admin --------------------------------------------------------------------------------------
 

@@ -7,6 +7,10 @@ delivery is at-least-once (docs/rocketmq/protocol.md, "Pop").
 
 Acks go by batch: receipts of one pop share a checkpoint (start offset, pop time, queue, revive queue), so
 one BATCH_ACK_MESSAGE entry carries all of them as a bitset; receipts are grouped by broker here.
+
+A filter travels in the pop (``expType``/``exp``); the broker moves the group past messages that do not
+match. It compares tag hashes only, so a message popped on a hash collision is acked here at once and not
+returned: left alone it would come back after every invisible time (:mod:`tubespark.rocketmq.wire.filter`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from tubespark.errors import TubeSparkError, UnknownTopicError
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.wire import headers
+from tubespark.rocketmq.wire.filter import ALL, Filter
 from tubespark.rocketmq.wire.message import StoredMessage, decode_stored
 from tubespark.rocketmq.wire.pop import Receipt, receipts_for, retry_topic
 from tubespark.rocketmq.wire.route import MessageQueue
@@ -39,8 +44,12 @@ class PopConsumer:
     """Pops ``topic`` for ``group`` from every broker group of its route."""
 
     def __init__(self, client: RocketMQClient, group: str, topic: str, *, invisible_ms: int = 60000,
-                 poll_ms: int = 1000, init_mode: int = headers.INIT_MODE_MIN, verify_crc: bool = False) -> None:
+                 poll_ms: int = 1000, init_mode: int = headers.INIT_MODE_MIN, verify_crc: bool = False,
+                 flt: Filter = ALL) -> None:
         self.client = client
+        self.filter = flt
+        self.dropped = 0
+        """Messages popped on a tag hash collision and acked without being returned."""
         self.group = group
         self.topic = topic
         self.invisible_ms = invisible_ms
@@ -61,7 +70,7 @@ class PopConsumer:
         address = self.client.read_candidates(MessageQueue(self.topic, broker_name, 0))[0]
         cmd = headers.pop_request(group=self.group, topic=self.topic, max_messages=max_messages,
                                   invisible_ms=self.invisible_ms, poll_ms=poll, born_ms=int(time.time() * 1000),
-                                  init_mode=self.init_mode)
+                                  init_mode=self.init_mode, flt=self.filter)
         # the broker holds a long poll up to ``poll`` ms: wait that long on top of the call timeout
         response = self.client.connection(address).call(cmd, self.client.settings.request_timeout_s + poll / 1000, what)
         result = headers.read_pop(response, what)
@@ -73,7 +82,16 @@ class PopConsumer:
                                 start_offset_info=result.start_offset_info, msg_offset_info=result.msg_offset_info)
         for message in messages:  # redelivered messages carry the original topic; normal ones already do
             message.topic = self.topic
-        return [Popped(m, r, broker_name) for m, r in zip(messages, receipts, strict=True)]
+        popped = [Popped(m, r, broker_name) for m, r in zip(messages, receipts, strict=True)]
+        unwanted = [p.receipt for p in popped if not self.filter.keeps(p.message.tags)]
+        if unwanted:
+            try:
+                self.ack(unwanted)
+                self.dropped += len(unwanted)
+            except TubeSparkError as exc:  # they come back after the invisible time and are acked then
+                log.warning("ack of %d messages popped on a tag hash collision failed: %s", len(unwanted), exc)
+            popped = [p for p in popped if self.filter.keeps(p.message.tags)]
+        return popped
 
     def ack_one(self, receipt: str) -> None:
         """ACK_MESSAGE of one receipt (the real topic and queue come from the receipt)."""

@@ -12,6 +12,12 @@ below the end (a slave acting for a dead master that had not replicated everythi
 ``retry_s`` passes, following the route: the data comes back with the master. Then, as for a broker
 that does not answer, the read fails with :class:`~tubespark.errors.RangeReadError` (retriable, the last
 fault as its cause).
+
+With a filter (:class:`~tubespark.rocketmq.wire.filter.Filter`), offsets still run over every message:
+the broker skips the ones that do not match, so an answer's offsets have holes and a pull whose scanned
+chunk matched nothing answers PULL_RETRY_IMMEDIATELY with ``nextBeginOffset`` past that chunk; both move
+the read on (never past ``end``), and only a queue minimum above the position counts as loss. Messages
+the broker passed on a tag hash collision are dropped here (:meth:`Filter.keeps`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from tubespark.errors import BrokerConnectionError, DataLossError, NoDataError, 
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.net.connection import wait
 from tubespark.rocketmq.wire import headers
+from tubespark.rocketmq.wire.filter import ALL, Filter
 from tubespark.rocketmq.wire.frame import Command
 from tubespark.rocketmq.wire.message import StoredMessage, decode_stored
 from tubespark.rocketmq.wire.route import MessageQueue
@@ -42,8 +49,10 @@ class RangeReader:
     """Reads exact ranges of queues with ``group`` (the broker auto-creates the subscription group)."""
 
     def __init__(self, client: RocketMQClient, group: str, *, depth: int = DEFAULT_DEPTH,
-                 fail_on_data_loss: bool = True, verify_crc: bool = False, retry_s: float = 60.0) -> None:
+                 fail_on_data_loss: bool = True, verify_crc: bool = False, retry_s: float = 60.0,
+                 flt: Filter = ALL) -> None:
         self.client = client
+        self.filter = flt
         self.group = group
         self.depth = max(1, depth)
         self.fail_on_data_loss = fail_on_data_loss
@@ -94,7 +103,8 @@ class RangeReader:
 
     def _pull(self, address: str, mq: MessageQueue, low: int, high: int) -> Future[Command]:
         cmd = headers.pull_request(group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=low,
-                                   max_messages=min(PULL_BATCH, high - low), now_ms=int(time.time() * 1000))
+                                   max_messages=min(PULL_BATCH, high - low), now_ms=int(time.time() * 1000),
+                                   flt=self.filter)
         return self.client.call_async(address, cmd)
 
     def _pipeline(self, address: str, mq: MessageQueue, start: int,
@@ -131,6 +141,8 @@ class RangeReader:
     def _take(self, mq: MessageQueue, result: headers.PullResult, pos: int,
               high: int) -> tuple[list[StoredMessage], int]:
         """The messages of one answer inside ``[pos, high)`` and the offset to continue from."""
+        if not self.filter.everything:
+            return self._take_filtered(mq, result, pos, high)
         if result.status == headers.FOUND:
             messages = [m for m in decode_stored(result.body, verify_crc=self.verify_crc)
                         if pos <= m.queue_offset < high]
@@ -152,6 +164,27 @@ class RangeReader:
         if result.status == headers.OFFSET_MOVED or (result.status == headers.NOT_FOUND and result.min_offset > pos):
             return [], self._lost(mq, pos, min(max(result.min_offset, result.next_offset), high))
         # not found below the planned end, or "retry": this member does not hold it (yet)
+        raise NoDataError(0, f"the broker has no message at {pos} (its max offset is {result.max_offset}), below "
+                             f"the planned end {high}", context=mq.key)
+
+    def _take_filtered(self, mq: MessageQueue, result: headers.PullResult, pos: int,
+                       high: int) -> tuple[list[StoredMessage], int]:
+        """:meth:`_take` under a filter: holes in the offsets are messages the broker skipped, and the read
+        goes on from the answer's ``nextBeginOffset`` (the end of what the broker scanned), also when the
+        scan matched nothing (PULL_RETRY_IMMEDIATELY); a queue minimum above ``pos`` is retention."""
+        if result.status in (headers.FOUND, headers.RETRY) and result.min_offset > pos:
+            return [], self._lost(mq, pos, min(result.min_offset, high))
+        if result.status == headers.FOUND:
+            messages = [m for m in decode_stored(result.body, verify_crc=self.verify_crc)
+                        if pos <= m.queue_offset < high]
+            reached = max([result.next_offset] + [m.queue_offset + 1 for m in messages])
+            if reached <= pos:
+                raise NoDataError(0, f"pull at {pos} returned nothing of [{pos}, {high})", context=mq.key)
+            return [m for m in messages if self.filter.keeps(m.tags)], min(reached, high)
+        if result.status == headers.RETRY and result.next_offset > pos:  # a scanned chunk without a match
+            return [], min(result.next_offset, high)
+        if result.status == headers.OFFSET_MOVED or (result.status == headers.NOT_FOUND and result.min_offset > pos):
+            return [], self._lost(mq, pos, min(max(result.min_offset, result.next_offset), high))
         raise NoDataError(0, f"the broker has no message at {pos} (its max offset is {result.max_offset}), below "
                              f"the planned end {high}", context=mq.key)
 

@@ -21,7 +21,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.read_task import PullRange, read_range
+from tubespark.rocketmq.spark.read_task import READ_GROUP, PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset
 from tubespark.spark.planning import split_range
@@ -65,6 +65,8 @@ class RocketMQBatchReader(DataSourceReader):
                 {g: f"broker group {g} (not registered at the name server: stopped or down)" for g in down},
                 total=len(queues) + count_keys(down), describe="broker group")
             bounds = client.bounds(queues)
+            for topic in topics:
+                client.check_filter(topic, opts.group or READ_GROUP, opts.filter)
         tasks: list[InputPartition] = []
         for mq in queues:
             low, high = bounds[mq.key]

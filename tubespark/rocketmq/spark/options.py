@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tubespark.core.options import (
     BOTH,
@@ -25,9 +25,12 @@ from tubespark.core.options import (
     parse_host_ports,
     parse_local_directory,
     parse_positive_int,
+    parse_text,
 )
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import ClientSettings
+from tubespark.rocketmq.wire.acl import Credentials
+from tubespark.rocketmq.wire.filter import SQL92, SUB_ALL, TAG, Filter
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.options import (
     COMMIT_TO_GROUP,
@@ -67,6 +70,14 @@ def _group(name: str, value: str) -> str:
     return value
 
 
+def _expression(name: str, value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise OptionError(f"option {name} is empty: set it to `*` (every message), `TagA || TagB` (some tags), or "
+                          f"an SQL92 expression with expressionType=SQL92")
+    return value
+
+
 def is_queue_key(key: str) -> bool:
     try:
         mq = MessageQueue.parse_key(key)
@@ -86,7 +97,8 @@ TERMS = BrokerTerms(
                            "`earliest` or `latest`, where a group that never consumed starts (the broker keeps "
                            "the group's position).",
         "maxOffsetsPerTrigger": "Pull mode only: a pop micro-batch is bounded by `popPartitions` times "
-                                "`popMaxMessages` instead.",
+                                "`popMaxMessages` instead. With a `subExpression` it counts offsets, so every "
+                                "message the filter skips too: a batch may have far fewer rows.",
         "minOffsetsPerTrigger": _PULL_ONLY,
         "maxTriggerDelay": _PULL_ONLY,
         "maxBytesPerTrigger": _PULL_ONLY,
@@ -112,6 +124,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "(optional; needed for `startingOffsets=group`). Pop: required, the group the broker balances."),
     OptionSpec("includeProperties", "false", parse_bool, "Add a `properties` map<string,string> column with "
                "every message property."),
+    OptionSpec("subExpression", SUB_ALL, _expression, "Which messages to read, filtered by the broker (pull and "
+               "pop). `expressionType=TAG`: `*` (all) or tags joined by `||` (`TagA || TagB`); a message without "
+               "tags matches only `*`. `expressionType=SQL92`: a condition on message properties (`a > 5 AND "
+               "TAGS IN ('x')`), on a broker with `enablePropertyFilter=true` (else the read fails on the driver "
+               "with FilterNotSupportedError). Offsets still count every message, the skipped ones included "
+               "(see `maxOffsetsPerTrigger`)."),
+    OptionSpec("expressionType", TAG.lower(), choice(TAG.lower(), SQL92.lower()), "How `subExpression` is read: "
+               "`tag` or `sql92`."),
     OptionSpec("popPartitions", "2", int_between(1, 1024), "Pop: Spark tasks per micro-batch, each popping on "
                "its own."),
     OptionSpec("popMaxMessages", "10000", parse_positive_int, "Pop: most messages one task pops per "
@@ -133,6 +153,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("failoverTimeoutMs", ClientSettings.default_ms("failover_s"), parse_positive_int, "How long a read "
                "keeps following the route around a dead broker (the name server needs ~15 s to substitute an "
                "acting master).", False, BOTH),
+    OptionSpec("accessKey", None, parse_text, "Access key (user name) for brokers with ACL (RocketMQ 5 "
+               "`authenticationEnabled=true`): every request is signed with it and `secretKey`, as the Java "
+               "client's `AclClientRPCHook` does. A wrong key or secret fails with AuthError, an operation the "
+               "user has no policy for with AccessDeniedError.", False, BOTH),
+    OptionSpec("secretKey", None, parse_text, "Secret of `accessKey` (the user's password). Only its signatures "
+               "travel; it is kept out of logs, messages and the options' repr.", False, BOTH),
     OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads: queues of a broker "
                "group that is not registered at the name server now (stopped or down; the name server forgets such "
                "a group, so only queues this process was routed to before or that the offsets options name are "
@@ -157,6 +183,8 @@ class RocketMQOptions(SharedOptions):
     commit_to_group: bool
     include_properties: bool
     verify_checksums: bool
+    sub_expression: str
+    expression_type: str
     pop_partitions: int
     pop_max_messages: int
     pop_invisible_time_ms: int
@@ -167,13 +195,25 @@ class RocketMQOptions(SharedOptions):
     producer_group: str
     failover_timeout_ms: int
     on_unavailable_partitions: str
+    access_key: str | None
+    secret_key: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
 
     def check(self, mode: str) -> None:
         super().check(mode)
+        if bool(self.access_key) != bool(self.secret_key):
+            raise OptionError("options accessKey and secretKey go together: set both (brokers with ACL) or neither")
         if mode == WRITE:
             return
         if mode == READ and not self.topics:
             raise OptionError("option topic is required for reading: set it to the topic (or topics) to read")
+        if self.expression_type == SQL92.lower() and self.sub_expression == SUB_ALL:
+            raise OptionError("expressionType=sql92 needs option subExpression: an SQL92 condition on message "
+                              "properties, such as `a > 5`")
+        try:
+            self.filter  # noqa: B018  # built here so a bad expression fails before any network call
+        except ValueError as exc:
+            raise OptionError(f"option subExpression: {exc}; set tags joined by '||' (or `*`), or an SQL92 "
+                              f"condition with expressionType=sql92") from None
         if self.pop:
             if not self.group:
                 raise OptionError("consumeMode=pop needs option group (the consumer group the broker balances)")
@@ -184,13 +224,20 @@ class RocketMQOptions(SharedOptions):
             raise OptionError("startingOffsets=group needs option group")
 
     @property
+    def filter(self) -> Filter:
+        """The subscription of reads: :data:`~tubespark.rocketmq.wire.filter.ALL` unless ``subExpression``."""
+        return Filter(self.sub_expression, self.expression_type.upper())
+
+    @property
     def pop(self) -> bool:
         return self.consume_mode == POP
 
     def client_settings(self) -> ClientSettings:
         return ClientSettings(connect_timeout_s=self.connect_timeout_ms / 1000,
                               request_timeout_s=self.request_timeout_ms / 1000,
-                              failover_s=self.failover_timeout_ms / 1000)
+                              failover_s=self.failover_timeout_ms / 1000,
+                              credentials=Credentials(self.access_key, self.secret_key)
+                              if self.access_key and self.secret_key else None)
 
 
 def option_table(mode: str | None = None) -> str:

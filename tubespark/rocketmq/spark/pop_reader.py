@@ -46,6 +46,7 @@ class PopStreamReader(DataSourceStreamReader):
         self.receipts_root = str(Path(base) / self.run_id)
         self._client: RocketMQClient | None = None
         self.acked = 0
+        self._filter_checked = False
         """Messages acked by this reader so far."""
 
     def __getstate__(self) -> dict[str, Any]:
@@ -76,6 +77,10 @@ class PopStreamReader(DataSourceStreamReader):
         idle period would wait for its ack until its messages reappear.
         """
         self.commit(start)
+        if not self._filter_checked:  # the brokers take subExpression, before the first batch is planned
+            for topic in self.options.topics or ():
+                self.client.check_filter(topic, self.options.group or "", self.options.filter)
+            self._filter_checked = True
         current = start.get(BATCH_KEY, 0)
         waiting = 0
         for topic in self.options.topics or ():

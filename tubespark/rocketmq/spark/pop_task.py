@@ -57,7 +57,7 @@ def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatc
     for topic in options.topics:
         consumer = PopConsumer(client, options.group, topic, invisible_ms=options.pop_invisible_time_ms,
                                poll_ms=options.pop_poll_ms, init_mode=init_mode,
-                               verify_crc=options.verify_checksums)
+                               verify_crc=options.verify_checksums, flt=options.filter)
         popped = pop_until(consumer, per_topic, deadline_s=options.pop_invisible_time_ms / 1000 / 2)
         by_broker: dict[str, list[Popped]] = {}
         for item in popped:

@@ -13,6 +13,7 @@ from tubespark.rocketmq.client.ranges import RangeReader
 from tubespark.rocketmq.spark.clients import shared_client
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.schema import read_schema, to_record_batch
+from tubespark.rocketmq.wire.filter import ALL
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.arrow import arrow_schema_for
 
@@ -36,16 +37,18 @@ class PullRange(InputPartition):
 
 
 def read_range(task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None,
-               outage_s: float | None = None) -> Iterator[pa.RecordBatch]:
-    """Executor side: every message of the task's range, in order, one Arrow batch per pull; a failing pull
-    is retried for ``retry_s`` (by default ``failoverTimeoutMs``: long enough for a slave to act for its
-    master), a broker group that is down waited for ``outage_s`` (by default ``outageTimeoutMs``,
-    :func:`read_through_outage`)."""
+               outage_s: float | None = None, filtered: bool = True) -> Iterator[pa.RecordBatch]:
+    """Executor side: every message of the task's range that ``subExpression`` matches, in order, one Arrow
+    batch per pull; a failing pull is retried for ``retry_s`` (by default ``failoverTimeoutMs``: long enough
+    for a slave to act for its master), a broker group that is down waited for ``outage_s`` (by default
+    ``outageTimeoutMs``, :func:`read_through_outage`). ``filtered=False`` reads every message (the driver's own
+    reads: a fingerprint names the message at an offset, whatever the filter)."""
     schema = arrow_schema_for(read_schema(options.include_properties))
     budget = options.failover_timeout_ms / 1000 if retry_s is None else retry_s
     reader = RangeReader(shared_client(options), options.group or READ_GROUP,
                          fail_on_data_loss=options.fail_on_data_loss, verify_crc=options.verify_checksums,
-                         retry_s=read_attempt_s(budget, options.request_timeout_ms / 1000))
+                         retry_s=read_attempt_s(budget, options.request_timeout_ms / 1000),
+                         flt=options.filter if filtered else ALL)
     wait_s = options.outage_timeout_ms / 1000 if outage_s is None else outage_s
     for messages in read_through_outage(lambda offset: reader.read(task.mq, offset, task.end), start=task.start,
                                         retry_s=budget, outage_s=wait_s,

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import InputPartition
 from tubespark.errors import BrokerUnavailableError, TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.read_task import PullRange, read_range
+from tubespark.rocketmq.spark.read_task import READ_GROUP, PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.offsets import EARLIEST, Offsets, resolve_offset, wanted_offset
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
@@ -58,6 +58,7 @@ class PullStreamReader(StreamEngine):
         self.options: RocketMQOptions = options
         self._client: RocketMQClient | None = None
         self._stored: Offsets = {}
+        self._filter_checked = False
 
     @property
     def client(self) -> RocketMQClient:
@@ -65,11 +66,20 @@ class PullStreamReader(StreamEngine):
             self._client = RocketMQClient(list(self.options.namesrvs), self.options.client_settings())
         return self._client
 
+    def _check_filter(self) -> None:
+        """Once per process, before planning: the brokers take ``subExpression`` (a pull does not say when an
+        SQL92 filter does not compile)."""
+        if not self._filter_checked:
+            for topic in self.options.topics or ():
+                self.client.check_filter(topic, self.options.group or READ_GROUP, self.options.filter)
+            self._filter_checked = True
+
     def _queues(self) -> list[MessageQueue]:
         return all_queues(self.client, self.options.topics or (), refresh=True)
 
     def start_offsets(self) -> Offsets:
         opts = self.options
+        self._check_filter()
         queues = self._queues()
         bounds = self.client.bounds(queues)
         offsets: Offsets = {}
@@ -88,6 +98,7 @@ class PullStreamReader(StreamEngine):
         # the offsets are evidence of the queues (a query restarted on its checkpoint while a broker group is
         # down: the name server forgot that group, and a topic on it alone would look unknown)
         remember(MessageQueue.parse_key(key) for key in start)
+        self._check_filter()
         queues: list[MessageQueue] = []
         for topic in self.options.topics or ():
             try:
@@ -125,10 +136,12 @@ class PullStreamReader(StreamEngine):
 
     def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """One request timeout of retries, not the failover budget nor an outage wait: every trigger would
-        wait for it."""
+        wait for it. Unfiltered: a fingerprint names the message at an offset and a size sample estimates
+        offsets' bytes, whatever ``subExpression`` keeps."""
         if not isinstance(partition, PullRange):
             raise TypeError(f"a rocketmq pull task is a PullRange, not {type(partition).__name__}")
-        return read_range(partition, self.options, retry_s=self.options.request_timeout_ms / 1000, outage_s=0)
+        return read_range(partition, self.options, retry_s=self.options.request_timeout_ms / 1000, outage_s=0,
+                          filtered=False)
 
     def store_offsets(self, offsets: Offsets) -> None:
         """Store a committed batch's end as the group's offsets (best effort: the checkpoint rules)."""

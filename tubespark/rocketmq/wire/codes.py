@@ -8,6 +8,7 @@ Callers branch on the error class (the shared kinds of :mod:`tubespark.errors` a
 from __future__ import annotations
 
 from tubespark.errors import (
+    AuthError,
     BadRequestError,
     BrokerError,
     NoDataError,
@@ -15,7 +16,12 @@ from tubespark.errors import (
     TubeSparkError,
     UnknownTopicError,
 )
-from tubespark.rocketmq.errors import NoPermissionError, OffsetOutOfRangeError
+from tubespark.rocketmq.errors import (
+    AccessDeniedError,
+    FilterNotSupportedError,
+    NoPermissionError,
+    OffsetOutOfRangeError,
+)
 
 # --- request codes ---------------------------------------------------------------------------------
 SEND_MESSAGE = 10
@@ -26,6 +32,7 @@ UPDATE_AND_CREATE_TOPIC = 17
 GET_MAX_OFFSET = 30
 GET_MIN_OFFSET = 31
 HEART_BEAT = 34
+CHECK_CLIENT_CONFIG = 46
 GET_ROUTEINFO_BY_TOPIC = 105
 GET_BROKER_CLUSTER_INFO = 106
 SEND_MESSAGE_V2 = 310
@@ -75,10 +82,32 @@ _BAD = {REQUEST_CODE_NOT_SUPPORTED, MESSAGE_ILLEGAL, SUBSCRIPTION_PARSE_FAILED, 
         SUBSCRIPTION_GROUP_NOT_EXIST, INVALID_PARAMETER}
 
 
+PROPERTY_FILTER_OFF = "does not support consumer to filter message by"
+"""The remark of the broker's SYSTEM_ERROR answer to an SQL92 filter while its ``enablePropertyFilter`` is off
+(PULL_MESSAGE and CHECK_CLIENT_CONFIG alike): not a passing fault, so not the busy kind SYSTEM_ERROR is."""
+
+
+AUTHENTICATION_REFUSED = ("check signature failed", "username cannot be null", "is not found", "not found.",
+                          "is disabled")
+AUTHORIZATION_REFUSED = "has no permission to access"
+"""Remarks of a 5.x broker's NO_PERMISSION answers from its ACL 2.0 checks (``DefaultAuthenticationHandler``,
+``AclAuthorizationHandler``): the same code as a write to a read-only group, which passes (the route
+changes); these do not."""
+
+
 def error_for_code(code: int, remark: str | None, *, context: str = "", broker: str = "") -> TubeSparkError:
     """The typed error for a response ``code`` that is not the success the call expected."""
     message = remark or "(no remark)"
     kind: type[BrokerError]
+    if code == SYSTEM_ERROR and PROPERTY_FILTER_OFF in message:
+        return FilterNotSupportedError(code, f"{message}: SQL92 filters (expressionType=SQL92) need the broker "
+                                             f"setting enablePropertyFilter=true", context=context, broker=broker)
+    if code == NO_PERMISSION and AUTHORIZATION_REFUSED in message:
+        return AccessDeniedError(code, f"{message}: the access key's user needs a policy allowing this (mqadmin "
+                                       f"createAcl)", context=context, broker=broker)
+    if code == NO_PERMISSION and any(text in message for text in AUTHENTICATION_REFUSED):
+        return AuthError(code, f"{message}: check the options accessKey and secretKey (the broker has "
+                               f"authenticationEnabled=true)", context=context, broker=broker)
     if code in _BUSY:
         kind = ServerBusyError
     elif code == TOPIC_NOT_EXIST:

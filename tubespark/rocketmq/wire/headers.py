@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tubespark.errors import CodecError
 from tubespark.rocketmq.wire import codes
+from tubespark.rocketmq.wire.filter import ALL, Filter
 from tubespark.rocketmq.wire.frame import Command, request
 
 DEFAULT_TOPIC = "TBW102"
@@ -151,8 +152,9 @@ def read_send(response: Command, what: str) -> SendResult:
 
 
 def pull_request(*, group: str, topic: str, queue_id: int, offset: int, max_messages: int, now_ms: int,
-                 suspend_ms: int = 0, commit_offset: int | None = None) -> Command:
-    """PULL_MESSAGE with the subscription in the request (``*``), so no heartbeat must register it first."""
+                 suspend_ms: int = 0, commit_offset: int | None = None, flt: Filter = ALL) -> Command:
+    """PULL_MESSAGE with the subscription in the request (sysFlag's subscription bit, ``subscription``,
+    ``expressionType``, ``subVersion``), so no heartbeat must register it first."""
     sys_flag = PULL_FLAG_SUBSCRIPTION
     if suspend_ms > 0:
         sys_flag |= PULL_FLAG_SUSPEND
@@ -161,7 +163,8 @@ def pull_request(*, group: str, topic: str, queue_id: int, offset: int, max_mess
     return request(codes.PULL_MESSAGE, {
         "consumerGroup": group, "topic": topic, "queueId": queue_id, "queueOffset": offset,
         "maxMsgNums": max_messages, "sysFlag": sys_flag, "commitOffset": commit_offset or 0,
-        "suspendTimeoutMillis": suspend_ms, "subscription": "*", "subVersion": now_ms, "expressionType": "TAG"})
+        "suspendTimeoutMillis": suspend_ms, "subscription": flt.sub_string, "subVersion": now_ms,
+        "expressionType": flt.kind})
 
 
 FOUND, NOT_FOUND, RETRY, OFFSET_MOVED = "found", "not_found", "retry", "offset_moved"
@@ -196,7 +199,7 @@ def read_pull(response: Command, what: str) -> PullResult:
 
 
 def pop_request(*, group: str, topic: str, max_messages: int, invisible_ms: int, poll_ms: int, born_ms: int,
-                queue_id: int = -1, init_mode: int = INIT_MODE_MIN) -> Command:
+                queue_id: int = -1, init_mode: int = INIT_MODE_MIN, flt: Filter = ALL) -> Command:
     """POP_MESSAGE from every read queue of the topic (``queue_id=-1``); the broker balances, nobody owns a queue.
 
     ``born_ms`` must be the client's current wall-clock time: the broker refuses (POLLING_TIMEOUT) a pop
@@ -207,7 +210,7 @@ def pop_request(*, group: str, topic: str, max_messages: int, invisible_ms: int,
     return request(codes.POP_MESSAGE, {
         "consumerGroup": group, "topic": topic, "queueId": queue_id, "maxMsgNums": max_messages,
         "invisibleTime": invisible_ms, "pollTime": poll_ms, "bornTime": born_ms, "initMode": init_mode,
-        "expType": "TAG", "exp": "*", "order": False})
+        "expType": flt.kind, "exp": flt.sub_string, "order": False})
 
 
 @dataclass(frozen=True)
