@@ -242,6 +242,17 @@ class UnsupportedSparkError(TubeSparkError):
     """The PySpark in use lacks an API tubespark relies on (its version is outside tubespark's range)."""
 
 
+class SharedDirError(TubeSparkError):
+    """A directory read tasks and the driver share (``popReceiptsPath``, ``skippedBundlesPath``) cannot be
+    reached, written or read, or its filesystem's package is missing. ``option`` names the option that set
+    it and ``location`` its value (:mod:`tubespark.core.shared_dir`)."""
+
+    def __init__(self, message: str, *, option: str = "", location: str = "") -> None:  # defaults: pickles
+        super().__init__(message)
+        self.option = option
+        self.location = location
+
+
 # --- getting the typed error back from Spark's wrapper --------------------------------------------
 
 _ERROR_LINE = re.compile(r"^(tubespark(?:\.\w+)*\.errors)\.(\w+): ?(.*)$")

@@ -1,7 +1,8 @@
 """Command line for the local TubeMQ cluster.
 
-``python -m tubespark_testbed fetch``: resolve the TubeMQ and RocketMQ server jars into the cache and make the
-Spark class-data-sharing archive the test suite's Spark drivers start from (CI warm-up step).
+``python -m tubespark_testbed fetch``: resolve the TubeMQ and RocketMQ server jars and
+Hadoop's HDFS minicluster into the cache and make the Spark class-data-sharing archive the test suite's Spark
+drivers start from (CI warm-up step).
 ``python -m tubespark_testbed start [--brokers N] [--topic NAME[:PARTITIONS[:STORES]]]...``: run a cluster
 in the foreground, print its addresses, stop it cleanly on Ctrl-C or SIGTERM. While it runs, it takes
 commands on stdin, one a line (``help`` lists them): ``kill``, ``terminate``, ``pause``, ``resume``,
@@ -32,6 +33,10 @@ def _cmd_fetch(_: argparse.Namespace) -> int:
 
     jars = rocketmq.ensure_artifacts()
     print(f"RocketMQ {rocketmq.ROCKETMQ_VERSION} runtime resolved ({len(jars)} jars)")
+    from tubespark_testbed import hdfs
+
+    hdfs.ensure_artifacts()
+    print(f"HDFS minicluster {hdfs.HADOOP_VERSION} resolved (shared-directory tests)")
     from tubespark_testbed import sparkjvm
 
     archive = sparkjvm.ensure_archive(quiet=False)

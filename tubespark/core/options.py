@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -182,16 +181,6 @@ def int_between(low: int, high: int) -> Parser:
         return number
 
     return parse
-
-
-def parse_local_directory(name: str, value: str) -> str:
-    """A local directory path (executors and driver share it through a mount on a cluster)."""
-    value = value.strip()
-    if not value or "://" in value:
-        raise OptionError(f"option {name}={value!r}: expected a local directory path (a shared mount on a cluster)")
-    if os.path.exists(value) and not os.path.isdir(value):
-        raise OptionError(f"option {name}={value!r}: exists and is not a directory; name a directory")
-    return value
 
 
 def comma_list(value: str) -> list[str]:

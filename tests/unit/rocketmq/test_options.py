@@ -60,13 +60,17 @@ def test_the_driver_acks_the_receipts_of_each_tasks_last_attempt(tmp_path) -> No
     acked. Spark's task attempt ids grow with every attempt, also when a stage runs again."""
     import json
 
-    from tubespark.rocketmq.spark.pop_task import last_attempt_receipts, receipt_file
+    from tubespark.core.shared_dir import SharedDir
+    from tubespark.rocketmq.spark.pop_task import last_attempt_receipts, receipt_name
+
+    directory = SharedDir(str(tmp_path), "popReceiptsPath")
 
     def leave(index: int, task_attempt_id: int, receipt: str) -> None:
-        receipt_file(str(tmp_path), index, task_attempt_id).write_text(json.dumps([{"topic": "t", "receipt": receipt}]))
+        body = json.dumps([{"topic": "t", "receipt": receipt}]).encode()
+        directory.publish(receipt_name(index, task_attempt_id), body)
 
     leave(0, 7, "task0-failed")
     leave(0, 12, "task0-kept")
     leave(1, 9, "task1-first-stage-attempt")
     leave(1, 130, "task1-stage-run-again")
-    assert last_attempt_receipts(tmp_path) == {"t": ["task0-kept", "task1-stage-run-again"]}
+    assert last_attempt_receipts(directory) == {"t": ["task0-kept", "task1-stage-run-again"]}

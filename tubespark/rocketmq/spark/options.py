@@ -23,10 +23,10 @@ from tubespark.core.options import (
     int_between,
     parse_bool,
     parse_host_ports,
-    parse_local_directory,
     parse_positive_int,
     parse_text,
 )
+from tubespark.core.shared_dir import parse_shared_directory
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import ClientSettings
 from tubespark.rocketmq.wire.acl import Credentials
@@ -141,9 +141,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "delivered again."),
     OptionSpec("popPollMs", "1000", int_between(1, 20000), "Pop: how long one pop waits on the broker for "
                "messages; a task ends after a round of pops returned nothing."),
-    OptionSpec("popReceiptsPath", None, parse_local_directory, "Pop: directory where tasks leave the receipts the "
-               "driver acks after the commit (local path in local mode, a shared mount on a cluster). Default: a "
-               "directory under the system temp dir (local mode only)."),
+    OptionSpec("popReceiptsPath", None, parse_shared_directory, "Pop: directory where tasks leave the receipts "
+               "the driver acks after the commit: a local path (local mode, or a mount every node shares) or a URI "
+               "of a filesystem driver and executors reach: `hdfs://namenode/dir`, `webhdfs://namenode:9870/dir`, "
+               "`s3a://bucket/dir` (extra `tubespark[s3]`), `file:///dir`. Checked (written and deleted) when the "
+               "query starts. Default: a directory under the system temp dir (local mode only)."),
     OptionSpec("batchMaxMessages", "256", parse_positive_int, "Writing: most messages in one batch send.", False,
                WRITE),
     OptionSpec("batchMaxBytes", "1048576", int_between(1024, 4 * 1024 * 1024), "Writing: most bytes in one batch "

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -15,11 +14,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 
+from tubespark.core.shared_dir import SharedDir
 from tubespark.errors import TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.client.pop import PopConsumer
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.pop_task import PopTask, last_attempt_receipts, read_pops
+from tubespark.rocketmq.spark.pop_task import RECEIPTS_OPTION, PopTask, last_attempt_receipts, read_pops
 from tubespark.rocketmq.wire.headers import INIT_MODE_MAX, INIT_MODE_MIN
 
 log = logging.getLogger(__name__)
@@ -34,16 +34,17 @@ class PopStreamReader(DataSourceStreamReader):
     not popped yet (the topic's and the group's retry topics' max offsets above the group's offsets,
     which a pop moves at once). Each batch runs ``popPartitions`` tasks that pop on their own; nobody owns
     a queue, so a slow task strands nothing. A task leaves its receipts in
-    ``popReceiptsPath/<run>/<batch>/``; ``commit`` batch-acks those of every batch up to the committed one
-    and removes them. Messages whose ack does not arrive within ``popInvisibleTimeMs`` (a batch that failed
-    or ran long, a driver that died before committing) are delivered again: at-least-once.
+    ``popReceiptsPath/<run>/<batch>/`` (a local path or a filesystem URI: :mod:`tubespark.core.shared_dir`);
+    ``commit`` batch-acks those of every batch up to the committed one and removes them. Messages whose ack
+    does not arrive within ``popInvisibleTimeMs`` (a batch that failed or ran long, a driver that died before
+    committing) are delivered again: at-least-once.
     """
 
     def __init__(self, options: RocketMQOptions) -> None:
         self.options = options
         self.run_id = uuid.uuid4().hex[:12]
         base = options.pop_receipts_path or str(Path(tempfile.gettempdir()) / "tubespark-rocketmq-receipts")
-        self.receipts_root = str(Path(base) / self.run_id)
+        self.receipts_root = f"{base.rstrip('/')}/{self.run_id}"  # base may be a URI: no Path()
         self._client: RocketMQClient | None = None
         self.acked = 0
         self._filter_checked = False
@@ -94,7 +95,7 @@ class PopStreamReader(DataSourceStreamReader):
         batch = end.get(BATCH_KEY, 0)
         if batch <= start.get(BATCH_KEY, 0):
             return []
-        directory = str(Path(self.receipts_root) / f"batch-{batch:09d}")
+        directory = f"{self.receipts_root}/batch-{batch:09d}"
         return [PopTask(batch, i, directory) for i in range(self.options.pop_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -103,20 +104,27 @@ class PopStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, int]) -> None:
         """Ack the receipts of every batch up to ``end`` (Spark committed them), then drop their files."""
-        root = Path(self.receipts_root)
-        if not root.is_dir():
-            return
+        root = SharedDir(self.receipts_root, RECEIPTS_OPTION)
         upto = end.get(BATCH_KEY, 0)
-        for directory in sorted(root.glob("batch-*")):
-            if int(directory.name.split("-")[1]) > upto:
+        try:
+            batches = root.names("batch-*")
+        except TubeSparkError as exc:  # the next commit covers these batches too
+            log.warning("cannot list the pop receipts in %r; acks wait for the next commit: %s", root, exc)
+            return
+        for name in batches:
+            if int(name.split("-")[1]) > upto:
                 continue
-            for topic, receipts in sorted(last_attempt_receipts(directory).items()):
-                try:
-                    self.acked += self._consumer(topic).ack(receipts)
-                except TubeSparkError as exc:
-                    log.warning("acks of %s in %s failed; those messages are delivered again after their "
-                                "invisible time: %s", topic, directory.name, exc)
-            shutil.rmtree(directory, ignore_errors=True)
+            directory = root.child(name)
+            try:
+                for topic, receipts in sorted(last_attempt_receipts(directory).items()):
+                    try:
+                        self.acked += self._consumer(topic).ack(receipts)
+                    except TubeSparkError as exc:
+                        log.warning("acks of %s in %s failed; those messages are delivered again after their "
+                                    "invisible time: %s", topic, name, exc)
+                directory.remove()
+            except TubeSparkError as exc:  # a shared-directory failure: the next commit tries again
+                log.warning("pop receipts of %s: %s", name, exc)
 
     def stop(self) -> None:
         if self._client is not None:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.shared_dir import SharedDir
 from tubespark.rocketmq.client.pop import PopConsumer, Popped, pop_until
 from tubespark.rocketmq.spark.clients import shared_client
 from tubespark.rocketmq.spark.options import RocketMQOptions
@@ -26,18 +24,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PopTask(InputPartition):
-    """One task of a pop micro-batch: pop up to the limit and leave the receipts under ``receipts_dir``."""
+    """One task of a pop micro-batch: pop up to the limit and leave the receipts under ``receipts_dir`` (a path
+    or URI below ``popReceiptsPath``: :class:`~tubespark.core.shared_dir.SharedDir`)."""
 
     batch: int
     index: int
     receipts_dir: str
 
 
-def receipt_file(receipts_dir: str, index: int, task_attempt_id: int) -> Path:
+RECEIPTS_OPTION = "popReceiptsPath"
+
+
+def receipt_name(index: int, task_attempt_id: int) -> str:
     """Named by Spark's task attempt id, which grows with every attempt the application starts, so sorting
     puts a task's latest attempt last, also across a stage Spark runs again (whose attempt numbers start
     from 0 again)."""
-    return Path(receipts_dir) / f"part-{index:05d}-attempt-{task_attempt_id:020d}.json"
+    return f"part-{index:05d}-attempt-{task_attempt_id:020d}.json"
 
 
 def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatch]:
@@ -67,22 +69,20 @@ def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatc
             yield to_record_batch([i.message for i in items], broker_name=broker, schema=schema,
                                   receipts=[i.receipt for i in items])
     context = TaskContext.get()
-    target = receipt_file(task.receipts_dir, task.index, context.taskAttemptId() if context else 0)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".receipts-", dir=target.parent)
-    with os.fdopen(fd, "w") as out:
-        json.dump(receipts, out)
-    os.replace(tmp, target)
-    log.info("pop task %d of batch %d: %d messages; receipts in %s", task.index, task.batch, len(receipts), target)
+    name = receipt_name(task.index, context.taskAttemptId() if context else 0)
+    target = SharedDir(task.receipts_dir, RECEIPTS_OPTION)
+    target.publish(name, json.dumps(receipts).encode())  # atomic: the driver never reads half a file
+    log.info("pop task %d of batch %d: %d messages; receipts in %r/%s", task.index, task.batch, len(receipts),
+             target, name)
 
 
-def last_attempt_receipts(receipts_dir: Path) -> dict[str, list[str]]:
+def last_attempt_receipts(receipts_dir: SharedDir) -> dict[str, list[str]]:
     """``{topic: [receipt...]}`` of the last attempt of every task of one batch."""
-    last: dict[str, Path] = {}
-    for file in sorted(receipts_dir.glob("part-*-attempt-*.json")):
-        last[file.name.split("-attempt-")[0]] = file  # sorted: the highest attempt wins
+    last: dict[str, str] = {}
+    for name in receipts_dir.names("part-*-attempt-*.json"):
+        last[name.split("-attempt-")[0]] = name  # sorted: the highest attempt wins
     out: dict[str, list[str]] = {}
-    for file in last.values():
-        for item in json.loads(file.read_text()):
+    for name in last.values():
+        for item in json.loads(receipts_dir.read(name)):
             out.setdefault(item["topic"], []).append(item["receipt"])
     return out

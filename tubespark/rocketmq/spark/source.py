@@ -8,6 +8,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from tubespark.core.shared_dir import SharedDir
 from tubespark.rocketmq.spark import schema
 from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
@@ -27,6 +28,8 @@ class RocketMQDataSource(BrokerDataSource):
         return schema.read_schema(options.include_properties, options.pop)
 
     def stream_reader(self, options: RocketMQOptions) -> DataSourceStreamReader:
+        if options.pop and options.pop_receipts_path:  # on the driver: a bad location fails the query now
+            SharedDir(options.pop_receipts_path, "popReceiptsPath").check()
         return PopStreamReader(options) if options.pop else PullStreamReader(options)
 
     def batch_reader(self, options: RocketMQOptions) -> RocketMQBatchReader:

@@ -29,10 +29,10 @@ from tubespark.core.options import (
     parse_attribute_name,
     parse_bool,
     parse_host_ports,
-    parse_local_directory,
     parse_positive_int,
     parse_text,
 )
+from tubespark.core.shared_dir import parse_shared_directory
 from tubespark.core.tls import client_context
 from tubespark.errors import MessageFormatError, OptionError
 from tubespark.spark.offsets import EARLIEST, LATEST, parse_timestamp, parse_timestamp_map
@@ -264,8 +264,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("ignoreParseErrors", "false", parse_bool, "With `payloadFormat=inlongmsg`: `false` fails the task "
                "on a message that is not a valid bundle, naming partition and offset; `true` skips it, logs it "
                "and counts it (see `skippedBundlesPath`)."),
-    OptionSpec("skippedBundlesPath", None, parse_local_directory, "With `ignoreParseErrors=true`: a directory "
-               "the executors write and the driver reads (local path; a shared mount on a cluster). Each task that "
+    OptionSpec("skippedBundlesPath", None, parse_shared_directory, "With `ignoreParseErrors=true`: a directory "
+               "the executors write and the driver reads: a local path (local mode, or a mount every node shares) "
+               "or a URI such as `hdfs://namenode/dir`, `webhdfs://namenode:9870/dir`, `s3a://bucket/dir` (extra "
+               "`tubespark[s3]`), `file:///dir`; checked when the query starts. Each task that "
                "skipped messages writes one JSON file named by its range; `skipped_bundles(path)` in "
                "`tubespark.tubemq.spark.read_task` sums them and a streaming driver logs the total."),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),

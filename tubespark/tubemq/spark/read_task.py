@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -25,6 +22,7 @@ from pyspark.sql.datasource import InputPartition
 
 from tubespark.core.native import announce
 from tubespark.core.outage import is_unreachable, read_attempt_s, read_through_outage
+from tubespark.core.shared_dir import SharedDir, SharedDirError
 from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG, MSG_EN_TYPE_PB
@@ -100,20 +98,16 @@ def decode_bundles(messages: Sequence[ReceivedMessage], partition_key: str, igno
     return decoded
 
 
-def _skip_file(path: str, task: QueueRange) -> Path:
-    return Path(path) / f"{task.topic}-{task.broker_id}-{task.partition_id}-{task.start}-{task.end}.json"
+SKIPS_OPTION = "skippedBundlesPath"
 
 
 def record_skips(path: str, task: QueueRange, skipped: SkipCounter) -> None:
-    """Write the task's skip summary (one file per range: a retried task overwrites its own)."""
-    target = _skip_file(path, task)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Write the task's skip summary (one file per range: a retried task overwrites its own) into ``path``,
+    a local directory or a filesystem URI (:mod:`tubespark.core.shared_dir`), atomically."""
     doc = {"partition": task.ref.key, "start": task.start, "end": task.end, "skipped": skipped.count,
            "offsets": skipped.offsets, "errors": skipped.errors}
-    fd, tmp = tempfile.mkstemp(prefix=".skip-", dir=target.parent)
-    with os.fdopen(fd, "w") as out:
-        json.dump(doc, out)
-    os.replace(tmp, target)
+    name = f"{task.topic}-{task.broker_id}-{task.partition_id}-{task.start}-{task.end}.json"
+    SharedDir(path, SKIPS_OPTION).publish(name, json.dumps(doc).encode())
 
 
 @dataclass(frozen=True)
@@ -128,13 +122,12 @@ class SkippedBundles:
 def skipped_bundles(path: str) -> SkippedBundles:
     """Sum what read tasks with ``ignoreParseErrors=true`` and ``skippedBundlesPath=path`` skipped."""
     ranges = []
-    directory = Path(path)
-    if directory.is_dir():
-        for file in sorted(directory.glob("*.json")):
-            try:
-                ranges.append(json.loads(file.read_text()))
-            except (OSError, ValueError) as exc:  # a file being replaced right now: the next call sees it
-                log.info("cannot read %s: %s", file, exc)
+    directory = SharedDir(path, SKIPS_OPTION)
+    for name in directory.names("*.json"):
+        try:
+            ranges.append(json.loads(directory.read(name)))
+        except (SharedDirError, ValueError) as exc:  # a file being replaced right now: the next call sees it
+            log.info("cannot read %s in %r: %s", name, directory, exc)
     by_partition: dict[str, int] = {}
     for doc in ranges:
         by_partition[doc["partition"]] = by_partition.get(doc["partition"], 0) + int(doc["skipped"])
@@ -268,6 +261,6 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
     if skipped.count and options.skipped_bundles_path:
         try:
             record_skips(options.skipped_bundles_path, task, skipped)
-        except OSError as exc:  # the rows are right; only the counter is lost: say so loudly
+        except SharedDirError as exc:  # the rows are right; only the counter is lost: say so loudly
             log.error("cannot record %d skipped messages of %s in %s: %s", skipped.count, ref.key,
                       options.skipped_bundles_path, exc)

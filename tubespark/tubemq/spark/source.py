@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import StructType
 
+from tubespark.core.shared_dir import SharedDir
 from tubespark.spark.source import BrokerDataSource
 from tubespark.tubemq.spark import schema
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
@@ -27,9 +28,11 @@ class TubeMQDataSource(BrokerDataSource):
         return schema.read_schema(options.include_attributes, options.inlongmsg)
 
     def stream_reader(self, options: TubeMQOptions) -> TubeStreamReader:
+        check_skips_path(options)
         return TubeStreamReader(options)
 
     def batch_reader(self, options: TubeMQOptions) -> TubeBatchReader:
+        check_skips_path(options)
         return TubeBatchReader(options)
 
     def batch_writer(self, options: TubeMQOptions) -> TubeBatchWriter:
@@ -40,3 +43,10 @@ class TubeMQDataSource(BrokerDataSource):
 
     def check_sink(self, schema: StructType, options: TubeMQOptions) -> None:
         check_sink_schema(schema, options)
+
+
+def check_skips_path(options: TubeMQOptions) -> None:
+    """On the driver, before any task: an unreachable or read-only ``skippedBundlesPath`` fails the query now
+    (a task would only log that it lost its count)."""
+    if options.skipped_bundles_path:
+        SharedDir(options.skipped_bundles_path, "skippedBundlesPath").check()
