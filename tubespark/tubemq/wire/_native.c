@@ -617,45 +617,54 @@ PyDoc_STRVAR(decode_response_doc,
 "A successful response envelope (RpcConnHeader flag 1, ResponseHeader SUCCESS, RspResponseBody); None for\n"
 "anything else (an RPC exception, garbage, an unusual encoding): envelope.py decides those.");
 
-static PyObject *decode_response(PyObject *self, PyObject *arg) {
-    Py_buffer buf;
-    PyObject *result = NULL;
-    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len}, conn, header, body;
+/* The walk decode_response and locate_response share: RpcConnHeader flag 1 (a response), ResponseHeader
+ * status SUCCESS (0) only, RspResponseBody's method (field 1, int32) and data (field 2, bytes), both required.
+ * 1 with *method, *data and *data_len set; 0 for anything else (the pure-Python twin then decides). */
+static int walk_response(const Py_buffer *buf, int *method_out, const unsigned char **data, Py_ssize_t *data_len) {
+    Cursor c = {buf->buf, (const unsigned char *)buf->buf + buf->len}, conn, header, body;
     uint64_t values[32];
     uint32_t seen;
-    const unsigned char *data = NULL;
-    Py_ssize_t data_len = 0;
     int have_method = 0, have_data = 0;
     uint64_t method = 0;
     if (!read_delimited(&c, &conn) || !read_varints(conn, 1u << 1, values, &seen) || !(seen & 2) ||
         (int32_t)(uint32_t)values[1] != 1)
-        goto fallback; /* RpcConnHeader.flag: 1 = response */
+        return 0;
     if (!read_delimited(&c, &header) || !read_varints(header, (1u << 1) | (1u << 2) | (1u << 3), values, &seen) ||
         !(seen & 2) || values[1] != 0)
-        goto fallback; /* ResponseHeader.status: SUCCESS (0) only */
-    if (!read_delimited(&c, &body)) goto fallback;
-    while (body.p < body.end) { /* RspResponseBody: method = 1 (int32), data = 2 (bytes), both required */
+        return 0;
+    if (!read_delimited(&c, &body)) return 0;
+    while (body.p < body.end) {
         uint32_t field, wt;
-        if (!read_tag(&body, &field, &wt)) goto fallback;
+        if (!read_tag(&body, &field, &wt)) return 0;
         if (field == 1) {
-            if (wt != 0 || !read_varint(&body, &method)) goto fallback;
+            if (wt != 0 || !read_varint(&body, &method)) return 0;
             have_method = 1;
         } else if (field == 2) {
-            if (wt != 2 || !read_length(&body, &data, &data_len)) goto fallback;
+            if (wt != 2 || !read_length(&body, data, data_len)) return 0;
             have_data = 1;
         } else if (!skip_field(&body, wt)) {
-            goto fallback;
+            return 0;
         }
     }
-    if (!have_method || !have_data) goto fallback;
-    result = Py_BuildValue("(iy#)", (int)(int32_t)(uint32_t)method, (const char *)data, data_len);
+    if (!have_method || !have_data) return 0;
+    *method_out = (int)(int32_t)(uint32_t)method;
+    return 1;
+}
+
+static PyObject *decode_response(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    PyObject *result = NULL;
+    const unsigned char *data = NULL;
+    Py_ssize_t data_len = 0;
+    int method = 0;
+    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (walk_response(&buf, &method, &data, &data_len))
+        result = Py_BuildValue("(iy#)", method, (const char *)data, data_len);
+    else
+        result = Py_NewRef(Py_None);
     PyBuffer_Release(&buf);
     return result;
-fallback:
-    PyBuffer_Release(&buf);
-    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(locate_response_doc,
@@ -665,44 +674,17 @@ PyDoc_STRVAR(locate_response_doc,
 
 static PyObject *locate_response(PyObject *self, PyObject *arg) {
     Py_buffer buf;
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len}, conn, header, body;
-    uint64_t values[32];
-    uint32_t seen;
+    PyObject *result = NULL;
     const unsigned char *data = NULL;
     Py_ssize_t data_len = 0;
-    int have_method = 0, have_data = 0;
-    uint64_t method = 0;
-    PyObject *result;
-    /* the same walk as decode_response: RpcConnHeader flag 1, ResponseHeader SUCCESS, RspResponseBody */
-    if (!read_delimited(&c, &conn) || !read_varints(conn, 1u << 1, values, &seen) || !(seen & 2) ||
-        (int32_t)(uint32_t)values[1] != 1)
-        goto fallback;
-    if (!read_delimited(&c, &header) || !read_varints(header, (1u << 1) | (1u << 2) | (1u << 3), values, &seen) ||
-        !(seen & 2) || values[1] != 0)
-        goto fallback;
-    if (!read_delimited(&c, &body)) goto fallback;
-    while (body.p < body.end) {
-        uint32_t field, wt;
-        if (!read_tag(&body, &field, &wt)) goto fallback;
-        if (field == 1) {
-            if (wt != 0 || !read_varint(&body, &method)) goto fallback;
-            have_method = 1;
-        } else if (field == 2) {
-            if (wt != 2 || !read_length(&body, &data, &data_len)) goto fallback;
-            have_data = 1;
-        } else if (!skip_field(&body, wt)) {
-            goto fallback;
-        }
-    }
-    if (!have_method || !have_data) goto fallback;
-    result = Py_BuildValue("(inn)", (int)(int32_t)(uint32_t)method, (Py_ssize_t)(data - (const unsigned char *)buf.buf),
-                           data_len);
+    int method = 0;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (walk_response(&buf, &method, &data, &data_len))
+        result = Py_BuildValue("(inn)", method, (Py_ssize_t)(data - (const unsigned char *)buf.buf), data_len);
+    else
+        result = Py_NewRef(Py_None);
     PyBuffer_Release(&buf);
     return result;
-fallback:
-    PyBuffer_Release(&buf);
-    Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------------------------------ frames */
