@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -178,7 +179,13 @@ def test_two_queries_in_one_group_split_partitions_and_hand_over(spark, tubemq_c
         q2.stop()  # its partitions are released at once and handed to q1
         after = [m.data for m in sample(80, tag="handover-")]
         produce(master, topic, [OutgoingMessage(d) for d in after])
-        _wait_for(lambda: set(after) <= {r.value for r in rows(first)}, 120, "q1 to take over q2's partitions")
+        try:
+            _wait_for(lambda: set(after) <= {r.value for r in rows(first)}, 120, "q1 to take over q2's partitions")
+        except AssertionError:  # a rare CI timeout: keep what q1 saw, to tell a slow rebalance from a stuck query
+            raise AssertionError(f"q1 did not take over within 120 s; q1 active={q1.isActive} "
+                                 f"exception={q1.exception()} lastProgress={q1.lastProgress}; hand-over rows "
+                                 f"q1 read per partition: "
+                                 f"{Counter(r.partitionKey for r in rows(first) if r.value in set(after))}") from None
         assert {r.partitionKey for r in rows(first) if r.value in set(after)} == parts1 | parts2
     finally:
         for query in (q1, q2):
