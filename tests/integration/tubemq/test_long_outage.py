@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -143,6 +144,18 @@ def _parquet_seqs(spark, out: Path) -> collections.Counter[int]:
     return collections.Counter(body_seq(bytes(r.value)) for r in spark.read.parquet(str(out)).select("value").collect())
 
 
+def _dump(path: Path, job: OutageJob, windows: dict[str, tuple[float, float, str]], events: list[str],
+          acked: set[int], held: collections.Counter[int], outputs: dict[str, collections.Counter[int]]) -> None:
+    """What the figures are computed from, as JSON (``TUBESPARK_OUTAGE_DUMP``, default the test's tmp dir): a run
+    of this length is not repeated to look at a number again."""
+    data = {"events": events, "windows": windows, "acked": sorted(acked), "held": sorted(held.elements()),
+            "outputs": {q: sorted(c.elements()) for q, c in outputs.items()},
+            "progress": {q: [p.__dict__ for p in ps] for q, ps in job.progress.items()}}
+    target = Path(os.environ.get("TUBESPARK_OUTAGE_DUMP", str(path)))
+    target.write_text(json.dumps(data))
+    print(f"\n[outage] the run's data: {target}")
+
+
 def _outage_test(spark, outage_cluster, tmp_path):
     cluster = outage_cluster
     t0 = time.monotonic()
@@ -202,6 +215,7 @@ def _outage_test(spark, outage_cluster, tmp_path):
     outputs = {q: _parquet_seqs(spark, tmp_path / q) for q in ("strict", "lenient")}
     outputs["sink"] = collections.Counter(topic_seqs(cluster.master_address, SINK_TOPIC))
     acked = set(producer.acked)
+    _dump(tmp_path / "outage.json", job, windows, events, acked, held, outputs)
     print(f"\n[outage] events: {'; '.join(events)}")
     print(f"[outage] produced={producer.produced} acknowledged={len(acked)} send_failures={len(producer.failed)} "
           f"{dict(producer.errors)} at {RATE:.0f}/s for {produced_s:.0f}s; held by the brokers {len(held_set)} "
