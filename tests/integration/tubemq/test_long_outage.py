@@ -150,7 +150,8 @@ def _dump(path: Path, job: OutageJob, windows: dict[str, tuple[float, float, str
     of this length is not repeated to look at a number again."""
     data = {"events": events, "windows": windows, "acked": sorted(acked), "held": sorted(held.elements()),
             "outputs": {q: sorted(c.elements()) for q, c in outputs.items()},
-            "progress": {q: [p.__dict__ for p in ps] for q, ps in job.progress.items()}}
+            "progress": {q: [p.__dict__ for p in ps] for q, ps in job.progress.items()},
+            "log": [line for line in job.log if "WARNING" in line or line.startswith("query ")][-500:]}
     target = Path(os.environ.get("TUBESPARK_OUTAGE_DUMP", str(path)))
     target.write_text(json.dumps(data))
     print(f"\n[outage] the run's data: {target}")
@@ -249,6 +250,7 @@ def _outage_test(spark, outage_cluster, tmp_path):
 
 
 if LONG:  # only with the long switch: defined in CI it would be a skip, and CI fails every skip (tests/conftest.py)
+    @pytest.mark.timeout(OUTAGE_S + GRACEFUL_OUTAGE_S + 1500)  # past the suite's 900 s: the outages alone are 720 s
     def test_one_broker_of_three_down_ten_minutes_under_streams_and_a_sink(spark, outage_cluster, tmp_path):
         _outage_test(spark, outage_cluster, tmp_path)
 
