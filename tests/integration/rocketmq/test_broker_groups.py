@@ -259,3 +259,63 @@ def test_the_sink_writes_on_to_the_live_group_while_the_other_crashed_every_row_
     assert set(values) == set(written)
     assert {r.brokerName for r in rows if r.value.startswith(b"during")} == {"broker-a"}
     assert in_broker(stack, topic) == len(written)
+
+
+def test_a_range_read_waits_for_its_crashed_group_and_reads_the_range_once_or_fails_retriably(groups_stack,
+                                                                                               caplog):
+    """A pull read task whose range is on a group that crashes mid-range (issue 23 part 8, read_through_outage):
+    it waits for the group past the old budget (``failoverTimeoutMs``, after which it used to fail with
+    RangeReadError and stop the query), saying so in a WARNING, and reads the rest of the range once the group is
+    back: every offset once. While the group is down, a read with a short ``outageTimeoutMs`` fails after it with
+    the retriable BrokerUnavailableError. The broker's store survives a kill -9 (it writes before acknowledging)."""
+    import logging
+    import threading
+
+    from tubespark.errors import BrokerUnavailableError, RangeReadError
+    from tubespark.rocketmq.spark.read_task import PullRange, read_range
+
+    stack = groups_stack
+    topic = stack.create_topic("grpr_" + uuid.uuid4().hex[:8], 1, groups=["broker-b"])
+    sent = [f"r{i}".encode() for i in range(600)]  # past the 8 pulls of 32 the reader keeps in flight
+    produce(stack, topic, sent)
+    task = PullRange(topic, "broker-b", 0, 0, len(sent))
+    failover_s = 2.0
+    raw = {"namesrv": stack.namesrv_address, "topic": topic, "requestTimeoutMs": "1000",
+           "failoverTimeoutMs": str(int(failover_s * 1000))}
+    waiting = RocketMQOptions.from_raw({**raw, "outageTimeoutMs": "120000"}, mode="read")
+    brief = RocketMQOptions.from_raw({**raw, "outageTimeoutMs": "3000"}, mode="read")
+    node = stack.node("broker-b")
+    what = f"read of queue {task.mq.key} [0, {len(sent)})"
+    rows: list[tuple[int, bytes]] = []
+
+    def take(batch) -> None:
+        rows.extend(zip(batch.column("queueOffset").to_pylist(), batch.column("value").to_pylist(), strict=True))
+
+    restarter = threading.Thread(target=stack.restart_broker, args=(node,), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="tubespark.core.outage"):
+        reading = read_range(task, waiting)
+        take(next(reading))
+        stack.kill(node)  # a crash: its connection to the name server closes, the route loses broker-b at once
+        down = time.monotonic()
+        with pytest.raises(BrokerUnavailableError) as caught:
+            list(read_range(task, brief))
+        failed_after = time.monotonic() - down
+        restarter.start()
+        try:
+            for batch in reading:
+                take(batch)
+        finally:
+            restarter.join(120)
+        waited = time.monotonic() - down
+    error = caught.value
+    assert error.retriable and isinstance(error.__cause__, RangeReadError)
+    assert str(error).startswith(f"{what}: the broker was unreachable for ") and "outageTimeoutMs (now 3000)" in str(
+        error)
+    assert 3.0 <= failed_after < 3.0 + 2 * failover_s + 5, "bounded by outageTimeoutMs (+ one reader attempt)"
+    assert waited > failover_s + 3.0, "the group was down past the reader's own budget"
+    assert [offset for offset, _ in rows] == list(range(len(sent))), "every offset of the range once, in order"
+    assert sorted(value for _, value in rows) == sorted(sent)
+    messages = [r.getMessage() for r in caplog.records if r.name == "tubespark.core.outage"]
+    assert any(m.startswith(f"{what}: waiting for the broker") and "(outageTimeoutMs=120000)" in m
+               for m in messages), messages  # the long read's (the short one's says 3000)
+    assert any(m.startswith(f"{what}: the broker answers again") for m in messages), messages
