@@ -295,3 +295,13 @@ def test_batch_ack_body_is_a_java_bitset() -> None:
     assert cmd.code == 200151 and doc["brokerName"] == "broker-a"
     assert base64.b64decode(doc["acks"][0]["b"]) == bytes([0b101, 0b10])  # bits 0, 2 and 9
     assert headers.decode_batch_ack_body(cmd.body) == ("broker-a", [entry])
+
+
+def test_the_servers_faq_link_does_not_push_the_advice_off_the_first_line() -> None:
+    # what a 5.3.3 name server answers for a topic it does not route (the link is FAQUrl.suffixHelp's)
+    remark = ("No topic route info in name server for the topic: orders\n"
+              "See https://rocketmq.apache.org/docs/bestPractice/06FAQ for further details.")
+    error = codes.error_for_code(codes.TOPIC_NOT_EXIST, remark, context="route of orders")
+    first = str(error).splitlines()[0]
+    assert "orders" in first and "create the topic first" in first
+    assert "FAQ" not in str(error)

@@ -7,6 +7,8 @@ Callers branch on the error class (the shared kinds of :mod:`tubespark.errors` a
 
 from __future__ import annotations
 
+import re
+
 from tubespark.errors import (
     AuthError,
     BadRequestError,
@@ -95,9 +97,14 @@ AUTHORIZATION_REFUSED = "has no permission to access"
 changes); these do not."""
 
 
+# RocketMQ's servers end many remarks with a link to their FAQ on a line of its own (FAQUrl.suffixHelp), which
+# would push our advice off the error's first line; the link tells a tubespark user nothing to do
+_FAQ_LINK = re.compile(r"\s*See https?://\S*FAQ\S* for further details\.?", re.IGNORECASE)
+
+
 def error_for_code(code: int, remark: str | None, *, context: str = "", broker: str = "") -> TubeSparkError:
     """The typed error for a response ``code`` that is not the success the call expected."""
-    message = remark or "(no remark)"
+    message = _FAQ_LINK.sub("", remark or "").strip() or "(no remark)"
     kind: type[BrokerError]
     if code == SYSTEM_ERROR and PROPERTY_FILTER_OFF in message:
         return FilterNotSupportedError(code, f"{message}: SQL92 filters (expressionType=SQL92) need the broker "
