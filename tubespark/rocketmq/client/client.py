@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -69,6 +70,9 @@ class ClientSettings(ConnectionSettings):
     failover_s: float = 45.0
     credentials: Credentials | None = None
     """Access key and secret every request is signed with (brokers with ACL); the repr leaves the secret out."""
+    ssl_context: ssl.SSLContext | None = None
+    """TLS for every connection, to the name servers and to the brokers alike: a RocketMQ server takes TLS on
+    its one port (docs/rocketmq/tls.md), so the addresses are the same as without it."""
 
 
 class RocketMQClient:
@@ -81,6 +85,7 @@ class RocketMQClient:
         self.settings = settings or ClientSettings()
         self._pool = connection_pool(connect_timeout_s=self.settings.connect_timeout_s,
                                      io_timeout_s=self.settings.request_timeout_s,
+                                     ssl_context=self.settings.ssl_context,
                                      credentials=self.settings.credentials)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._down: dict[str, float] = {}  # address -> until when it is tried last
