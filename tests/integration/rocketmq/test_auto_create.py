@@ -32,6 +32,9 @@ def test_the_sink_creates_an_unrouted_topic_only_when_asked(spark, rocketmq_stac
     first = str(refused.value).split("\n", 1)[0]
     assert "check the `topic` option" in first and "autoCreateTopic=true" in first, first
     assert not refused.value.retriable
+    with RocketMQClient([rocketmq_stack.namesrv_address]) as client, pytest.raises(UnknownTopicError) as unread:
+        client.route(topic)  # what a read of it meets: the first line says what to do too
+    assert "check the `topic` option" in str(unread.value).split("\n", 1)[0], unread.value
 
     values = [f"v{i}" for i in range(30)]
     writer = (spark.createDataFrame([(v,) for v in values], "value string").write.format("rocketmq")

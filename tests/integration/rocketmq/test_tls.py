@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tubespark.errors import TlsError
+from tubespark.rocketmq.client.client import all_queues
 from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 
@@ -94,6 +95,11 @@ def test_a_write_and_a_batch_read_over_tls_verify_the_servers_certificate(spark,
     values = [f"v{i}" for i in range(40)]
     (spark.createDataFrame([(v, "t") for v in values], "value string, tags string").write
      .format("rocketmq").options(**options(tls, topic)).mode("append").save())
+    client = tls.stack.client  # over TLS too: the set-up client of an enforcing stack
+    deadline = time.monotonic() + 30  # the broker dispatches to its queues asynchronously
+    while sum(high - low for low, high in client.bounds(all_queues(client, [topic])).values()) < len(values):
+        assert time.monotonic() < deadline, "the written rows did not reach the queues"
+        time.sleep(0.1)
     rows = spark.read.format("rocketmq").options(**options(tls, topic)).load().collect()
     assert sorted(r.value for r in rows) == sorted(v.encode() for v in values)
     assert {r.brokerName for r in rows} == {"broker-a"}

@@ -60,6 +60,11 @@ def forget(topic: str, group: str) -> None:
         _seen.get(topic, {}).pop(group, None)
 
 
+UNROUTED_ADVICE = ("check the `topic` option, or create the topic first (mqadmin updateTopic); the name server also "
+                   "forgets a topic whose broker groups are all stopped")
+"""What to do about a topic the name server has no route for (a writer adds ``autoCreateTopic``)."""
+
+
 @dataclass(frozen=True)
 class ClientSettings(ConnectionSettings):
     """Timeouts of every call (the connect and request timeouts: :class:`ConnectionSettings`).
@@ -166,10 +171,10 @@ class RocketMQClient:
                                                  f"{why}: its brokers are down or restarting "
                                                  f"({response.remark or 'no route'}); start them, or wait until "
                                                  f"they register again")
-                raise UnknownTopicError(response.code, f"{response.remark or 'no route'}: check the `topic` option, or "
-                                        f"create the topic first (mqadmin updateTopic); the name server also "
-                                        f"forgets a topic whose broker groups are all stopped",
-                                        context=f"route of {topic}")
+                # the remark's first line only: the rest is a FAQ link, which would push the advice off the line
+                # users see (Spark shows an error's first line)
+                raise UnknownTopicError(response.code, (response.remark or "no route").splitlines()[0],
+                                        context=f"route of {topic}", advice=UNROUTED_ADVICE)
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)
             remember(route.read_queues())

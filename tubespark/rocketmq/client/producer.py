@@ -116,7 +116,8 @@ class BatchProducer:
                     raise UnknownTopicError(exc.code, exc.server_message, context=exc.context, advice=(
                         "check the `topic` option, or create the topic first (mqadmin updateTopic), or set "
                         "autoCreateTopic=true to have a broker with autoCreateTopicEnable=true create it on the "
-                        "first send")) from exc
+                        "first send; the name server also forgets a topic whose broker groups are all "
+                        "stopped")) from exc
                 queues = self._template_queues(topic, refresh)
             if not queues:
                 raise UnknownTopicError(0, "no writable queue (no broker group with a live master)",
