@@ -32,12 +32,14 @@ import logging
 import os
 import shutil
 import socket
+import ssl
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from tubespark.core.tls import client_context
 from tubespark.errors import TubeSparkError
 from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient
 from tubespark.rocketmq.wire.acl import Credentials
@@ -128,6 +130,31 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS of the name server and every broker (docs/rocketmq/tls.md): ``mode`` is ``tls.server.mode``
+    (``enforcing``: TLS only; ``permissive``: TLS or plain text on the one port), ``cert``/``key`` the PEM
+    certificate and unencrypted PKCS#8 key they serve, ``ca`` what the stack's own set-up client trusts."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    mode: str = "enforcing"
+
+    def jvm_flags(self, home: Path) -> tuple[str, ...]:
+        """System properties of TlsSystemConfig. ``tls.config.file`` points at a file that does not exist,
+        so no ``/etc/rocketmq/tls.properties`` of the machine can change them; test mode off, or the server
+        would serve a self-signed certificate of its own; a broker in ``enforcing`` mode also registers
+        with the name server over TLS (its client's ``tls.enable`` follows the mode), trusting any
+        certificate (``tls.client.authServer`` false)."""
+        return (f"-Dtls.server.mode={self.mode}", "-Dtls.test.mode.enable=false",
+                f"-Dtls.config.file={home / 'no-tls.properties'}", f"-Dtls.server.certPath={self.cert}",
+                f"-Dtls.server.keyPath={self.key}", "-Dtls.server.need.client.auth=none")
+
+    def client_context(self) -> ssl.SSLContext:
+        return client_context(ca_file=str(self.ca))
+
+
 @dataclass
 class BrokerNode:
     """One broker JVM: group name, id (0 = master), ports and its process."""
@@ -153,11 +180,14 @@ class RocketMQStack:
 
     def __init__(self, groups: Iterable[tuple[str, int]] = (("broker-a", 0),), *, acting_master: bool = False,
                  work_dir: Path | None = None, keep: bool | None = None,
-                 broker_config: Mapping[str, str] | None = None, credentials: Credentials | None = None) -> None:
+                 broker_config: Mapping[str, str] | None = None, credentials: Credentials | None = None,
+                 tls: ServerTls | None = None) -> None:
         """``broker_config``: settings added to every broker's; ``credentials``: what set-up calls sign with
-        (a stack whose brokers have ACL on, see :meth:`with_acl`)."""
+        (a stack whose brokers have ACL on, see :meth:`with_acl`); ``tls``: the servers' TLS (set-up calls
+        use TLS too)."""
         self.groups = list(groups)
         self.credentials = credentials
+        self.tls = tls
         self.acting_master = acting_master
         self.keep = keep if keep is not None else os.environ.get(KEEP_ENV, "") not in ("", "0")
         self._own_dir = work_dir is None
@@ -231,8 +261,9 @@ class RocketMQStack:
     def client(self) -> RocketMQClient:
         """A client of this stack for set-up calls (short route cache, so route changes show at once)."""
         if self._client is None:
-            self._client = RocketMQClient([self.namesrv_address], ClientSettings(route_ttl_s=0.0, failover_s=10.0,
-                                                                                 credentials=self.credentials))
+            self._client = RocketMQClient([self.namesrv_address], ClientSettings(
+                route_ttl_s=0.0, failover_s=10.0, credentials=self.credentials,
+                ssl_context=self.tls.client_context() if self.tls else None))
         return self._client
 
     # --- configuration ------------------------------------------------------------------------------
@@ -269,8 +300,9 @@ class RocketMQStack:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _command(self, main: str, conf: Path, flags: tuple[str, ...], home: Path) -> list[str]:
-        return [which("java"), *_COMMON_JVM_FLAGS, *flags, f"-Drocketmq.home.dir={home}", f"-Duser.home={home}",
-                "-cp", os.pathsep.join(self._jars), main, "-c", str(conf)]
+        tls = self.tls.jvm_flags(home) if self.tls else ()
+        return [which("java"), *_COMMON_JVM_FLAGS, *flags, *tls, f"-Drocketmq.home.dir={home}",
+                f"-Duser.home={home}", "-cp", os.pathsep.join(self._jars), main, "-c", str(conf)]
 
     # --- life cycle ---------------------------------------------------------------------------------
 

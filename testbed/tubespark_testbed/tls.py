@@ -131,16 +131,16 @@ class _Maker:
         base.unlink()
         return stores[0], stores[1], stores[2]
 
-    def client(self, name: str, ca_store: Path) -> tuple[Path, Path]:
-        """A client key (made by openssl: keytool cannot export a private key) and its certificate signed
-        by the CA -> (certificate PEM, unencrypted private key PEM)."""
+    def client(self, name: str, ca_store: Path, *, usage: tuple[str, ...] = ("-ext", "eku=clientAuth")) -> tuple[
+            Path, Path]:
+        """A key (made by openssl: keytool cannot export a private key; PKCS#8 PEM) and its certificate signed
+        by the CA, a client's unless ``usage`` says otherwise -> (certificate PEM, unencrypted private key PEM)."""
         key, csr, cert = self.dir / f"{name}.key", self.dir / f"{name}.csr", self.dir / f"{name}.crt"
         _run([_openssl(), "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
               "-keyout", str(key), "-out", str(csr), "-subj", f"/CN=tubespark {name}"], self.password, f"key {name}")
         key.chmod(0o600)
         self.keytool_run(f"sign {name}", "-gencert", "-alias", "ca", "-infile", str(csr), "-outfile", str(cert),
-                         "-rfc", "-validity", "7", "-ext", "eku=clientAuth", "-ext", "ku:c=digitalSignature",
-                         *self.store(ca_store))
+                         "-rfc", "-validity", "7", *usage, "-ext", "ku:c=digitalSignature", *self.store(ca_store))
         csr.unlink()
         return cert, key
 
@@ -157,6 +157,31 @@ def _openssl() -> str:
     if found is None:
         raise ClusterError("no 'openssl' on PATH: it makes the client keys (keytool cannot export a private key)")
     return found
+
+
+@dataclass(frozen=True)
+class PemPki:
+    """A CA, an unrelated second CA, and a server certificate (SAN ``IP:host_ip``) and key as PEM files, for
+    servers that read PEM (RocketMQ's ``tls.server.certPath`` / ``tls.server.keyPath``)."""
+
+    directory: Path
+    ca_pem: Path
+    other_ca_pem: Path
+    server_cert_pem: Path  # the server's certificate (what a Netty server sends is this file's chain)
+    server_key_pem: Path  # its private key, unencrypted PKCS#8
+
+
+def make_pem_pki(directory: str | os.PathLike[str], *, host_ip: str = "127.0.0.1") -> PemPki:
+    """Create :class:`PemPki` in the empty (or new) ``directory``: fewer keytool runs than :func:`make_pki`."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    if any(root.iterdir()):
+        raise ClusterError(f"make_pem_pki needs an empty directory, {root} is not")
+    maker = _Maker(root, secrets.token_hex(16))
+    ca_store, ca_pem = maker.ca("ca")
+    _, other_pem = maker.ca("other-ca")
+    cert, key = maker.client("server", ca_store, usage=("-ext", "eku=serverAuth", "-ext", f"san=ip:{host_ip}"))
+    return PemPki(directory=root, ca_pem=ca_pem, other_ca_pem=other_pem, server_cert_pem=cert, server_key_pem=key)
 
 
 def make_pki(directory: str | os.PathLike[str], *, host_ip: str = "127.0.0.1") -> LocalPki:

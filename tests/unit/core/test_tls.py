@@ -16,6 +16,8 @@ import pytest
 
 from tubespark.core.tls import client_context, handshake_timeout, tls_failure
 from tubespark.errors import OptionError, TlsError
+from tubespark.rocketmq.client.client import RocketMQClient
+from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.formats import BrokerInfo
@@ -141,35 +143,60 @@ def test_a_key_that_cannot_be_used_fails_without_prompting_or_echoing_a_password
     assert KEY_PASSWORD not in str(error.value)
 
 
-def _options(**extra: str) -> TubeMQOptions:
+BROKERS = {"tubemq": "tubemq.", "rocketmq": ""}
+"""Every broker with TLS options, and its option prefix (the options are written once: spark/tls_options.py)."""
+
+
+def _options(broker: str = "tubemq", **extra: str) -> TubeMQOptions | RocketMQOptions:
+    if broker == "rocketmq":
+        return RocketMQOptions.from_raw({"namesrv": "127.0.0.1:9876", "topic": "events", **extra}, mode="read")
     return TubeMQOptions.from_raw({"master": "127.0.0.1:8716", "topic": "events", "group": "g1", **extra},
                                   mode="read")
 
 
-def test_tls_options_build_the_client_context(client_files: dict[str, Path]) -> None:
-    options = _options(**{"tubemq.tlsEnable": "true", "tubemq.tlsCaFile": str(client_files["cert"]),
-                          "tubemq.tlsCertFile": str(client_files["cert"]),
-                          "tubemq.tlsKeyFile": str(client_files["encrypted"]),
-                          "tubemq.tlsKeyPassword": KEY_PASSWORD, "tubemq.tlsVerifyHostname": "false"})
+@pytest.mark.parametrize("broker", sorted(BROKERS))
+def test_tls_options_build_the_client_context(client_files: dict[str, Path], broker: str) -> None:
+    p = BROKERS[broker]
+    options = _options(broker, **{f"{p}tlsEnable": "true", f"{p}tlsCaFile": str(client_files["cert"]),
+                                  f"{p}tlsCertFile": str(client_files["cert"]),
+                                  f"{p}tlsKeyFile": str(client_files["encrypted"]),
+                                  f"{p}tlsKeyPassword": KEY_PASSWORD, f"{p}tlsVerifyHostname": "false"})
     context = options.client_settings().ssl_context
     assert context is not None and not context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
     assert KEY_PASSWORD not in repr(options) and options.tls_key_password == KEY_PASSWORD
-    assert _options(**{"tubemq.tlsEnable": "true"}).client_settings().ssl_context.check_hostname  # the default
-    assert _options().client_settings().ssl_context is None
+    assert KEY_PASSWORD not in repr(options.client_settings())
+    default = _options(broker, **{f"{p}tlsEnable": "true"}).client_settings().ssl_context
+    assert default is not None and default.check_hostname  # the default
+    assert _options(broker).client_settings().ssl_context is None
 
 
+@pytest.mark.parametrize("broker", sorted(BROKERS))
 @pytest.mark.parametrize(("extra", "message"), [
-    ({"tubemq.tlsCaFile": "cert"}, "tubemq.tlsCaFile set but tubemq.tlsEnable is not true"),
-    ({"tubemq.tlsCertFile": "cert", "tubemq.tlsKeyFile": "key"}, "tubemq.tlsCertFile, tubemq.tlsKeyFile set but"),
-    ({"tubemq.tlsEnable": "true", "tubemq.tlsKeyFile": "key"}, "need tubemq.tlsCertFile"),
-    ({"tubemq.tlsEnable": "true", "tubemq.tlsCertFile": "cert", "tubemq.tlsKeyFile": "other_key"},
+    ({"tlsCaFile": "cert"}, "{p}tlsCaFile set but {p}tlsEnable is not true"),
+    ({"tlsCertFile": "cert", "tlsKeyFile": "key"}, "{p}tlsCertFile, {p}tlsKeyFile set but"),
+    ({"tlsEnable": "true", "tlsKeyFile": "key"}, "need {p}tlsCertFile"),
+    ({"tlsEnable": "true", "tlsCertFile": "cert", "tlsKeyFile": "other_key"}, "cannot load the client certificate"),
+    ({"tlsEnable": "true", "tlsCertFile": "cert", "tlsKeyFile": "encrypted", "tlsKeyPassword": "wrong"},
      "cannot load the client certificate"),
-    ({"tubemq.tlsEnable": "true", "tubemq.tlsCertFile": "cert", "tubemq.tlsKeyFile": "encrypted",
-      "tubemq.tlsKeyPassword": "wrong"}, "cannot load the client certificate"),
-    ({"tubemq.tlsEnable": "true", "tubemq.tlsCaFile": "key"}, "cannot load CA certificates"),
+    ({"tlsEnable": "true", "tlsCaFile": "key"}, "cannot load CA certificates"),
 ])
 def test_tls_option_mistakes_fail_before_any_connection(client_files: dict[str, Path], extra: dict[str, str],
-                                                        message: str) -> None:
-    files = {k: str(client_files[v]) if v in client_files else v for k, v in extra.items()}
-    with pytest.raises(OptionError, match=message):
-        _options(**files)
+                                                        message: str, broker: str) -> None:
+    p = BROKERS[broker]
+    files = {p + k: str(client_files[v]) if v in client_files else v for k, v in extra.items()}
+    with pytest.raises(OptionError, match=message.format(p=p.replace(".", "\\."))):
+        _options(broker, **files)
+
+
+def test_one_shared_rocketmq_client_per_tls_configuration(client_files: dict[str, Path]) -> None:
+    """Each parse builds a new TLS context (compared by identity): the executor's shared client must still be
+    one per cluster and TLS configuration, not one per task."""
+    from tubespark.rocketmq.spark.clients import shared_client
+
+    def client(verify: str) -> RocketMQClient:
+        return shared_client(_options("rocketmq", tlsEnable="true", tlsCaFile=str(client_files["cert"]),
+                                      tlsVerifyHostname=verify))
+
+    first, again, other = client("true"), client("true"), client("false")
+    assert first is again and other is not first and first.settings.ssl_context is not None
+    assert shared_client(_options("rocketmq")).settings.ssl_context is None

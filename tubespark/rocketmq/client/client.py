@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -59,6 +60,11 @@ def forget(topic: str, group: str) -> None:
         _seen.get(topic, {}).pop(group, None)
 
 
+UNROUTED_ADVICE = ("check the `topic` option, or create the topic first (mqadmin updateTopic); the name server also "
+                   "forgets a topic whose broker groups are all stopped")
+"""What to do about a topic the name server has no route for (a writer adds ``autoCreateTopic``)."""
+
+
 @dataclass(frozen=True)
 class ClientSettings(ConnectionSettings):
     """Timeouts of every call (the connect and request timeouts: :class:`ConnectionSettings`).
@@ -69,6 +75,9 @@ class ClientSettings(ConnectionSettings):
     failover_s: float = 45.0
     credentials: Credentials | None = None
     """Access key and secret every request is signed with (brokers with ACL); the repr leaves the secret out."""
+    ssl_context: ssl.SSLContext | None = None
+    """TLS for every connection, to the name servers and to the brokers alike: a RocketMQ server takes TLS on
+    its one port (docs/rocketmq/tls.md), so the addresses are the same as without it."""
 
 
 class RocketMQClient:
@@ -81,6 +90,7 @@ class RocketMQClient:
         self.settings = settings or ClientSettings()
         self._pool = connection_pool(connect_timeout_s=self.settings.connect_timeout_s,
                                      io_timeout_s=self.settings.request_timeout_s,
+                                     ssl_context=self.settings.ssl_context,
                                      credentials=self.settings.credentials)
         self._routes: dict[str, tuple[float, TopicRoute]] = {}
         self._down: dict[str, float] = {}  # address -> until when it is tried last
@@ -161,10 +171,10 @@ class RocketMQClient:
                                                  f"{why}: its brokers are down or restarting "
                                                  f"({response.remark or 'no route'}); start them, or wait until "
                                                  f"they register again")
-                raise UnknownTopicError(response.code, f"{response.remark or 'no route'}: check the `topic` option, or "
-                                        f"create the topic first (mqadmin updateTopic); the name server also "
-                                        f"forgets a topic whose broker groups are all stopped",
-                                        context=f"route of {topic}")
+                # the remark's first line only: the rest is a FAQ link, which would push the advice off the line
+                # users see (Spark shows an error's first line)
+                raise UnknownTopicError(response.code, (response.remark or "no route").splitlines()[0],
+                                        context=f"route of {topic}", advice=UNROUTED_ADVICE)
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)
             remember(route.read_queues())

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 """A broker refuses a batch body above its max message size (4 MiB by default)."""
+AUTO_CREATE_QUEUES = 4
+"""Queues per broker of a topic a send creates (at most the template topic's): the Java producer's
+``defaultTopicQueueNums``."""
 
 
 @dataclass
@@ -74,7 +77,7 @@ class BatchProducer:
 
     def __init__(self, client: RocketMQClient, *, group: str = "tubespark_producer", max_in_flight: int = 64,
                  batch_messages: int = 256, batch_bytes: int = 1024 * 1024, retries: int = 3,
-                 outage_s: float = 0.0) -> None:
+                 outage_s: float = 0.0, auto_create: bool = False) -> None:
         if not 0 < batch_bytes <= MAX_BATCH_BYTES:
             raise ValueError(f"batch_bytes must be in 1..{MAX_BATCH_BYTES}")
         self.client = client
@@ -85,6 +88,9 @@ class BatchProducer:
         self.retries = retries
         self.outage_s = outage_s
         """After ``retries``: how long a batch whose broker is unreachable is sent again (``core.outage``)."""
+        self.auto_create = auto_create
+        """Send to a topic the name server does not route over the template topic's route (see :meth:`queues`)."""
+        self._templated: set[str] = set()  # topics sent to over the template topic's route
         self._open: dict[MessageQueue, _Batch] = {}
         self._sticky: dict[str, int] = {}
         self._inflight: deque[_Batch] = deque()
@@ -96,14 +102,47 @@ class BatchProducer:
     # --- queues -------------------------------------------------------------------------------------
 
     def queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
+        """The writable queues of ``topic``. One the name server does not route fails with UnknownTopicError,
+        unless ``auto_create``: then its queues are those the template topic ``TBW102`` has on each broker
+        (at most :data:`AUTO_CREATE_QUEUES`), and a broker with ``autoCreateTopicEnable=true`` creates the
+        topic with as many queues on the first send, as the Java producer has it (docs/rocketmq/protocol.md,
+        "Topics a send creates"). Once the name server routes the topic, a refresh takes its own route."""
         if refresh or topic not in self._queues:
-            queues = self.client.route(topic, refresh=refresh).write_queues()
+            try:
+                queues = self.client.route(topic, refresh=refresh).write_queues()
+                self._templated.discard(topic)
+            except UnknownTopicError as exc:
+                if not self.auto_create:
+                    raise UnknownTopicError(exc.code, exc.server_message, context=exc.context, advice=(
+                        "check the `topic` option, or create the topic first (mqadmin updateTopic), or set "
+                        "autoCreateTopic=true to have a broker with autoCreateTopicEnable=true create it on the "
+                        "first send; the name server also forgets a topic whose broker groups are all "
+                        "stopped")) from exc
+                queues = self._template_queues(topic, refresh)
             if not queues:
                 raise UnknownTopicError(0, "no writable queue (no broker group with a live master)",
                                         context=f"topic {topic}", advice="start a broker group's master, or "
                                         "check the topic's write queues (mqadmin updateTopic)")
             self._queues[topic] = queues
         return self._queues[topic]
+
+    def _template_queues(self, topic: str, refresh: bool) -> list[MessageQueue]:
+        try:
+            template = self.client.route(headers.DEFAULT_TOPIC, refresh=refresh)
+        except UnknownTopicError as exc:
+            raise UnknownTopicError(exc.code, f"the name server routes neither topic {topic} nor the template "
+                                    f"topic {headers.DEFAULT_TOPIC}, so no broker creates topics on a send "
+                                    f"(autoCreateTopicEnable=false)", context=f"topic {topic}",
+                                    advice="create the topic first (mqadmin updateTopic), or set "
+                                    "autoCreateTopicEnable=true on the brokers") from exc
+        self._templated.add(topic)
+        return [MessageQueue(topic, mq.broker_name, mq.queue_id) for mq in template.write_queues()
+                if mq.queue_id < AUTO_CREATE_QUEUES]
+
+    def _write_address(self, mq: MessageQueue) -> str:
+        """The master of ``mq``'s group, from the template topic's route while the topic has none of its own."""
+        topic = headers.DEFAULT_TOPIC if mq.topic in self._templated else mq.topic
+        return self.client.write_address(MessageQueue(topic, mq.broker_name, mq.queue_id))
 
     def _queue_for(self, topic: str, key: str | None) -> MessageQueue:
         queues = self.queues(topic)
@@ -149,10 +188,12 @@ class BatchProducer:
         batch.address = ""
         body = b"".join(batch.entries)
         try:  # no route or no connection now: the batch fails like a send, and _settle decides on a retry
-            batch.address = self.client.write_address(batch.mq)
+            batch.address = self._write_address(batch.mq)
+            templated = batch.mq.topic in self._templated
             cmd = headers.send_request(group=self.group, topic=batch.mq.topic, queue_id=batch.mq.queue_id,
                                        born_ms=int(time.time() * 1000), properties="", body=body, batch=True,
-                                       queue_nums=len(self.queues(batch.mq.topic)))
+                                       queue_nums=AUTO_CREATE_QUEUES if templated else
+                                       len(self.queues(batch.mq.topic)))
             batch.future = self.client.call_async(batch.address, cmd, defer=True)
         except TubeSparkError as exc:
             failed: Future[Command] = Future()

@@ -40,6 +40,7 @@ from tubespark.spark.options import (
     every_broker_specs,
     own_option_table,
 )
+from tubespark.spark.tls_options import TlsOptions, tls_specs
 from tubespark.spark.unavailable import CHOICES as UNAVAILABLE_CHOICES
 
 __all__ = ["OPTIONS", "TERMS", "RocketMQOptions", "option_table"]
@@ -152,6 +153,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "send (the broker refuses more than its 4 MiB max message size).", False, WRITE),
     OptionSpec("producerGroup", "tubespark_producer", _group, "Writing: producer group named in sends.", False,
                WRITE),
+    OptionSpec("autoCreateTopic", "false", parse_bool, "Writing: a topic the name server has no route for is "
+               "sent to anyway, over the route of the brokers' template topic `TBW102`, and a broker with "
+               "`autoCreateTopicEnable=true` creates it on the first send (4 queues or `TBW102`'s count, if "
+               "lower, on each broker), as RocketMQ's Java producer does. `false`: such a topic fails the write "
+               "with UnknownTopicError, so a misspelt topic never becomes a new one.", False, WRITE),
     OptionSpec("failoverTimeoutMs", ClientSettings.default_ms("failover_s"), parse_positive_int, "How long a read "
                "keeps following the route around a dead broker (the name server needs ~15 s to substitute an "
                "acting master).", False, BOTH),
@@ -161,6 +167,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "user has no policy for with AccessDeniedError.", False, BOTH),
     OptionSpec("secretKey", None, parse_text, "Secret of `accessKey` (the user's password). Only its signatures "
                "travel; it is kept out of logs, messages and the options' repr.", False, BOTH),
+    *tls_specs("", enable="Connect with TLS, to the name servers and to the brokers alike, on the same ports "
+               "(a RocketMQ 5 server takes TLS on its port unless its `tls.server.mode` is `disabled`; `enforcing` "
+               "takes nothing else). See docs/rocketmq/tls.md.", cert="For servers with "
+               "`tls.server.need.client.auth=require`.",
+               hosts="the `namesrv` address given, the broker addresses the name server lists"),
     OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads: queues of a broker "
                "group that is not registered at the name server now (stopped or down; the name server forgets such "
                "a group, so only queues this process was routed to before or that the offsets options name are "
@@ -172,7 +183,7 @@ PROTECTED = {"rocketmq.namesrvaddr": "namesrv", "namesrvaddr": "namesrv", "consu
 
 
 @dataclass(frozen=True)
-class RocketMQOptions(SharedOptions):
+class RocketMQOptions(TlsOptions, SharedOptions):
     """Validated ``rocketmq`` options, one typed attribute per entry of :data:`OPTIONS`."""
 
     SPECS = OPTIONS
@@ -195,15 +206,23 @@ class RocketMQOptions(SharedOptions):
     batch_max_messages: int
     batch_max_bytes: int
     producer_group: str
+    auto_create_topic: bool
     failover_timeout_ms: int
     on_unavailable_partitions: str
     access_key: str | None
     secret_key: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
+    tls_enable: bool
+    tls_ca_file: str | None
+    tls_cert_file: str | None
+    tls_key_file: str | None
+    tls_key_password: str | None = field(repr=False)
+    tls_verify_hostname: bool
 
     def check(self, mode: str) -> None:
         super().check(mode)
         if bool(self.access_key) != bool(self.secret_key):
             raise OptionError("options accessKey and secretKey go together: set both (brokers with ACL) or neither")
+        self.check_tls()
         if mode == WRITE:
             return
         if mode == READ and not self.topics:
@@ -239,7 +258,8 @@ class RocketMQOptions(SharedOptions):
                               request_timeout_s=self.request_timeout_ms / 1000,
                               failover_s=self.failover_timeout_ms / 1000,
                               credentials=Credentials(self.access_key, self.secret_key)
-                              if self.access_key and self.secret_key else None)
+                              if self.access_key and self.secret_key else None,
+                              ssl_context=self.ssl_context())
 
 
 def option_table(mode: str | None = None) -> str:

@@ -56,7 +56,7 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: RocketMQOptions) ->
     producer = BatchProducer(shared_client(options), group=options.producer_group,
                              max_in_flight=options.max_in_flight, batch_messages=options.batch_max_messages,
                              batch_bytes=options.batch_max_bytes, retries=options.send_retries,
-                             outage_s=options.outage_timeout_ms / 1000)
+                             outage_s=options.outage_timeout_ms / 1000, auto_create=options.auto_create_topic)
     fixed_topic = options.topics[0] if options.topics else None
     routed: set[str] = set()
     rows = 0

@@ -15,9 +15,7 @@ default. Parsing happens before any network call; see :mod:`tubespark.core.optio
 
 from __future__ import annotations
 
-import os
 import re
-import ssl
 from dataclasses import dataclass, field
 
 from tubespark.core.options import (
@@ -33,7 +31,6 @@ from tubespark.core.options import (
     parse_text,
 )
 from tubespark.core.shared_dir import parse_shared_directory
-from tubespark.core.tls import client_context
 from tubespark.errors import MessageFormatError, OptionError
 from tubespark.spark.offsets import EARLIEST, LATEST, parse_timestamp, parse_timestamp_map
 from tubespark.spark.options import (
@@ -48,6 +45,7 @@ from tubespark.spark.options import (
     every_broker_specs,
     own_option_table,
 )
+from tubespark.spark.tls_options import TlsOptions, tls_specs
 from tubespark.tubemq.client.common import ClientSettings, Credentials
 from tubespark.tubemq.wire.formats import PartitionRef
 
@@ -117,18 +115,6 @@ def _timestamps(name: str, value: str) -> dict[str, int]:
 def _user(name: str, value: str) -> str:
     if not value.strip() or value != value.strip():
         raise OptionError(f"option {name}={value!r}: expected a user name (not blank, no surrounding spaces)")
-    return value
-
-
-def _ca_file(name: str, value: str) -> str:
-    if not os.path.isfile(value) or not os.access(value, os.R_OK):
-        raise OptionError(f"option {name}={value!r}: expected a readable PEM file of CA certificates")
-    return value
-
-
-def _pem_file(name: str, value: str) -> str:
-    if not os.path.isfile(value) or not os.access(value, os.R_OK):
-        raise OptionError(f"option {name}={value!r}: expected a readable PEM file")
     return value
 
 
@@ -272,22 +258,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "`tubespark.tubemq.spark.read_task` sums them and a streaming driver logs the total."),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
-    OptionSpec("tubemq.tlsEnable", "false", parse_bool, "Connect with TLS: `master` then lists the masters' TLS "
-               "ports, and the brokers' TLS ports come from the master. See [TLS](#tls).", False, BOTH,
-               attr="tls_enable"),
-    OptionSpec("tubemq.tlsCaFile", None, _ca_file, "PEM file of CAs to trust for TLS (default: system CAs).",
-               False, BOTH, attr="tls_ca_file"),
-    OptionSpec("tubemq.tlsCertFile", None, _pem_file, "PEM file with this client's certificate (and its key, "
-               "unless `tubemq.tlsKeyFile` is set). TubeMQ 2.4.0 servers accept TLS only from clients with a "
-               "certificate signed by a CA in their trust store.", False, BOTH, attr="tls_cert_file"),
-    OptionSpec("tubemq.tlsKeyFile", None, _pem_file, "PEM file with the private key of `tubemq.tlsCertFile`.",
-               False, BOTH, attr="tls_key_file"),
-    OptionSpec("tubemq.tlsKeyPassword", None, parse_text, "Password of an encrypted `tubemq.tlsKeyFile`.", False,
-               BOTH, attr="tls_key_password"),
-    OptionSpec("tubemq.tlsVerifyHostname", "true", parse_bool, "Check that the server's certificate names the "
-               "host connected to (the master address given, the broker address the master lists). `false` "
-               "still checks the certificate's CA and dates, but accepts a certificate for any host.", False,
-               BOTH, attr="tls_verify_hostname"),
+    *tls_specs("tubemq.", enable="Connect with TLS: `master` then lists the masters' TLS ports, and the brokers' "
+               "TLS ports come from the master. See [TLS](#tls).", cert="TubeMQ 2.4.0 servers accept TLS only from "
+               "clients with a certificate signed by a CA in their trust store.",
+               hosts="the master address given, the broker address the master lists"),
     OptionSpec("brokerAddressMap", "", _address_map, "`listed=reachable[,...]` (each `host:port`): connect to a "
                "broker the master lists as `listed` at `reachable` instead, e.g. behind NAT or a port forward. "
                "Partition keys and log lines keep the listed address.", False, BOTH),
@@ -302,7 +276,7 @@ PROTECTED = {
 
 
 @dataclass(frozen=True)
-class TubeMQOptions(SharedOptions):
+class TubeMQOptions(TlsOptions, SharedOptions):
     """Validated ``tubemq`` options, one typed attribute per entry of :data:`OPTIONS`, defaults filled in.
 
     Build with ``TubeMQOptions.from_raw(spark_options, mode="read" | "write")``. Options that do not
@@ -313,6 +287,7 @@ class TubeMQOptions(SharedOptions):
     SPECS = OPTIONS
     PROTECTED = PROTECTED
     SOURCE = "tubemq"
+    TLS_PREFIX = "tubemq."
 
     masters: tuple[str, ...]
     topic_pattern: re.Pattern[str] | None
@@ -361,34 +336,7 @@ class TubeMQOptions(SharedOptions):
                               "expression)")
         if self.auth_password and not self.auth_user:
             raise OptionError("option auth.password is set but auth.user is not: set auth.user too")
-        self._check_tls()
-
-    def _check_tls(self) -> None:
-        """TLS options without ``tubemq.tlsEnable`` would silently connect in plain text: refuse them. Load
-        the files once, so a bad certificate or key fails here, before any network call."""
-        given = [name for name, value in (("tubemq.tlsCaFile", self.tls_ca_file),
-                                          ("tubemq.tlsCertFile", self.tls_cert_file),
-                                          ("tubemq.tlsKeyFile", self.tls_key_file),
-                                          ("tubemq.tlsKeyPassword", self.tls_key_password)) if value]
-        if not self.tls_enable:
-            if given:
-                raise OptionError(f"option {', '.join(given)} set but tubemq.tlsEnable is not true: the connection "
-                                  f"would not use TLS; set tubemq.tlsEnable=true")
-            return
-        if (self.tls_key_file or self.tls_key_password) and not self.tls_cert_file:
-            raise OptionError("option tubemq.tlsKeyFile / tubemq.tlsKeyPassword need tubemq.tlsCertFile")
-        try:
-            self.ssl_context()
-        except ValueError as exc:
-            raise OptionError(f"option tubemq.tlsCaFile / tubemq.tlsCertFile / tubemq.tlsKeyFile: {exc} (check the "
-                              f"files these options name)") from None
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """The TLS client context these options ask for (``None`` without ``tubemq.tlsEnable``)."""
-        if not self.tls_enable:
-            return None
-        return client_context(ca_file=self.tls_ca_file, cert_file=self.tls_cert_file, key_file=self.tls_key_file,
-                              key_password=self.tls_key_password, verify_hostname=self.tls_verify_hostname)
+        self.check_tls()
 
     def web_urls(self) -> tuple[str, ...]:
         """The masters' web API addresses: ``masterWebUrl``, else port 8080 of each master host."""
