@@ -169,11 +169,9 @@ class RocketMQClient:
                     # route when the topic's only brokers stop, so this is an outage, not a missing topic
                     raise BrokerUnavailableError(f"the name server {address} has no route for topic {topic} now, "
                                                  f"{why}: its brokers are down or restarting "
-                                                 f"({response.remark or 'no route'}); start them, or wait until "
-                                                 f"they register again")
-                # the remark's first line only: the rest is a FAQ link, which would push the advice off the line
-                # users see (Spark shows an error's first line)
-                raise UnknownTopicError(response.code, (response.remark or "no route").splitlines()[0],
+                                                 f"({codes.plain_remark(response.remark) or 'no route'}); start them, "
+                                                 f"or wait until they register again")
+                raise UnknownTopicError(response.code, codes.plain_remark(response.remark) or "no route",
                                         context=f"route of {topic}", advice=UNROUTED_ADVICE)
             headers.read_ok(response, f"route of {topic}")
             route = parse_route(topic, response.body)

@@ -102,9 +102,14 @@ changes); these do not."""
 _FAQ_LINK = re.compile(r"\s*See https?://\S*FAQ\S* for further details\.?", re.IGNORECASE)
 
 
+def plain_remark(remark: str | None) -> str:
+    """A server's remark without its FAQ link, fit for the first line of an error."""
+    return _FAQ_LINK.sub("", remark or "").strip()
+
+
 def error_for_code(code: int, remark: str | None, *, context: str = "", broker: str = "") -> TubeSparkError:
     """The typed error for a response ``code`` that is not the success the call expected."""
-    message = _FAQ_LINK.sub("", remark or "").strip() or "(no remark)"
+    message = plain_remark(remark) or "(no remark)"
     kind: type[BrokerError]
     if code == SYSTEM_ERROR and PROPERTY_FILTER_OFF in message:
         return FilterNotSupportedError(code, f"{message}: SQL92 filters (expressionType=SQL92) need the broker "
