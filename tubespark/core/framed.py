@@ -97,12 +97,15 @@ class FrameCodec(Protocol[RequestT_contra]):
 
 
 class BatchSink(Protocol):
-    """Where the answers of :meth:`FramedConnection.call_many` go, each with the tag its request was sent with.
+    """Where the answers of :meth:`FramedConnection.call_many` go, each with the tag its request was sent with
+    (the decoded ones together, :meth:`resolve_many`; a failed call alone, :meth:`reject`).
 
     Called on the connection's reader thread (or the thread that closes the connection): keep it short.
     """
 
-    def resolve(self, tag: int, result: Any) -> None: ...
+    def resolve_many(self, answers: list[tuple[int, Any]]) -> None:
+        """Each ``(tag, decoded answer)`` of the calls whose answers one receive brought, in order: one
+        hand-over (one lock, one wake-up) per receive rather than per answer."""
 
     def reject(self, tag: int, error: BaseException) -> None: ...
 
@@ -197,10 +200,11 @@ class FramedConnection(Generic[RequestT]):
                   tags: Sequence[int]) -> list[int]:
         """Send ``requests`` now, with what is deferred before them; ``sink`` gets each answer with its tag.
 
-        No future per call: the answer of ``requests[i]`` goes to ``sink.resolve(tags[i], decode(payload))``
-        (or ``sink.reject(tags[i], error)``, also when the connection fails). Returns the correlation ids,
-        for :meth:`forget` when the caller stops waiting. Raises like :meth:`call_async` when the connection
-        is closed (then no request reached the wire and the sink hears nothing).
+        No future per call: the answer of ``requests[i]`` goes to ``sink.resolve_many`` as
+        ``(tags[i], decode(payload))`` (or ``sink.reject(tags[i], error)``, also when the connection fails).
+        Returns the correlation ids, for :meth:`forget` when the caller stops waiting. Raises like
+        :meth:`call_async` when the connection is closed (then no request reached the wire and the sink hears
+        nothing).
         """
         encode = self._codec.encode
         return self.call_many_framed(
@@ -286,7 +290,7 @@ class FramedConnection(Generic[RequestT]):
 
     def _read_loop(self) -> None:
         try:
-            self._read_responses()
+            self._read_loop_body()
         finally:
             self._fail(BrokerConnectionError(f"reader for {self.address} stopped"))  # a no-op when already failed
             # Only this thread closes the socket, once nothing reads or sends on it any more: closing it under
@@ -296,37 +300,78 @@ class FramedConnection(Generic[RequestT]):
 
     def _read_responses(self) -> None:
         reader = SocketReader(self._sock, self._closed, max_read_bytes=self._max_read_bytes, peer=self.address)
+        codec = self._codec
+        read_many: Callable[[Reader], list[tuple[int, bytes]]] = getattr(
+            codec, "read_many", lambda source: [codec.read(source)])
+        pending_lock = self._pending_lock
+        while not self._closed.is_set():
+            frames = read_many(reader)
+            self._answered = True
+            self._last_frame_at = time.monotonic()
+            pending = self._pending
+            with pending_lock:
+                entries = [pending.pop(correlation_id, None) for correlation_id, _payload in frames]
+            if not self._settle_frames(frames, entries):
+                return
+
+    def _settle_frames(self, frames: list[tuple[int, bytes]], entries: list[_Target | None]) -> bool:
+        """Decode the answers of one receive and hand each to its call; False when the connection failed.
+
+        A batch's answers are handed over together (:meth:`BatchSink.resolve_many`): one lock and one
+        wake-up of its sender per receive, not per answer (issue 24). Order is kept: the answers gathered
+        before a rejection are handed over before it, and a frame that poisons the stream fails the calls
+        of the frames after it with the same error.
+        """
+        sink: BatchSink | None = None
+        gathered: list[tuple[int, Any]] = []
+        for position, ((correlation_id, payload), entry) in enumerate(zip(frames, entries, strict=True)):
+            if entry is None:
+                log.debug("dropping response %d from %s: no caller waits for it", correlation_id, self.address)
+                continue
+            target, decode, tag = entry
+            try:
+                result = decode(payload)
+            except TubeSparkError as exc:
+                if sink is not None:  # what came before the failure is handed over first
+                    sink.resolve_many(gathered)
+                    sink, gathered = None, []
+                if not isinstance(exc, CodecError):  # e.g. an RPC-level exception: this call failed, the stream is fine
+                    _reject(entry, exc)
+                    continue
+                log.warning("closing connection to %s: %s", self.address, exc)  # close first, so the caller
+                self._fail_with_rest(exc, entries[position:])  # never sees an open connection
+                return False
+            except Exception as exc:  # a decoder bug: fail this call and the connection, loudly
+                if sink is not None:
+                    sink.resolve_many(gathered)
+                log.exception("closing connection to %s: the response decoder failed", self.address)
+                self._fail_with_rest(BrokerConnectionError(f"reader for {self.address} failed: {exc!r}"),
+                                     entries[position:])
+                return False
+            if tag < 0:
+                _resolve(target, result)
+                continue
+            if target is not sink:
+                if sink is not None:
+                    sink.resolve_many(gathered)
+                sink, gathered = target, []
+            gathered.append((tag, result))
+        if sink is not None:
+            sink.resolve_many(gathered)
+        return True
+
+    def _fail_with_rest(self, error: TubeSparkError, rest: list[_Target | None]) -> None:
+        """Fail the connection, and the calls of the frames read with the one that failed it (``rest``: their
+        entries, already taken out of the pending calls, the failing frame's first)."""
+        self._fail(error)
+        for entry in rest:
+            if entry is not None:
+                _reject(entry, error)
+
+    def _read_loop_body(self) -> None:
+        """The reader thread's work, with the stream's failures turned into the connection's."""
         try:
-            while not self._closed.is_set():
-                correlation_id, payload = self._codec.read(reader)
-                self._answered = True
-                self._last_frame_at = time.monotonic()
-                with self._pending_lock:
-                    entry = self._pending.pop(correlation_id, None)
-                if entry is None:
-                    log.debug("dropping response %d from %s: no caller waits for it", correlation_id, self.address)
-                    continue
-                target, decode, tag = entry
-                try:
-                    result = decode(payload)
-                except CodecError as exc:  # close first, so the caller never sees an open connection
-                    log.warning("closing connection to %s: %s", self.address, exc)
-                    self._fail(exc)
-                    _reject(entry, exc)
-                    return
-                except TubeSparkError as exc:  # e.g. an RPC-level exception: this call failed, the stream is fine
-                    _reject(entry, exc)
-                    continue
-                except Exception as exc:  # a decoder bug: fail this call and the connection, loudly
-                    error = BrokerConnectionError(f"reader for {self.address} failed: {exc!r}")
-                    log.exception("closing connection to %s: the response decoder failed", self.address)
-                    self._fail(error)
-                    _reject(entry, error)
-                    return
-                if tag < 0:
-                    _resolve(target, result)
-                else:
-                    target.resolve(tag, result)
+            self._read_responses()
         except CodecError as exc:
             if not self._closed.is_set():
                 log.warning("closing connection to %s: %s", self.address, exc)

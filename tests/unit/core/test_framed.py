@@ -403,9 +403,9 @@ class Sink:
         self.errors: dict[int, BaseException] = {}
         self.cond = threading.Condition()
 
-    def resolve(self, tag: int, result: object) -> None:
+    def resolve_many(self, answers: list[tuple[int, object]]) -> None:
         with self.cond:
-            self.results[tag] = result
+            self.results.update(answers)
             self.cond.notify_all()
 
     def reject(self, tag: int, error: BaseException) -> None:
@@ -444,6 +444,85 @@ def test_call_many_forgotten_calls_are_dropped_and_a_failure_rejects_the_rest(
     with pytest.raises(BrokerConnectionError, match="is closed"):  # nothing reaches the wire, the sink hears nothing
         conn.call_many(["z"], text, sink, [2])
     assert 2 not in sink.errors
+
+
+class ManyToyFraming(ToyFraming):
+    """The toy framing with ``read_many``: after one frame, every further frame the reader holds whole."""
+
+    def read_many(self, reader: Reader) -> list[tuple[int, bytes]]:
+        frames = [self.read(reader)]
+        assert isinstance(reader, SocketReader)
+        while True:
+            with reader.peek(0) as held:
+                if len(held) < HEAD.size or len(held) < HEAD.size + HEAD.unpack_from(held)[0]:
+                    return frames
+            frames.append(self.read(reader))
+
+
+class RecordingSink(Sink):
+    """A Sink that also records each hand-over, and the order of everything it heard."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handovers: list[list[tuple[int, object]]] = []
+        self.heard: list[int] = []
+
+    def resolve_many(self, answers: list[tuple[int, object]]) -> None:
+        self.handovers.append(list(answers))
+        self.heard.extend(tag for tag, _ in answers)
+        super().resolve_many(answers)
+
+    def reject(self, tag: int, error: BaseException) -> None:
+        self.heard.append(tag)
+        super().reject(tag, error)
+
+
+@contextlib.contextmanager
+def _many_connection() -> Iterator[tuple[FramedConnection[str], socket.socket]]:
+    ours, theirs = socket.socketpair()
+    ours.settimeout(LINK_TIMEOUT_S)
+    theirs.settimeout(LINK_TIMEOUT_S)
+    conn = FramedConnection("pair", ours, ManyToyFraming())
+    try:
+        yield conn, theirs
+    finally:
+        conn.close()
+        theirs.close()
+
+
+def _requests(sock: socket.socket, n: int) -> list[int]:
+    reader = SocketReader(sock, threading.Event())
+    return [TOY.read(reader)[0] for _ in range(n)]
+
+
+def test_the_answers_of_one_receive_reach_the_sink_in_one_hand_over() -> None:
+    """One lock and one wake-up of the batch's sender per receive, not per answer (issue 24)."""
+    with _many_connection() as (conn, peer):
+        sink = RecordingSink()
+        conn.call_many(["a", "b", "c", "!no", "d"], text, sink, [0, 1, 2, 3, 4])
+        ids = _requests(peer, 5)
+        peer.sendall(b"".join(frame(cid, payload) for cid, payload in zip(
+            ids, [b"a", b"b", b"c", b"!no", b"d"], strict=True)))
+        sink.wait_for(5)
+        assert sink.handovers == [[(0, "a"), (1, "b"), (2, "c")], [(4, "d")]]
+        assert sink.heard == [0, 1, 2, 3, 4]  # a call that failed alone is heard in its place
+        assert isinstance(sink.errors[3], BadRequestError) and not conn.closed
+
+
+def test_a_frame_that_poisons_the_stream_fails_the_calls_read_with_it() -> None:
+    """Answers before it are handed over; its call and those of the frames after it in the same receive
+    fail with its error, as do the calls still waiting."""
+    with _many_connection() as (conn, peer):
+        sink = RecordingSink()
+        conn.call_many(["a", "?", "c", "e"], text, sink, [0, 1, 2, 3])
+        ids = _requests(peer, 4)
+        peer.sendall(b"".join(frame(cid, payload) for cid, payload in zip(ids[:3], [b"a", b"?", b"c"], strict=True)))
+        sink.wait_for(4)
+        assert sink.results == {0: "a"}
+        assert sink.heard[0] == 0
+        assert isinstance(sink.errors[1], MessageFormatError)
+        assert sink.errors[2] is sink.errors[1] and sink.errors[3] is sink.errors[1]
+        assert conn.closed
 
 
 def test_call_many_with_an_unencodable_request_sends_nothing(peer: ToyPeer, conn: FramedConnection[str]) -> None:

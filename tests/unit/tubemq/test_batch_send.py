@@ -3,6 +3,7 @@ order, the in-flight window, retries, partial failure, timeouts, shielding, and 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -10,9 +11,11 @@ import pytest
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, fast_settings
 from tubespark.errors import BadRequestError, MessageTooLargeError, ServerBusyError
+from tubespark.tubemq.client.batch_send import GATHER_S, WAKE_SHARE, BatchSend
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.message import OutgoingMessage
+from tubespark.tubemq.wire.send import SendAnswer
 
 TOPIC = "topic_b"
 
@@ -289,3 +292,28 @@ def test_the_sink_sends_runs_of_rows_by_their_topic_column_and_stops_at_a_row_wi
                 assert stored == {"topic_b": [b"1"], "topic_c": [b"2", b"3"]}
             finally:
                 _close_sink_producers()
+
+
+def test_the_sender_is_woken_once_half_of_what_is_on_the_wire_is_answered(producer):
+    """Not per receive: against the real broker that cost a context switch per message (issue 24). A failure
+    wakes it at once (it may end the batch or re-send)."""
+    batch = BatchSend(producer, [])
+    woken: list[int] = []
+
+    class Counting(threading.Condition):
+        def notify(self, n: int = 1) -> None:
+            woken.append(n)
+            super().notify(n)
+
+    batch.cond = Counting(threading.Lock())
+    answer = SendAnswer(True, 200, "OK", 1, 2, 3)
+    batch.wake_at = 4
+    batch.resolve_many([(0, answer), (1, answer)])
+    batch.resolve_many([(2, answer)])
+    assert woken == []
+    batch.resolve_many([(3, answer)])
+    assert woken == [1]
+    batch.answers.clear()
+    batch.reject(4, ServerBusyError(503, "busy"))
+    assert woken == [1, 1]
+    assert WAKE_SHARE == 0.5 and 0 < GATHER_S <= 0.01  # the gathering is bounded in time

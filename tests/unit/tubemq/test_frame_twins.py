@@ -1,7 +1,8 @@
 """The two twins of the read path's frame and envelope steps give the same answers (issue 24).
 
 ``take_frame`` cuts a whole frame out of what a reader holds (compiled in ``_native.c``, pure Python in
-``frame.py``); ``locate_response`` finds a successful response's data without copying it (compiled),
+``frame.py``), ``take_frames`` every whole frame it holds (a producer's window of answers, one call);
+``locate_response`` finds a successful response's data without copying it (compiled),
 whose twin is ``decode_response``. Compared over frames of every size cut at every place, every way a
 frame breaks the protocol, and random bytes: equal results, and valid input takes the compiled fast lane.
 Through a real socket, frames that arrive in pieces, larger than the reader's buffer, and frames that
@@ -32,7 +33,14 @@ from tubespark.tubemq.wire.envelope import (
     encode_exception,
     encode_response,
 )
-from tubespark.tubemq.wire.frame import BytesReader, encode_frame, read_frame, take_frame
+from tubespark.tubemq.wire.frame import (
+    BytesReader,
+    encode_frame,
+    read_frame,
+    read_frames,
+    take_frame,
+    take_frames,
+)
 
 NATIVE = twin.loaded()
 
@@ -44,6 +52,14 @@ def _compiled_take(buffer: bytes, max_block_size: int = MAX_BLOCK_SIZE) -> objec
         assert twin.HOT_PATH.startswith(PURE_PYTHON)
         return take_frame(buffer, max_block_size)
     return NATIVE.take_frame(buffer, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
+
+
+def _compiled_take_all(buffer: bytes, max_block_size: int = MAX_BLOCK_SIZE) -> object:
+    """``take_frames``' compiled twin, as :func:`_compiled_take`."""
+    if NATIVE is None:
+        assert twin.HOT_PATH.startswith(PURE_PYTHON)
+        return take_frames(buffer, max_block_size)
+    return NATIVE.take_frames(buffer, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
 
 
 def _blocks(serial: int, *blocks: bytes, count: int | None = None, token: int = BEGIN_TOKEN) -> bytes:
@@ -133,6 +149,67 @@ def test_a_frame_cut_short_raises_as_before() -> None:
             read_frame(BytesReader(frame[:cut]))
 
 
+# ------------------------------------------------------------------------------------ many frames
+
+
+WINDOW = b"".join(FRAMES[name] for name in sorted(FRAMES)) + b"".join(encode_frame(n, b"a" * n) for n in range(40))
+
+
+def test_every_cut_of_a_window_of_frames_takes_alike() -> None:
+    cuts = sorted({*range(0, len(WINDOW), 331), *range(len(WINDOW) - 700, len(WINDOW) + 1)})
+    expected = []
+    reader = BytesReader(WINDOW)
+    while reader.remaining:
+        expected.append(read_frame(reader))
+    for cut in cuts:
+        pure, compiled = take_frames(WINDOW[:cut]), _compiled_take_all(WINDOW[:cut])
+        assert compiled == pure, cut
+        frames, used, rest = pure
+        assert frames == expected[:len(frames)] and used <= cut
+        assert rest == take_frame(WINDOW[used:cut])  # what follows is what take_frame says of it
+    frames, used, rest = _compiled_take_all(WINDOW)  # type: ignore[misc]
+    assert frames == expected and used == len(WINDOW) and rest == 12
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_frames_before_a_broken_one_are_taken_and_it_is_left(name: str) -> None:
+    data = FRAMES["two frames"] + BROKEN[name]
+    pure = take_frames(data)
+    assert _compiled_take_all(data) == pure
+    assert len(pure[0]) == 2 and pure[1] == len(FRAMES["two frames"]) and pure[2] is None
+
+
+@given(st.binary(max_size=300), st.integers(min_value=0, max_value=64))
+@settings(max_examples=300, deadline=None)
+def test_random_bytes_take_all_alike(data: bytes, max_block: int) -> None:
+    assert _compiled_take_all(data, max_block) == take_frames(data, max_block)
+
+
+@given(st.lists(st.binary(max_size=40), max_size=12), st.binary(max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_frames_and_a_random_tail_take_all_alike(payloads: list[bytes], tail: bytes) -> None:
+    data = b"".join(encode_frame(n, p) for n, p in enumerate(payloads)) + tail
+    compiled = _compiled_take_all(data)
+    assert compiled == take_frames(data)
+    assert compiled[0][:len(payloads)] == list(enumerate(payloads))  # type: ignore[index]
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "pure-python"])
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_read_frames_gives_what_came_before_a_broken_frame_then_its_error(name: str, pure: bool) -> None:
+    """The same frames, then the same typed error, as reading them one read_frame at a time."""
+    reader = BytesReader(FRAMES["two frames"] + BROKEN[name])
+    with twin.pure_python() if pure else _nothing():
+        got = read_frames(reader)
+        with pytest.raises(CodecError) as caught:
+            read_frames(reader)
+    one_by_one = BytesReader(FRAMES["two frames"] + BROKEN[name])
+    assert got == [read_frame(one_by_one), read_frame(one_by_one)]
+    with pytest.raises(CodecError) as expected:
+        read_frame(one_by_one)
+    assert (type(caught.value), str(caught.value)) == (type(expected.value), str(expected.value))
+
+
 # ------------------------------------------------------------------------------------------ envelope
 
 
@@ -214,6 +291,29 @@ def test_frames_arriving_in_pieces_read_whole(pair: tuple[socket.socket, socket.
         got = [read_frame(reader) for _ in payloads]
     sender.join(10)
     assert got == list(enumerate(payloads))
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "pure-python"])
+@pytest.mark.parametrize("piece", [1, 7, 100, 4096, 1 << 20])
+def test_windows_arriving_in_pieces_read_whole(pair: tuple[socket.socket, socket.socket], piece: int,
+                                               pure: bool) -> None:
+    """read_frames: at least one frame per call, every frame once, in order, whatever the pieces."""
+    a, b = pair
+    payloads = [b"answer %d" % n * (n % 5) for n in range(300)] + [random.Random(3).randbytes(70_000)]
+    sender = _trickle(a, b"".join(encode_frame(n, p) for n, p in enumerate(payloads)), piece)
+    reader = SocketReader(b, threading.Event())
+    got: list[tuple[int, bytes]] = []
+    calls = 0
+    with twin.pure_python() if pure else _nothing():
+        while len(got) < len(payloads):
+            frames = read_frames(reader)
+            assert frames
+            got.extend(frames)
+            calls += 1
+    sender.join(10)
+    assert got == list(enumerate(payloads))
+    if piece == 1 << 20:
+        assert calls < len(payloads) // 10  # a receive's frames come out together
 
 
 def test_a_read_above_the_limit_fails_before_buffering(pair: tuple[socket.socket, socket.socket]) -> None:

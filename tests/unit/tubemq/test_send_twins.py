@@ -1,8 +1,9 @@
 """The twins of the sink's wire path and of the response envelope give the same bytes, fields and errors.
 
 ``SendRequest.envelope`` (compiled ``encode_send`` vs protobuf + ``encode_request``) must be byte-identical
-for every field combination; ``parse_send_answer`` and ``decode_response`` must give the same values or the
-same typed error, for real answers, every error case and the fuzz corpus of test_fuzz_decoders.py.
+for every field combination; ``parse_send_answer``, ``decode_response`` and ``parse_send_response`` (both in
+one compiled call, the producer's reader thread) must give the same values or the same typed error, for real
+answers, every error case and the fuzz corpus of test_fuzz_decoders.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from tests.unit.core.test_fuzz_decoders import ENVELOPE_RESPONSE_SEEDS, FUZZ, byte_inputs, survives
 from tubespark.core.framed_io import BytesReader
+from tubespark.core.native import PURE_PYTHON
 from tubespark.errors import TubeSparkError
 from tubespark.tubemq.errors import ProtobufDecodeError, RpcError
 from tubespark.tubemq.wire import send, twin
@@ -35,7 +37,13 @@ from tubespark.tubemq.wire.envelope import decode_request, decode_response, enco
 from tubespark.tubemq.wire.frame import encode_frame, read_frame
 from tubespark.tubemq.wire.message import checksum
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
-from tubespark.tubemq.wire.send import SendRequest, encode_send_frames, parse_send_answer
+from tubespark.tubemq.wire.send import (
+    SendAnswer,
+    SendRequest,
+    encode_send_frames,
+    parse_send_answer,
+    parse_send_response,
+)
 
 NATIVE = twin.loaded()
 TWINS_FUZZ = settings(FUZZ, deadline=timedelta(milliseconds=500))
@@ -157,6 +165,59 @@ def test_fuzz_response_envelopes_decode_alike(data: bytes) -> None:
 def test_fuzz_answers_parse_alike(data: bytes) -> None:
     survives(lambda: parse_send_answer(data), len(data))
     compiled, pure = both(lambda: parse_send_answer(data))
+    assert compiled == pure
+
+
+SEND_RESPONSES = {
+    **{f"answer {name}": encode_response(Method.SEND_MESSAGE, answer.SerializeToString())
+       for name, answer in ANSWERS.items()},
+    **{f"bad answer {name}": encode_response(Method.SEND_MESSAGE, data) for name, data in BAD_ANSWERS.items()},
+    "standby": ENVELOPES[3],
+    "fatal exception": ENVELOPES[4],
+    "trailing bytes": encode_response(Method.SEND_MESSAGE, ANSWERS["ok"].SerializeToString()) + b"\x00\x01",
+    "garbage": b"\x05\x01\x02\x03",
+    "nothing": b"",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SEND_RESPONSES))
+def test_send_responses_decode_alike(name: str) -> None:
+    """The one compiled call gives what decode_response + parse_send_answer give: the same SendAnswer, or the
+    same typed error (RpcError for an exception, ProtobufDecodeError for garbage)."""
+    payload = SEND_RESPONSES[name]
+    compiled, pure = both(lambda: parse_send_response(payload))
+    assert compiled == pure
+    if compiled[0] == "ok":
+        assert type(compiled[1]) is SendAnswer
+    else:
+        assert compiled[1] is ProtobufDecodeError or issubclass(compiled[1], RpcError)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS))
+def test_a_send_response_takes_the_compiled_lane(name: str) -> None:
+    """Valid answers are decoded by the compiled code itself (a silent fallback would pass the equality)."""
+    if NATIVE is None:
+        assert twin.HOT_PATH.startswith(PURE_PYTHON)
+        return
+    payload = SEND_RESPONSES[f"answer {name}"]
+    answer = NATIVE.decode_send_response(payload, SendAnswer)
+    assert type(answer) is SendAnswer
+    assert answer == parse_send_answer(decode_response(payload)[1])
+
+
+def test_a_send_response_needs_a_tuple_type() -> None:
+    if NATIVE is None:
+        assert twin.HOT_PATH.startswith(PURE_PYTHON)
+        return
+    with pytest.raises(TypeError):
+        NATIVE.decode_send_response(SEND_RESPONSES["answer ok"], dict)
+
+
+@TWINS_FUZZ
+@given(byte_inputs([*SEND_RESPONSES.values(), *ENVELOPE_RESPONSE_SEEDS]))
+def test_fuzz_send_responses_decode_alike(data: bytes) -> None:
+    survives(lambda: parse_send_response(data), len(data))
+    compiled, pure = both(lambda: parse_send_response(data))
     assert compiled == pure
 
 

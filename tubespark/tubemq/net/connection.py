@@ -100,10 +100,12 @@ class Connection:
     def call_framed_many(self, frames: Callable[[list[int]], bytes], parse: Callable[[bytes], Any],
                          sink: framed.BatchSink, tags: Sequence[int]) -> list[int]:
         """Send a window of requests the caller frames itself (``frames(serial numbers)`` -> the wire bytes of
-        all of them, e.g. :func:`~tubespark.tubemq.wire.send.encode_send_frames`), now; each parsed answer goes
-        to ``sink`` with its tag (no future per call: :meth:`tubespark.core.framed.FramedConnection.call_many`).
+        all of them, e.g. :func:`~tubespark.tubemq.wire.send.encode_send_frames`), now; each answer's whole
+        payload, envelope included, is parsed by ``parse`` (e.g.
+        :func:`~tubespark.tubemq.wire.send.parse_send_response`: one compiled call per answer) and goes to
+        ``sink`` with its tag (no future per call: :meth:`tubespark.core.framed.FramedConnection.call_many`).
         """
-        return self._framed.call_many_framed(frames, functools.partial(_response_decoder, parse), sink, tags)
+        return self._framed.call_many_framed(frames, parse, sink, tags)
 
     def forget(self, correlation_ids: Sequence[int]) -> None:
         """Ignore the late answers of these :meth:`call_encoded_many` calls."""

@@ -697,45 +697,36 @@ PyDoc_STRVAR(take_frame_doc,
 "reader must reject (wrong token, a block count or a block length out of bounds): it raises the typed\n"
 "error. The twin of frame.take_frame.");
 
-static PyObject *take_frame(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    unsigned long token;
-    Py_ssize_t max_block, max_blocks;
-    PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*knn", &buf, &token, &max_block, &max_blocks)) return NULL;
-    const unsigned char *p = buf.buf;
-    Py_ssize_t have = buf.len, pos = 12, total = 0;
+/* One frame at the start of [p, p + have): 1 with *serial, *payload (new reference) and *used set when it is all
+ * there; 0 with *need set (the bytes the buffer must hold to get further) when it is not; -1 for a frame the
+ * pure-Python reader must reject; -2 with a Python error set (no memory). */
+static int take_one(const unsigned char *p, Py_ssize_t have, uint32_t token, Py_ssize_t max_block,
+                    Py_ssize_t max_blocks, unsigned long *serial, PyObject **payload, Py_ssize_t *used,
+                    Py_ssize_t *need) {
+    Py_ssize_t pos = 12, total = 0;
     if (have < 12) {
-        result = PyLong_FromSsize_t(12);
-        goto done;
+        *need = 12;
+        return 0;
     }
     uint32_t count = be32(p + 8);
-    if (be32(p) != (uint32_t)token || count == 0 || (Py_ssize_t)count > max_blocks) {
-        result = Py_None;
-        Py_INCREF(result);
-        goto done;
-    }
+    if (be32(p) != token || count == 0 || (Py_ssize_t)count > max_blocks) return -1;
     for (uint32_t i = 0; i < count; i++) { /* every length first: the payload is allocated once */
         if (pos + 4 > have) {
-            result = PyLong_FromSsize_t(pos + 4);
-            goto done;
+            *need = pos + 4;
+            return 0;
         }
         uint32_t length = be32(p + pos);
-        if ((Py_ssize_t)length > max_block) {
-            result = Py_None;
-            Py_INCREF(result);
-            goto done;
-        }
+        if ((Py_ssize_t)length > max_block) return -1;
         pos += 4 + (Py_ssize_t)length;
         total += (Py_ssize_t)length;
         if (pos > have) { /* ask for the next block's length too, when there is one */
-            result = PyLong_FromSsize_t(i + 1 < count ? pos + 4 : pos);
-            goto done;
+            *need = i + 1 < count ? pos + 4 : pos;
+            return 0;
         }
     }
-    PyObject *payload = PyBytes_FromStringAndSize(NULL, total);
-    if (payload == NULL) goto done;
-    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(payload);
+    PyObject *out_obj = PyBytes_FromStringAndSize(NULL, total);
+    if (out_obj == NULL) return -2;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(out_obj);
     pos = 12;
     for (uint32_t i = 0; i < count; i++) {
         Py_ssize_t length = (Py_ssize_t)be32(p + pos);
@@ -743,8 +734,77 @@ static PyObject *take_frame(PyObject *self, PyObject *args) {
         out += length;
         pos += 4 + length;
     }
-    result = Py_BuildValue("(kNn)", (unsigned long)be32(p + 4), payload, pos);
+    *serial = (unsigned long)be32(p + 4);
+    *payload = out_obj;
+    *used = pos;
+    return 1;
+}
+
+static PyObject *take_frame(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    unsigned long token, serial = 0;
+    Py_ssize_t max_block, max_blocks, used = 0, need = 0;
+    PyObject *result = NULL, *payload = NULL;
+    if (!PyArg_ParseTuple(args, "y*knn", &buf, &token, &max_block, &max_blocks)) return NULL;
+    switch (take_one(buf.buf, buf.len, (uint32_t)token, max_block, max_blocks, &serial, &payload, &used, &need)) {
+    case 1:
+        result = Py_BuildValue("(kNn)", serial, payload, used);
+        break;
+    case 0:
+        result = PyLong_FromSsize_t(need);
+        break;
+    case -1:
+        result = Py_NewRef(Py_None);
+        break;
+    default:
+        break;
+    }
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(take_frames_doc,
+"take_frames(buffer, token, max_block_size, max_blocks) -> (frames, used, rest)\n\n"
+"Every whole TubeMQ frame at the start of ``buffer``, in order: ``frames`` a list of (serial, payload),\n"
+"``used`` the bytes they took; ``rest`` says what follows them as take_frame would of buffer[used:]:\n"
+"the bytes it must hold to get further (an int), or None for a frame the pure-Python reader must reject.\n"
+"One call for all the answers a receive brought (a window of SendMessage answers) instead of one per\n"
+"frame. The twin of frame.take_frames.");
+
+static PyObject *take_frames(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    unsigned long token;
+    Py_ssize_t max_block, max_blocks, pos = 0;
+    PyObject *frames = NULL, *rest = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*knn", &buf, &token, &max_block, &max_blocks)) return NULL;
+    frames = PyList_New(0);
+    if (frames == NULL) goto done;
+    const unsigned char *p = buf.buf;
+    for (;;) {
+        unsigned long serial = 0;
+        PyObject *payload = NULL;
+        Py_ssize_t used = 0, need = 0;
+        int got = take_one(p + pos, buf.len - pos, (uint32_t)token, max_block, max_blocks, &serial, &payload,
+                           &used, &need);
+        if (got == 1) {
+            PyObject *frame = Py_BuildValue("(kN)", serial, payload);
+            if (frame == NULL || PyList_Append(frames, frame) < 0) {
+                Py_XDECREF(frame);
+                goto done;
+            }
+            Py_DECREF(frame);
+            pos += used;
+            continue;
+        }
+        if (got == 0)
+            rest = PyLong_FromSsize_t(need);
+        else if (got == -1)
+            rest = Py_NewRef(Py_None);
+        break;
+    }
+    if (rest != NULL) result = Py_BuildValue("(OnN)", frames, pos, rest);
 done:
+    Py_XDECREF(frames);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -1044,42 +1104,84 @@ PyDoc_STRVAR(decode_send_answer_doc,
 "decode_send_answer(data) -> (success, errCode, errMsg, messageId, appendTime, appendOffset) | None\n\n"
 "A SendMessageResponseB2P's fields; None where the pure-Python parser must decide.");
 
-static PyObject *decode_send_answer(PyObject *self, PyObject *arg) {
-    Py_buffer buf;
-    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
+/* A SendMessageResponseB2P's fields as a new tuple of ``type`` (a tuple subclass of six fields; NULL: a
+ * plain tuple); Py_None (a new reference) where the pure-Python parser must decide; NULL with an error set. */
+static PyObject *send_answer(const unsigned char *p, Py_ssize_t len, PyTypeObject *type) {
+    Cursor c = {p, p + len};
     uint64_t values[8] = {0};
     uint32_t seen = 0;
     const unsigned char *msg = NULL;
     Py_ssize_t msg_len = 0;
     while (c.p < c.end) {
         uint32_t field, wt;
-        if (!read_tag(&c, &field, &wt)) goto fallback;
+        if (!read_tag(&c, &field, &wt)) return Py_NewRef(Py_None);
         if (field == 3) {
-            if (wt != 2 || !read_length(&c, &msg, &msg_len)) goto fallback;
+            if (wt != 2 || !read_length(&c, &msg, &msg_len)) return Py_NewRef(Py_None);
             seen |= 1u << 3;
         } else if (field >= 1 && field <= 7) {
-            if (wt != 0 || !read_varint(&c, &values[field])) goto fallback;
+            if (wt != 0 || !read_varint(&c, &values[field])) return Py_NewRef(Py_None);
             seen |= 1u << field;
         } else if (!skip_field(&c, wt)) {
-            goto fallback;
+            return Py_NewRef(Py_None);
         }
     }
-    if ((seen & 0xE) != 0xE) goto fallback; /* success, errCode, errMsg are required */
-    PyObject *text = PyUnicode_DecodeUTF8((const char *)msg, msg_len, "strict");
-    if (!text) {
-        PyBuffer_Release(&buf);
+    if ((seen & 0xE) != 0xE) return Py_NewRef(Py_None); /* success, errCode, errMsg are required */
+    PyObject *items[6];
+    items[2] = PyUnicode_DecodeUTF8((const char *)msg, msg_len, "strict");
+    if (!items[2]) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return Py_NewRef(Py_None);
     }
+    items[0] = PyBool_FromLong(values[1] != 0);
+    items[1] = PyLong_FromLong((long)(int32_t)(uint32_t)values[2]);
+    items[3] = PyLong_FromLongLong((long long)values[5]);
+    items[4] = PyLong_FromLongLong((long long)values[6]);
+    items[5] = PyLong_FromLongLong((long long)values[7]);
+    PyObject *out = type != NULL ? type->tp_alloc(type, 6) : PyTuple_New(6);
+    if (!out || !items[1] || !items[3] || !items[4] || !items[5]) {
+        Py_XDECREF(out);
+        for (int k = 0; k < 6; k++) Py_XDECREF(items[k]);
+        return NULL;
+    }
+    for (int k = 0; k < 6; k++) PyTuple_SET_ITEM(out, k, items[k]);
+    return out;
+}
+
+static PyObject *decode_send_answer(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = send_answer(buf.buf, buf.len, NULL);
     PyBuffer_Release(&buf);
-    return Py_BuildValue("(NiNLLL)", PyBool_FromLong(values[1] != 0), (int)(int32_t)(uint32_t)values[2], text,
-                         (long long)values[5], (long long)values[6], (long long)values[7]);
-fallback:
+    return result;
+}
+
+PyDoc_STRVAR(decode_send_response_doc,
+"decode_send_response(payload, answer_type) -> answer_type(success, errCode, errMsg, messageId, appendTime,\n"
+"                                                      appendOffset) | None\n\n"
+"A SendMessage call's whole response payload in one call: decode_response's envelope walk, then\n"
+"decode_send_answer of its data, built as ``answer_type`` (a named tuple of six fields). None for\n"
+"anything else (an RPC exception, garbage, an unusual encoding): send.parse_send_response decides.");
+
+static PyObject *decode_send_response(PyObject *self, PyObject *args) {
+    PyObject *payload, *type_obj;
+    Py_buffer buf;
+    const unsigned char *data = NULL;
+    Py_ssize_t data_len = 0;
+    int method = 0;
+    if (!PyArg_ParseTuple(args, "OO!", &payload, &PyType_Type, &type_obj)) return NULL;
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    if (!PyType_IsSubtype(type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "decode_send_response: answer_type is not a tuple type");
+        return NULL;
+    }
+    if (!PyObject_CheckBuffer(payload)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
+    if (PyObject_GetBuffer(payload, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = walk_response(&buf, &method, &data, &data_len) ? send_answer(data, data_len, type)
+                                                                      : Py_NewRef(Py_None);
     PyBuffer_Release(&buf);
-    Py_RETURN_NONE;
+    return result;
 }
 
 /* ------------------------------------------------------------------------------ a batch of SendRequests */
@@ -1159,8 +1261,10 @@ static PyMethodDef methods[] = {
     {"decode_response", decode_response, METH_O, decode_response_doc},
     {"locate_response", locate_response, METH_O, locate_response_doc},
     {"take_frame", take_frame, METH_VARARGS, take_frame_doc},
+    {"take_frames", take_frames, METH_VARARGS, take_frames_doc},
     {"encode_send", encode_send, METH_VARARGS, encode_send_doc},
     {"decode_send_answer", decode_send_answer, METH_O, decode_send_answer_doc},
+    {"decode_send_response", decode_send_response, METH_VARARGS, decode_send_response_doc},
     {"encode_send_frames", encode_send_frames, METH_VARARGS, encode_send_frames_doc},
     {"build_requests", build_requests, METH_VARARGS, build_requests_doc},
     {NULL, NULL, 0, NULL},
