@@ -27,12 +27,6 @@ def broker() -> Iterator[FakeBroker]:
         yield fake
 
 
-@pytest.fixture
-def master(broker: FakeBroker) -> Iterator[FakeMaster]:
-    with FakeMaster(broker) as fake:
-        yield fake
-
-
 def _producer(master: FakeMaster, **kwargs: object) -> Producer:
     settings = fast_settings(heartbeat_interval_s=30.0, request_timeout_s=float(kwargs.pop("request_timeout_s", 2.0)))
     producer = Producer(master.address, settings, max_retries=2, **kwargs)  # type: ignore[arg-type]

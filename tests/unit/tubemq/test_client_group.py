@@ -28,12 +28,6 @@ def broker() -> Iterator[FakeBroker]:
 
 
 @pytest.fixture
-def master(broker: FakeBroker) -> Iterator[FakeMaster]:
-    with FakeMaster(broker) as fake:
-        yield fake
-
-
-@pytest.fixture
 def parts(broker: FakeBroker) -> list[PartitionRef]:
     return broker.partitions(TOPIC)
 

@@ -29,12 +29,6 @@ def broker() -> Iterator[FakeBroker]:
 
 
 @pytest.fixture
-def master(broker: FakeBroker) -> Iterator[FakeMaster]:
-    with FakeMaster(broker) as fake:
-        yield fake
-
-
-@pytest.fixture
 def producer(master: FakeMaster) -> Iterator[Producer]:
     p = Producer(master.address, fast_settings(heartbeat_interval_s=30.0), max_retries=2, client_id="prod-1")
     p.start()

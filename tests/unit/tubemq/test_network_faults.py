@@ -49,12 +49,6 @@ def broker() -> Iterator[FakeBroker]:
 
 
 @pytest.fixture
-def master(broker: FakeBroker) -> Iterator[FakeMaster]:
-    with FakeMaster(broker) as fake:
-        yield fake
-
-
-@pytest.fixture
 def broker_proxy(broker: FakeBroker) -> Iterator[FaultProxy]:
     with FaultProxy(broker.address) as proxy:
         yield proxy

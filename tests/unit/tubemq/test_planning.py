@@ -45,12 +45,6 @@ def broker() -> Iterator[FakeBroker]:
 
 
 @pytest.fixture
-def master(broker: FakeBroker) -> Iterator[FakeMaster]:
-    with FakeMaster(broker) as fake:
-        yield fake
-
-
-@pytest.fixture
 def keys(broker: FakeBroker) -> tuple[str, str]:
     p0, p1 = broker.partitions(TOPIC)
     return p0.key, p1.key
