@@ -97,9 +97,10 @@ class PopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def client(self) -> RocketMQClient:
-        if self._client is None:
-            self._client = RocketMQClient(list(self.options.namesrvs), self.options.client_settings())
-        return self._client
+        with self._lock:  # Spark's calls and the keeper thread: one client
+            if self._client is None:
+                self._client = RocketMQClient(list(self.options.namesrvs), self.options.client_settings())
+            return self._client
 
     def _consumer(self, topic: str) -> PopConsumer:
         init_mode = INIT_MODE_MAX if self.options.starting_offsets == "latest" else INIT_MODE_MIN
