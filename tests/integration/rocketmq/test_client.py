@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -9,6 +10,7 @@ import pytest
 
 from tubespark.errors import DataLossError, NoDataError, RangeReadError, UnknownTopicError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
+from tubespark.rocketmq.client.keeper import Keeper
 from tubespark.rocketmq.client.pop import PopConsumer, pop_until
 from tubespark.rocketmq.client.producer import BatchProducer
 from tubespark.rocketmq.client.ranges import RangeReader
@@ -104,6 +106,32 @@ def test_data_loss_is_raised_for_offsets_below_the_minimum(client, rocketmq_topi
         reader._take(mq, moved, 0, 5)
     reader.fail_on_data_loss = False
     assert reader._take(mq, moved, 0, 5) == ([], 3) and reader.lost == [(mq.key, 0, 3)]
+
+def test_a_keeper_hides_held_messages_past_their_invisible_time(client, rocketmq_topic):
+    """Held 3 s (``TUBESPARK_SOAK=long``: 20 s, longer than the broker takes to revive unrenewed messages)
+    with a 1 s invisible time: renewed again and again, nothing delivered again while held, and the
+    renewed receipts (not the popped ones) ack them."""
+    topic = rocketmq_topic(2)
+    send(client, topic, 40)
+    settled_bounds(client, topic, 40)
+    group = "keep" + uuid.uuid4().hex[:8]
+    consumer = PopConsumer(client, group, topic, invisible_ms=1000, poll_ms=300)
+    popped = pop_until(consumer, 40)
+    assert len(popped) == 40
+    keeper = Keeper({topic: consumer}, 1000).start()
+    keeper.hold(topic, [p.receipt for p in popped])
+    other = PopConsumer(client, group, topic, invisible_ms=60000, poll_ms=300)
+    again = []
+    deadline = time.monotonic() + (20 if os.environ.get("TUBESPARK_SOAK") == "long" else 3)
+    while time.monotonic() < deadline:
+        again += pop_until(other, 100)
+    held = keeper.release()[topic]
+    assert again == [], f"{len(again)} held messages were delivered again"
+    assert keeper.renewed >= 40 * 3
+    assert {Receipt.parse(r).offset for r in held} == {p.message.queue_offset for p in popped}
+    assert not set(held) & {p.receipt for p in popped}  # every receipt changed
+    assert consumer.ack(held) == 40
+
 
 def test_pop_ack_and_redelivery(client, rocketmq_topic):
     topic = rocketmq_topic(2)

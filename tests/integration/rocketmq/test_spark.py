@@ -5,6 +5,7 @@ and RocketMQ's own options. What every broker promises: tests/integration/contra
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
-from tubespark.rocketmq.client.pop import PopConsumer
+from tubespark.rocketmq.client.pop import PopConsumer, pop_until
 from tubespark.rocketmq.client.producer import BatchProducer
 from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
@@ -148,3 +149,126 @@ def test_rocketmq_only_options_fail_before_any_network_call(spark):
                                        mode="read")
     with pytest.raises(OptionError, match="streaming reads"):
         RocketMQBatchReader(options)
+
+
+def comes_back(stack, group: str, topic: str, seconds: float) -> list[bytes]:
+    """What the group pops within ``seconds`` (each message popped is acked, so nothing is counted twice)."""
+    got: list[bytes] = []
+    with RocketMQClient([stack.namesrv_address]) as client:
+        consumer = PopConsumer(client, group, topic, invisible_ms=60000, poll_ms=500)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            popped = pop_until(consumer, 1000)
+            if popped:
+                consumer.ack([p.receipt for p in popped])
+            got += [p.message.body for p in popped]
+    return got
+
+
+SOAK = os.environ.get("TUBESPARK_SOAK") == "long"
+REDELIVERY_S = 8.0
+"""How long after its invisible time runs out a message not acked is delivered again, with margin. Waiting
+that long proves "not delivered again"; it costs too much for CI, so only ``TUBESPARK_SOAK=long`` waits
+(CI checks what makes it so: the acks, the changed receipts)."""
+
+
+def pop_stream(spark, stack, topic: str, group: str, tmp_path: Path, **options: str):
+    return stream(spark, stack, topic, consumeMode="pop", group=group, startingOffsets="earliest", popPollMs="300",
+                  popReceiptsPath=str(tmp_path / "receipts"), **options)
+
+
+def test_pop_available_now_reads_what_was_there_then_stops(spark, rocketmq_stack, rocketmq_topic, tmp_path):
+    topic = rocketmq_topic(4)
+    group = "popnow" + uuid.uuid4().hex[:8]
+    produce(rocketmq_stack, topic, [f"n{i}".encode() for i in range(600)])
+    frame = pop_stream(spark, rocketmq_stack, topic, group, tmp_path, popPartitions="2",
+                       popMaxMessages="100").select("value")
+    run_available_now(frame, tmp_path / "out", tmp_path / "ck")  # 3+ batches: 2 tasks x 100 messages each
+    values = [r.value for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert sorted(values) == sorted(f"n{i}".encode() for i in range(600))
+    assert len(list((tmp_path / "ck" / "commits").glob("[0-9]*"))) >= 3
+    assert not any((tmp_path / "receipts").rglob("part-*.json")), "the last batch was not acked"
+
+
+def test_pop_batch_read_acks_what_it_read(spark, rocketmq_stack, rocketmq_topic):
+    """A batch read in pop mode consumes: every message once, acked by the tasks (nothing comes back)."""
+    topic = rocketmq_topic(4)
+    group = "popread" + uuid.uuid4().hex[:8]
+    produce(rocketmq_stack, topic, [f"b{i}".encode() for i in range(400)])
+    options = {"consumeMode": "pop", "group": group, "popPartitions": "2", "popPollMs": "300",
+               "popInvisibleTimeMs": "1000"}
+    rows = batch(spark, rocketmq_stack, topic, **options).select("value", "receiptHandle").collect()
+    assert sorted(r.value for r in rows) == sorted(f"b{i}".encode() for i in range(400))
+    assert batch(spark, rocketmq_stack, topic, **options).count() == 0  # consumed
+    assert comes_back(rocketmq_stack, group, topic, 1 + REDELIVERY_S if SOAK else 0.5) == []
+
+
+def test_pop_batch_longer_than_the_invisible_time_is_delivered_once(spark, rocketmq_stack, rocketmq_topic,
+                                                                    tmp_path):
+    """A micro-batch that takes 2.5 invisible times: the driver extends the waiting receipts' invisible time
+    (their files hold new receipts), so nothing is delivered again, while it runs or after its (renewed)
+    receipts were acked; ``TUBESPARK_SOAK=long`` watches long enough for a redelivery to show (the broker
+    revived unrenewed ones more than 8 s after they ran out)."""
+    topic = rocketmq_topic(4)
+    group = "popslow" + uuid.uuid4().hex[:8]
+    produce(rocketmq_stack, topic, [f"s{i}".encode() for i in range(300)])
+    seen: list[bytes] = []
+    ended: list[float] = []
+    changed: list[bool] = []
+
+    def slow(frame, batch_id: int) -> None:
+        rows = frame.select("value", "receiptHandle").collect()
+        seen.extend(r.value for r in rows)
+        if batch_id == 0:
+            time.sleep(5.0)  # 2.5 x popInvisibleTimeMs, after the tasks ended: the receipts wait for the commit
+            waiting = {item["receipt"] for f in (tmp_path / "receipts").rglob("part-*.json")
+                       for item in json.loads(f.read_text())}
+            changed.append(len(waiting) == len(rows) and not waiting & {r.receiptHandle for r in rows})
+            ended.append(time.monotonic())
+
+    query = (pop_stream(spark, rocketmq_stack, topic, group, tmp_path, popInvisibleTimeMs="2000")
+             .writeStream.foreachBatch(slow).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(processingTime="300 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 120
+        watch = REDELIVERY_S if SOAK else 1.0
+        while not (ended and time.monotonic() > ended[0] + watch) and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.3)
+    finally:
+        query.stop()
+    assert ended, "the first batch did not end"
+    assert changed == [True], "the driver did not extend the waiting receipts (each change gives a new one)"
+    assert sorted(seen) == sorted(f"s{i}".encode() for i in range(300))  # each once: no early redelivery
+    assert comes_back(rocketmq_stack, group, topic, 1.0) == []
+
+
+def test_a_restarted_driver_acks_what_its_predecessor_committed(spark, rocketmq_stack, rocketmq_topic, tmp_path):
+    """Spark acks (commits the source) when it plans the next batch: a driver gone between a batch's commit
+    and that moment leaves the batch unacked. The restarted driver acks it from the receipts its
+    predecessor left (their run id is in the checkpointed offsets), so the broker does not deliver it again.
+
+    The receipts must still be valid when the new driver starts, so the invisible time (30 s) is longer than
+    the restart; that nothing comes back once it has run out is waited for with ``TUBESPARK_SOAK=long`` only
+    (38 s), CI checks the receipts were acked and nothing is back at once."""
+    topic = rocketmq_topic(4)
+    group = "poprestart" + uuid.uuid4().hex[:8]
+    produce(rocketmq_stack, topic, [f"r{i}".encode() for i in range(200)])
+    frame = pop_stream(spark, rocketmq_stack, topic, group, tmp_path, popInvisibleTimeMs="30000").select("value")
+    first = (frame.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="1 hour").start())
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "ck" / "commits" / "0").exists() and time.monotonic() < deadline:
+            assert first.exception() is None, first.exception()
+            time.sleep(0.2)
+    finally:
+        first.stop()  # committed, not acked: the next batch's planning would have acked it
+    stopped = time.monotonic()
+    assert any((tmp_path / "receipts").rglob("part-*.json")), "batch 0 was acked before the restart"
+    run_available_now(frame, tmp_path / "out", tmp_path / "ck")
+    assert not any((tmp_path / "receipts").rglob("part-*.json")), "the restarted driver did not ack batch 0"
+    values = [r.value for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert sorted(values) == sorted(f"r{i}".encode() for i in range(200))
+    wait = 30 + REDELIVERY_S - (time.monotonic() - stopped) if SOAK else 0.5
+    assert comes_back(rocketmq_stack, group, topic, wait) == []

@@ -74,3 +74,43 @@ def test_the_driver_acks_the_receipts_of_each_tasks_last_attempt(tmp_path) -> No
     leave(1, 9, "task1-first-stage-attempt")
     leave(1, 130, "task1-stage-run-again")
     assert last_attempt_receipts(directory) == {"t": ["task0-kept", "task1-stage-run-again"]}
+
+
+def test_a_receipt_is_renewed_once_less_than_half_of_the_invisible_time_is_left() -> None:
+    from tubespark.rocketmq.client.keeper import due, look_interval_s
+    from tubespark.rocketmq.wire.pop import Receipt
+
+    receipt = str(Receipt(5, 100_000, 8000, 1, "0", "broker-a", 2, 7))  # popped at 100 s, hidden until 108 s
+    assert not due(receipt, 8000, 100_000)
+    assert not due(receipt, 8000, 104_000)  # exactly half left
+    assert due(receipt, 8000, 104_001)
+    assert due(receipt, 8000, 200_000)  # long run out (a change then comes too late: the broker revived it)
+    assert look_interval_s(8000) == 1.0
+
+
+def test_pop_offsets_name_their_receipts_directory_so_a_restarted_driver_finds_it(tmp_path) -> None:
+    """The run id travels in the checkpointed offsets: a new reader (a restarted driver) adopts the one of
+    the offsets Spark hands it and acks what its predecessor left there; a batch planned again after a
+    restart starts without the receipts of the attempts before."""
+    from tubespark.core.shared_dir import SharedDir
+    from tubespark.rocketmq.spark.pop_reader import BATCH_KEY, RUN_KEY, PopStreamReader
+
+    options = RocketMQOptions.from_raw({"namesrv": "127.0.0.1:1", "topic": "t", "consumeMode": "pop",
+                                        "group": "g", "popReceiptsPath": str(tmp_path)}, mode="read")
+    first = PopStreamReader(options)
+    start = first.initialOffset()
+    assert start == {BATCH_KEY: 0, RUN_KEY: first.run_id}
+    tasks = first.partitions(start, {BATCH_KEY: 1, RUN_KEY: first.run_id})
+    assert {t.receipts_dir for t in tasks} == {f"{tmp_path}/{first.run_id}/batch-000000001"}
+    left = SharedDir(f"{tmp_path}/{first.run_id}/batch-000000002", "popReceiptsPath")
+    left.publish("part-00000-attempt-00000000000000000009.json", b"[]")
+    first.stop()
+
+    second = PopStreamReader(options)
+    assert second.run_id != first.run_id
+    second.commit({BATCH_KEY: 0, RUN_KEY: first.run_id})  # acks nothing (no batch <= 0), adopts the run
+    assert second.run_id == first.run_id
+    assert left.names() == ["part-00000-attempt-00000000000000000009.json"]
+    second.partitions({BATCH_KEY: 1, RUN_KEY: first.run_id}, {BATCH_KEY: 2, RUN_KEY: first.run_id})
+    assert left.names() == []  # batch 2 planned again: the earlier attempts' receipts are dropped
+    second.stop()

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
+from tubespark.core.framed import wait as wait_future
 from tubespark.errors import TubeSparkError, UnknownTopicError
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.wire import headers
 from tubespark.rocketmq.wire.filter import ALL, Filter
+from tubespark.rocketmq.wire.frame import Command
 from tubespark.rocketmq.wire.message import StoredMessage, decode_stored
 from tubespark.rocketmq.wire.pop import Receipt, receipts_for, retry_topic
 from tubespark.rocketmq.wire.route import MessageQueue
@@ -104,15 +107,45 @@ class PopConsumer:
 
     def change_invisible(self, receipt: str, invisible_ms: int) -> str:
         """Hide one message ``invisible_ms`` more from now; returns its new receipt (the old one is void)."""
-        parsed = Receipt.parse(receipt)
-        what = f"change invisible time of {self.topic} offset {parsed.offset}"
-        address = self.client.read_candidates(MessageQueue(self.topic, parsed.broker_name, 0))[0]
-        cmd = headers.change_invisible_request(group=self.group, real_topic=parsed.real_topic(self.topic, self.group),
-                                               queue_id=parsed.queue_id, offset=parsed.offset, receipt=receipt,
-                                               invisible_ms=invisible_ms)
-        result = headers.read_change_invisible(self.client.call_address(address, cmd, what), what)
-        return str(Receipt(parsed.offset, result.pop_time, result.invisible_ms, result.revive_qid, parsed.kind,
-                           parsed.broker_name, parsed.queue_id, parsed.offset))
+        renewed = self.change_invisible_many([receipt], invisible_ms)
+        if isinstance(renewed[0], TubeSparkError):
+            raise renewed[0]
+        return renewed[0]
+
+    def change_invisible_many(self, receipts: Sequence[str], invisible_ms: int) -> list[str | TubeSparkError]:
+        """CHANGE_MESSAGE_INVISIBLETIME of each receipt, all in flight at once (the broker has no batch form):
+        per receipt its new receipt, or the error that left it unchanged.
+
+        The broker writes a new checkpoint of that one message (start offset = the message's offset, pop time
+        = now) and acks the old one, so only the new receipt acks the message from then on; the answer
+        carries the new pop time, invisible time and revive queue, and the receipt is built from them as
+        RocketMQ's Java client does (docs/rocketmq/protocol.md, "Changing the invisible time")."""
+        sent: list[tuple[Receipt, str, Future[Command] | TubeSparkError]] = []
+        for text in receipts:
+            parsed = Receipt.parse(text)
+            what = f"change invisible time of {self.topic} offset {parsed.offset} on {parsed.broker_name}"
+            try:
+                address = self.client.read_candidates(MessageQueue(self.topic, parsed.broker_name, 0))[0]
+                cmd = headers.change_invisible_request(
+                    group=self.group, real_topic=parsed.real_topic(self.topic, self.group), queue_id=parsed.queue_id,
+                    offset=parsed.offset, receipt=text, invisible_ms=invisible_ms)
+                sent.append((parsed, what, self.client.call_async(address, cmd)))
+            except TubeSparkError as exc:
+                sent.append((parsed, what, exc))
+        out: list[str | TubeSparkError] = []
+        for parsed, what, pending in sent:
+            if isinstance(pending, TubeSparkError):
+                out.append(pending)
+                continue
+            try:
+                result = headers.read_change_invisible(
+                    wait_future(pending, self.client.settings.request_timeout_s, what), what)
+            except TubeSparkError as exc:
+                out.append(exc)
+                continue
+            out.append(str(Receipt(parsed.offset, result.pop_time, result.invisible_ms, result.revive_qid,
+                                   parsed.kind, parsed.broker_name, parsed.queue_id, parsed.offset)))
+        return out
 
     def ack(self, receipts: Iterable[str]) -> int:
         """Batch-ack ``receipts``; returns how many were sent. Raises the first broker's failure after
@@ -141,10 +174,11 @@ class PopConsumer:
             raise failure
         return sent
 
-    def backlog(self) -> int:
-        """Messages not popped yet by the group (topic and its retry topics): the broker's max offsets minus
-        the group's offsets, which a pop moves at once. A group with no offset counts from the queue's start."""
-        total = 0
+    def positions(self) -> dict[str, tuple[int, int]]:
+        """``{queue key: (max offset, group offset)}`` of the topic's and its retry topics' read queues (whose
+        offsets could be read this time). The group's offset moves when a message is popped; a group with no
+        offset counts from the queue's start (from its last message with ``startingOffsets=latest``)."""
+        out: dict[str, tuple[int, int]] = {}
         for topic in (self.topic, retry_topic(self.topic, self.group, "1"), retry_topic(self.topic, self.group, "2")):
             try:
                 queues = self.client.route(topic).read_queues()
@@ -162,7 +196,18 @@ class PopConsumer:
                     continue
                 if done is None and self.init_mode == headers.INIT_MODE_MAX and topic == self.topic:
                     done = max(low, high - 1)
-                total += max(0, high - (low if done is None else done))
+                out[mq.key] = (high, low if done is None else done)
+        return out
+
+    def backlog(self, target: Mapping[str, int] | None = None) -> int:
+        """Messages not popped yet by the group (topic and its retry topics): max offsets minus the group's
+        offsets, which a pop moves at once. With ``target`` (``{queue key: offset}``), only those below it:
+        what was there when ``target`` was taken (:meth:`positions`), the rest of a ``Trigger.AvailableNow``
+        run."""
+        total = 0
+        for key, (high, done) in self.positions().items():
+            end = high if target is None else min(high, target.get(key, 0))
+            total += max(0, end - done)
         return total
 
 

@@ -38,9 +38,6 @@ class RocketMQBatchReader(DataSourceReader):
     """``spark.read.format("rocketmq")``: exact ranges of every queue."""
 
     def __init__(self, options: RocketMQOptions) -> None:
-        if options.pop:
-            raise OptionError("consumeMode=pop is for streaming reads (acks follow a micro-batch's commit): use "
-                              "consumeMode=pull for a batch read")
         if options.starting_offsets == "group":
             raise OptionError("startingOffsets=group is for streaming reads; batch reads take earliest, latest "
                               "or JSON offsets")

@@ -119,8 +119,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     VERIFY_CHECKSUMS.spec(TERMS),
     OptionSpec("consumeMode", PULL, choice(PULL, POP), "`pull`: one Spark partition per message queue, exact "
                "offset ranges, exactly-once with the checkpoint. `pop`: executors pop messages (the broker "
-               "balances queues), rows carry `receiptHandle`, acks follow Spark's commit of the batch; "
-               "at-least-once (streaming only)."),
+               "balances queues), rows carry `receiptHandle`; streams ack after Spark's commit of the batch "
+               "(at-least-once, `Trigger.AvailableNow` reads what was there at the start), a batch read acks "
+               "what each task read (a consuming read)."),
     OptionSpec("group", None, _group, "Consumer group. Pull: where committed offsets are stored on commit "
                "(optional; needed for `startingOffsets=group`). Pop: required, the group the broker balances."),
     OptionSpec("includeProperties", "false", parse_bool, "Add a `properties` map<string,string> column with "
@@ -138,8 +139,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("popMaxMessages", "10000", parse_positive_int, "Pop: most messages one task pops per "
                "micro-batch."),
     OptionSpec("popInvisibleTimeMs", "120000", int_between(1000, 12 * 3600 * 1000), "Pop: how long popped "
-               "messages stay hidden. Keep it above a micro-batch's duration: messages not acked in time are "
-               "delivered again."),
+               "messages stay hidden at a time. Tasks, and the driver while receipts wait for the commit, extend "
+               "it (changeInvisibleTime) once half of it is left, so a batch may run longer; it bounds how long "
+               "a driver may be down between a batch's commit and its acks without that batch coming back."),
     OptionSpec("popPollMs", "1000", int_between(1, 20000), "Pop: how long one pop waits on the broker for "
                "messages; a task ends after a round of pops returned nothing."),
     OptionSpec("popReceiptsPath", None, parse_shared_directory, "Pop: directory where tasks leave the receipts "

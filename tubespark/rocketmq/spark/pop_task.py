@@ -12,6 +12,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import InputPartition
 
 from tubespark.core.shared_dir import SharedDir
+from tubespark.rocketmq.client.keeper import Keeper
 from tubespark.rocketmq.client.pop import PopConsumer, Popped, pop_until
 from tubespark.rocketmq.spark.clients import shared_client
 from tubespark.rocketmq.spark.options import RocketMQOptions
@@ -42,8 +43,14 @@ def receipt_name(index: int, task_attempt_id: int) -> str:
     return f"part-{index:05d}-attempt-{task_attempt_id:020d}.json"
 
 
-def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatch]:
-    """Executor side: pop, yield rows with their receipts, then record the receipts for the driver's ack.
+def read_pops(task: PopTask, options: RocketMQOptions, *, ack: bool = False) -> Iterator[pa.RecordBatch]:
+    """Executor side: pop, yield rows with their receipts, then record the receipts for the driver's ack (or,
+    with ``ack``, a batch read's, ack them here).
+
+    While the task holds popped messages a :class:`~tubespark.rocketmq.client.keeper.Keeper` extends their
+    invisible time, so a task slower than ``popInvisibleTimeMs`` does not see them delivered again; the
+    receipts recorded (or acked) are the newest, as a change voids the old ones. The ``receiptHandle``
+    column keeps the receipt of the pop.
 
     The receipt file is written only after Spark took every row of the task, and per attempt: the driver
     acks the last attempt of each task only, so rows of a failed attempt are never acked (they reappear).
@@ -54,35 +61,62 @@ def read_pops(task: PopTask, options: RocketMQOptions) -> Iterator[pa.RecordBatc
     schema = arrow_schema_for(read_schema(options.include_properties, pop=True))
     client = shared_client(options)
     init_mode = INIT_MODE_MAX if options.starting_offsets == "latest" else INIT_MODE_MIN
-    receipts: list[dict[str, str]] = []
     per_topic = max(1, options.pop_max_messages // len(options.topics))
-    for topic in options.topics:
-        consumer = PopConsumer(client, options.group, topic, invisible_ms=options.pop_invisible_time_ms,
-                               poll_ms=options.pop_poll_ms, init_mode=init_mode,
-                               verify_crc=options.verify_checksums, flt=options.filter)
-        popped = pop_until(consumer, per_topic, deadline_s=options.pop_invisible_time_ms / 1000 / 2)
-        by_broker: dict[str, list[Popped]] = {}
-        for item in popped:
-            by_broker.setdefault(item.broker_name, []).append(item)
-        for broker, items in sorted(by_broker.items()):
-            receipts.extend({"topic": topic, "receipt": item.receipt} for item in items)
-            yield to_record_batch([i.message for i in items], broker_name=broker, schema=schema,
-                                  receipts=[i.receipt for i in items])
+    consumers = {topic: PopConsumer(client, options.group, topic, invisible_ms=options.pop_invisible_time_ms,
+                                    poll_ms=options.pop_poll_ms, init_mode=init_mode,
+                                    verify_crc=options.verify_checksums, flt=options.filter)
+                 for topic in options.topics}
+    keeper = Keeper(consumers, options.pop_invisible_time_ms).start()
+    try:
+        for topic, consumer in consumers.items():
+            popped = pop_until(consumer, per_topic, deadline_s=options.pop_invisible_time_ms / 1000 / 2)
+            keeper.hold(topic, [item.receipt for item in popped])
+            by_broker: dict[str, list[Popped]] = {}
+            for item in popped:
+                by_broker.setdefault(item.broker_name, []).append(item)
+            for broker, items in sorted(by_broker.items()):
+                yield to_record_batch([i.message for i in items], broker_name=broker, schema=schema,
+                                      receipts=[i.receipt for i in items])
+    finally:
+        held = keeper.release()  # a task that failed or was abandoned leaves its messages to reappear
+    count = sum(len(r) for r in held.values())
+    if ack:
+        for topic, receipts in sorted(held.items()):
+            if receipts:
+                consumers[topic].ack(receipts)
+        log.info("pop task %d (batch read): %d messages acked, %d invisible-time extensions", task.index, count,
+                 keeper.renewed)
+        return
     context = TaskContext.get()
     name = receipt_name(task.index, context.taskAttemptId() if context else 0)
     target = SharedDir(task.receipts_dir, RECEIPTS_OPTION)
-    target.publish(name, json.dumps(receipts).encode())  # atomic: the driver never reads half a file
-    log.info("pop task %d of batch %d: %d messages; receipts in %r/%s", task.index, task.batch, len(receipts),
-             target, name)
+    records = [{"topic": topic, "receipt": r} for topic, receipts in held.items() for r in receipts]
+    target.publish(name, json.dumps(records).encode())  # atomic: the driver never reads half a file
+    log.info("pop task %d of batch %d: %d messages (%d invisible-time extensions); receipts in %r/%s", task.index,
+             task.batch, count, keeper.renewed, target, name)
+
+
+def last_attempts(receipts_dir: SharedDir) -> list[str]:
+    """The receipt files of the last attempt of every task of one batch."""
+    last: dict[str, str] = {}
+    for name in receipts_dir.names("part-*-attempt-*.json"):
+        last[name.split("-attempt-")[0]] = name  # sorted: the highest attempt wins
+    return sorted(last.values())
+
+
+def read_receipts(receipts_dir: SharedDir, name: str) -> list[tuple[str, str]]:
+    """``[(topic, receipt)...]`` of one receipt file."""
+    return [(item["topic"], item["receipt"]) for item in json.loads(receipts_dir.read(name))]
+
+
+def write_receipts(receipts_dir: SharedDir, name: str, receipts: list[tuple[str, str]]) -> None:
+    receipts_dir.publish(name, json.dumps([{"topic": t, "receipt": r} for t, r in receipts]).encode())
 
 
 def last_attempt_receipts(receipts_dir: SharedDir) -> dict[str, list[str]]:
     """``{topic: [receipt...]}`` of the last attempt of every task of one batch."""
-    last: dict[str, str] = {}
-    for name in receipts_dir.names("part-*-attempt-*.json"):
-        last[name.split("-attempt-")[0]] = name  # sorted: the highest attempt wins
     out: dict[str, list[str]] = {}
-    for name in last.values():
-        for item in json.loads(receipts_dir.read(name)):
-            out.setdefault(item["topic"], []).append(item["receipt"])
+    for name in last_attempts(receipts_dir):
+        for topic, receipt in read_receipts(receipts_dir, name):
+            out.setdefault(topic, []).append(receipt)
     return out

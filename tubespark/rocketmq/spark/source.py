@@ -5,13 +5,14 @@ Register it with ``tubespark.register(spark)`` (or ``spark.dataSource.register(R
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from tubespark.core.shared_dir import SharedDir
 from tubespark.rocketmq.spark import schema
 from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.pop_batch import PopBatchReader
 from tubespark.rocketmq.spark.pop_reader import PopStreamReader
 from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.spark.writer import RocketMQBatchWriter, RocketMQStreamWriter, check_sink_schema
@@ -32,8 +33,8 @@ class RocketMQDataSource(BrokerDataSource):
             SharedDir(options.pop_receipts_path, "popReceiptsPath").check()
         return PopStreamReader(options) if options.pop else PullStreamReader(options)
 
-    def batch_reader(self, options: RocketMQOptions) -> RocketMQBatchReader:
-        return RocketMQBatchReader(options)
+    def batch_reader(self, options: RocketMQOptions) -> DataSourceReader:
+        return PopBatchReader(options) if options.pop else RocketMQBatchReader(options)
 
     def batch_writer(self, options: RocketMQOptions) -> RocketMQBatchWriter:
         return RocketMQBatchWriter(options)
