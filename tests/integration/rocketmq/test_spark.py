@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.helpers import assert_pop_group_drained, run_pop_stream
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.client.pop import PopConsumer, pop_until
@@ -103,28 +104,11 @@ def test_pop_stream_acks_after_commit(spark, rocketmq_stack, rocketmq_topic, tmp
     frame = stream(spark, rocketmq_stack, topic, consumeMode="pop", group=group, startingOffsets="earliest",
                    popPartitions="3", popMaxMessages="100", popPollMs="300",
                    popReceiptsPath=str(tmp_path / "receipts")).select("value", "receiptHandle", "queueKey")
-    query = (frame.writeStream.format("memory").queryName("pop_" + group)
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="500 milliseconds").start())
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            seen = spark.sql(f"select value, receiptHandle from pop_{group}").collect()
-            if len({r.value for r in seen}) >= 500:
-                break
-            assert query.exception() is None, query.exception()
-            time.sleep(0.5)
-        time.sleep(2)  # let the last batch's commit ack it
-    finally:
-        query.stop()
+    seen = run_pop_stream(spark, frame, "pop_" + group, tmp_path / "ck", 500, "value, receiptHandle")
     assert {r.value for r in seen} == {f"p{i}".encode() for i in range(500)}
     assert all(len(r.receiptHandle.split(" ")) == 8 for r in seen)
     # every committed batch was acked: nothing comes back after the invisible time, nothing is waiting
-    with RocketMQClient([rocketmq_stack.namesrv_address]) as client:
-        consumer = PopConsumer(client, group, topic)
-        deadline = time.monotonic() + 20  # the broker commits a pop group's offsets asynchronously
-        while consumer.backlog() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert consumer.backlog() == 0
+    assert_pop_group_drained(rocketmq_stack.namesrv_address, group, topic)
     assert not any((tmp_path / "receipts").rglob("part-*.json")), "receipts of committed batches were not acked"
 
 

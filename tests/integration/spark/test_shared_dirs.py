@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +19,12 @@ from pathlib import Path
 import pytest
 from tubespark_testbed.hdfs import MiniHdfs
 
+from tests.integration.helpers import assert_pop_group_drained, run_pop_stream
 from tests.integration.helpers import produce as produce_tubemq
 from tests.integration.rocketmq.test_spark import produce as produce_rocketmq
 from tests.integration.rocketmq.test_spark import stream as rocketmq_stream
 from tubespark.core.shared_dir import SharedDir, SharedDirError
 from tubespark.formats import encode_inlongmsg
-from tubespark.rocketmq.client.client import RocketMQClient
-from tubespark.rocketmq.client.pop import PopConsumer
 from tubespark.tubemq.spark.read_task import skipped_bundles
 from tubespark.tubemq.wire.message import OutgoingMessage
 
@@ -76,26 +74,9 @@ def test_pop_receipts_travel_through_hdfs(spark, rocketmq_stack, rocketmq_topic,
     frame = rocketmq_stream(spark, rocketmq_stack, topic, consumeMode="pop", group=group, startingOffsets="earliest",
                             popPartitions="2", popMaxMessages="100", popPollMs="300",
                             popReceiptsPath=receipts).select("value")
-    query = (frame.writeStream.format("memory").queryName("pop_" + group)
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="500 milliseconds").start())
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            seen = spark.sql(f"select value from pop_{group}").collect()
-            if len({r.value for r in seen}) >= 200:
-                break
-            assert query.exception() is None, query.exception()
-            time.sleep(0.5)
-        time.sleep(2)  # the next trigger's latestOffset acks the last batch
-    finally:
-        query.stop()
+    seen = run_pop_stream(spark, frame, "pop_" + group, tmp_path / "ck", 200, timeout_s=90)
     assert {r.value for r in seen} == {f"h{i}".encode() for i in range(200)}
-    with RocketMQClient([rocketmq_stack.namesrv_address]) as client:
-        consumer = PopConsumer(client, group, topic)
-        deadline = time.monotonic() + 20  # the broker commits a pop group's offsets asynchronously
-        while consumer.backlog() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert consumer.backlog() == 0
+    assert_pop_group_drained(rocketmq_stack.namesrv_address, group, topic)
     (run,) = SharedDir(receipts, "popReceiptsPath").names()  # this query's run directory, on HDFS
     batches = SharedDir(receipts, "popReceiptsPath").child(run)
     left = [name for batch in batches.names("batch-*") for name in batches.child(batch).names("part-*.json")]
