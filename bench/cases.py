@@ -107,6 +107,7 @@ class Env:
     work_dir: Path
     partitions: int
     cpu: CpuMeter | None = None
+    tubemq_web_url: str = ""  # masterWebUrl: without it every batch read warns it cannot check the partitions
 
 
 def alternate(cases: list[Case], *, repeats: int, warmup: int, cpu: CpuMeter | None = None) -> None:
@@ -142,8 +143,9 @@ def _timed(action: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def _tubemq(env: Env, topic: str) -> Any:
-    return env.spark.read.format("tubemq").option("master", env.tubemq_master).option("topic", topic)
+def _tubemq(env: Env, topic: str, fmt: str = "tubemq") -> Any:
+    reader = env.spark.read.format(fmt).option("master", env.tubemq_master).option("topic", topic)
+    return reader.option("masterWebUrl", env.tubemq_web_url) if env.tubemq_web_url else reader
 
 
 def _noop(frame: DataFrame) -> None:
@@ -163,7 +165,7 @@ def tubespark_batch(env: Env, topic: str, rows: int, size: int) -> Run:
 
 
 def tubespark_batch_pure(env: Env, topic: str, rows: int, size: int) -> Run:
-    frame = env.spark.read.format("tubemq_purepython").option("master", env.tubemq_master).option("topic", topic)
+    frame = _tubemq(env, topic, "tubemq_purepython")
     return Run(_timed(lambda: _noop(frame.load())), rows, rows * size)
 
 

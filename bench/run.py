@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="host:port of an existing TubeMQ master (its topics bench_read_<size>, bench_write_<size>, "
                         "bench_bundled_<size>, "
                         "bench_latency, bench_memory must exist); default: start a local cluster")
+    p.add_argument("--tubemq-web-url", default=None,
+                   help="the master's web API (masterWebUrl) for --tubemq-master, so batch reads check every "
+                        "partition is served as a user's would; the local cluster's is passed by itself")
     p.add_argument("--cores", default="1,2", help="executor core counts to measure, comma separated")
     p.add_argument("--sizes", default=",".join(map(str, MESSAGE_SIZES)), help="message sizes in bytes")
     p.add_argument("--cases", default=",".join(ALL_CASES), help=f"subset of {','.join(ALL_CASES)}")
@@ -212,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             brokers = {"tubemq": [cluster.process("broker").pid] if cluster else [],
                        "kafka": [kafka.proc.pid] if kafka and kafka.proc else []}
             env = C.Env(spark=spark, cores=cores, tubemq_master=master, java=java,
+                        tubemq_web_url=args.tubemq_web_url or (cluster.master_web_url if cluster else ""),
                         kafka_bootstrap=kafka.bootstrap if kafka else None, work_dir=work_dir, partitions=partitions,
                         cpu=CpuMeter(jvm, {k: [p for p in v if p] for k, v in brokers.items()}))
             try:
