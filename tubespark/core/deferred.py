@@ -118,3 +118,48 @@ class DeferredRanges:
     def complete(self, key: str, start: int, end: int) -> None:
         """This attempt read the whole range: an earlier attempt's report of it no longer holds."""
         self.dir.discard(self._name(key, start, end))
+
+
+_unseen_warned: set[str] = set()  # directories this process warned it cannot share with the driver
+
+
+class TaskDeferral:
+    """A streaming read task's side, the ``defer`` of :func:`~tubespark.core.outage.read_through_outage`: report
+    the unread rest of ``key``'s ``[start, end)`` when its broker is down (if the driver can see the report), or,
+    once the whole range was read, clear an earlier attempt's report of it (:meth:`finish`).
+
+    ``where`` is the task's ``(location, scope, run_id)``, which the driver's stream reader puts in every task."""
+
+    def __init__(self, where: tuple[str, str, str], key: str, start: int, end: int) -> None:
+        location, scope, self.run_id = where
+        self.ranges = DeferredRanges(location, scope)
+        self.key, self.start, self.end = key, start, end
+        self.deferred = False
+
+    def __call__(self, offset: int) -> bool:
+        if offset >= self.end:
+            return False
+        if not self.ranges.visible(self.run_id):
+            if self.ranges.location not in _unseen_warned:
+                _unseen_warned.add(self.ranges.location)
+                log.warning("the read of %s [%d, %d) waits for its broker, holding the whole micro-batch: this "
+                            "executor does not see the driver's marker in %s; set deferredRangesPath to a "
+                            "directory the driver and the executors share (e.g. hdfs://namenode/dir) so a task "
+                            "leaves the rest of its range to the next batch instead", self.key, self.start,
+                            self.end, self.ranges.location)
+            return False
+        try:
+            self.ranges.record(Deferral(self.key, self.start, self.end, offset))
+        except SharedDirError as exc:
+            log.warning("cannot report the unread rest of %s [%d, %d) in %s (%s): waiting for the broker instead",
+                        self.key, self.start, self.end, self.ranges.location, exc)
+            return False
+        self.deferred = True
+        return True
+
+    def finish(self) -> None:
+        """The read ended without an error: a complete read clears an earlier attempt's report (a replayed or
+        retried task that read everything must not leave a remainder to be read twice). A failure to clear it
+        fails the task (Spark retries it) rather than risk that."""
+        if not self.deferred:
+            self.ranges.complete(self.key, self.start, self.end)

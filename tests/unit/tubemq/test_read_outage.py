@@ -177,7 +177,7 @@ def test_a_stream_task_gives_up_after_the_grace_and_reports_the_rest(task, link,
 def test_a_stream_task_that_cannot_share_its_report_waits_as_before(task, link, tmp_path, caplog):
     """No driver marker in the directory (an executor on another machine than a driver-local directory): the
     report would be lost, so the task waits for its broker and says once how to get the non-blocking behaviour."""
-    with caplog.at_level(logging.WARNING, logger="tubespark.tubemq.spark.read_task"):
+    with caplog.at_level(logging.WARNING, logger="tubespark.core.deferred"):
         values = read_with_outage(_stream_task(task, str(tmp_path / "elsewhere")), link, 20_000,
                                   back_after_s=DOWN_S)
     assert values == [b"m%d" % k for k in range(N)]

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.core.deferred import Deferral, DeferredRanges
+from tubespark.core.deferred import TaskDeferral
 from tubespark.core.native import announce
 from tubespark.core.outage import is_unreachable, read_attempt_s, read_through_outage
 from tubespark.core.shared_dir import SharedDir, SharedDirError
@@ -147,7 +147,7 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
     announce("TubeMQ wire hot path", HOT_PATH)
-    deferrer = _Deferrer(task) if defer and task.defer is not None else None
+    deferrer = TaskDeferral(task.defer, task.ref.key, task.start, task.end) if defer and task.defer else None
     if options.inlongmsg:
         yield from _read_bundles(task, options, outage_s, deferrer)
         return
@@ -224,55 +224,9 @@ def _is_outage(exc: BaseException) -> bool:
     return is_unreachable(exc) or isinstance(exc, ServerNotReadyError)
 
 
-_unseen_warned: set[str] = set()  # deferral directories this process warned it cannot share with the driver
-
-
-class _Deferrer:
-    """A streaming task's side of :mod:`tubespark.core.deferred`: report the unread rest of the range when the
-    broker is down (if the driver can see the report), or, once the whole range was read, clear an earlier
-    attempt's report of it."""
-
-    def __init__(self, task: QueueRange) -> None:
-        self.task = task
-        self.deferred = False
-        self.ranges: DeferredRanges | None = None
-        self.run_id = ""
-        if task.defer is not None:
-            location, scope, self.run_id = task.defer
-            self.ranges = DeferredRanges(location, scope)
-
-    def __call__(self, offset: int) -> bool:
-        task, ranges = self.task, self.ranges
-        if ranges is None or offset >= task.end:
-            return False
-        if not ranges.visible(self.run_id):
-            if ranges.location not in _unseen_warned:
-                _unseen_warned.add(ranges.location)
-                log.warning("the read of %s [%d, %d) waits for its broker, holding the whole micro-batch: this "
-                            "executor does not see the driver's marker in %s; set deferredRangesPath to a "
-                            "directory the driver and the executors share (e.g. hdfs://namenode/dir) so a task "
-                            "leaves the rest of its range to the next batch instead", task.ref.key, task.start,
-                            task.end, ranges.location)
-            return False
-        try:
-            ranges.record(Deferral(task.ref.key, task.start, task.end, offset))
-        except SharedDirError as exc:
-            log.warning("cannot report the unread rest of %s [%d, %d) in %s (%s): waiting for the broker instead",
-                        task.ref.key, task.start, task.end, ranges.location, exc)
-            return False
-        self.deferred = True
-        return True
-
-    def finish(self) -> None:
-        """The read ended without an error: a complete read clears an earlier attempt's report (a replayed or
-        retried task that read everything must not leave a remainder to read twice)."""
-        if self.ranges is not None and not self.deferred:
-            self.ranges.complete(self.task.ref.key, self.task.start, self.task.end)
-
-
 def _patiently(task: QueueRange, options: TubeMQOptions, outage_s: float | None,
                read: Callable[[PartitionRef, int, int], Iterator[T]],
-               defer: _Deferrer | None = None) -> Iterator[T]:
+               defer: TaskDeferral | None = None) -> Iterator[T]:
     """``read`` of the task's range, waiting for its broker while it is down (``outageTimeoutMs``), or, for a
     streaming task (``defer``), leaving the rest to the next batch."""
     ref = task.ref
@@ -284,7 +238,7 @@ def _patiently(task: QueueRange, options: TubeMQOptions, outage_s: float | None,
 
 
 def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | None,
-                  defer: _Deferrer | None) -> Iterator[pa.RecordBatch]:
+                  defer: TaskDeferral | None) -> Iterator[pa.RecordBatch]:
     """``payloadFormat=inlongmsg``: a row per record of every bundle in ``[start, end)``."""
     schema = arrow_schema(options.include_attributes, inlongmsg=True)
     ref = task.ref
