@@ -83,14 +83,15 @@ class DeferredRanges:
         """The deferrals of the batch that ended at ``positions``: a report counts when its planned end is its
         partition's position (the batch that just completed read up to there); any other report of a partition in
         ``positions`` is stale (an older batch's, already moved into the offsets) and is deleted. Reports of
-        other partitions are left alone: another query of the same group may be reading them."""
+        other partitions are left alone: another query of the same group may be reading them. Raises
+        :class:`SharedDirError` when the directory cannot be listed, read or cleaned."""
         out: dict[str, Deferral] = {}
         for name in self.dir.names("*.json"):
-            try:
+            try:  # a SharedDirError passes: the caller plans no batch rather than miss a remainder
                 doc = json.loads(self.dir.read(name))
                 found = Deferral(str(doc["partition"]), int(doc["start"]), int(doc["end"]), int(doc["reached"]))
-            except (SharedDirError, ValueError, KeyError, TypeError) as exc:  # being replaced: seen next trigger
-                log.info("cannot read the deferred range %s in %r: %s", name, self.dir, exc)
+            except (ValueError, KeyError, TypeError) as exc:  # published whole, so not ours: leave it
+                log.warning("ignoring %s in %r: not a deferred-range report (%s)", name, self.dir, exc)
                 continue
             if found.key not in positions:
                 continue  # another query of the group may read it

@@ -299,7 +299,12 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_read = parsed.fingerprints  # checked by _plan_once (_check_reuse)
         self._recorded_origins = parsed.origins
         self._origins.check(start, parsed.origins)  # a restart's first plan: the checkpoint's cluster and topics
-        deferred = self._take_deferrals(start, parsed.fingerprints)
+        try:
+            deferred = self._take_deferrals(start, parsed.fingerprints)
+        except SharedDirError as exc:  # planning on could pass over a remainder for good: plan no batch now
+            log.warning("no batch of the %s stream this trigger: cannot read the deferred ranges (option "
+                        "deferredRangesPath): %s", self.source, exc)
+            return raw_start
         plan = self._plan_until_readable(start, admission)
         if not plan.moves(start) and not deferred:
             return raw_start  # the very same offsets: Spark plans no (empty) batch
@@ -323,12 +328,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         reports = self.deferred_ranges()
         if reports is None:
             return {}
-        try:
-            found = reports.take(start)
-        except SharedDirError as exc:  # unread reports stay: the batch after the next one reads them
-            log.warning("cannot read the deferred ranges of the %s stream in %s (option deferredRangesPath): %s",
-                        self.source, reports.location, exc)
-            return {}
+        found = reports.take(start)  # SharedDirError: see _next_end
         for key, deferral in sorted(found.items()):
             log.warning("partition %s: the read task of [%d, %d) could not reach its broker and read up to %d; the "
                         "next batches read on from %d once the broker is back", key, deferral.start, deferral.end,

@@ -15,6 +15,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tubespark.core.deferred import Deferral, DeferredRanges
+from tubespark.core.shared_dir import SharedDirError
 from tubespark.spark.offsets import BatchOffsets
 from tubespark.spark.planning import Bounds
 from tubespark.spark.stream_engine import StreamEngine, Survey
@@ -147,3 +148,18 @@ def test_a_complete_attempt_clears_an_earlier_attempts_report(reports):
     reports.record(Deferral("a", 40, 100, 60))
     reports.complete("a", 40, 100)
     assert reports.take({"a": 100}) == {}
+
+
+def test_a_reports_directory_that_cannot_be_read_plans_no_batch(reports, monkeypatch):
+    """Planning on without the reports could pass over a remainder for good: no batch until they can be read."""
+    engine = _Engine(_options(), reports)
+    engine.high["b"] = 150
+    start = {"a": 100, "b": 100}
+
+    def unreachable(positions):
+        raise SharedDirError("cannot list", option="deferredRangesPath", location="x")
+
+    monkeypatch.setattr(reports, "take", unreachable)
+    assert engine.latestOffset(dict(start), ReadAllAvailable()) == start
+    monkeypatch.undo()
+    assert engine.latestOffset(dict(start), ReadAllAvailable()) == {"a": 100, "b": 150}
