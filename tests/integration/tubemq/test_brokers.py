@@ -441,6 +441,7 @@ def test_a_stream_goes_on_while_a_crashed_broker_holds_a_batch_in_flight(spark, 
         print(f"broker 3 down {time.monotonic() - down_at:.0f} s; deferrals {moved}")
     finally:
         query.stop()
+        cluster.wait_back()  # the next test publishes to broker 3: its registration must be through
 
 
 def test_a_read_task_on_a_crashed_broker_waits_for_it_and_reads_its_range_once(tubemq_brokers, caplog):
