@@ -129,6 +129,7 @@ def read_attempt_s(retry_s: float, request_timeout_s: float) -> float:
 
 def read_through_outage(read: Callable[[int], Iterable[T]], *, start: int, retry_s: float, outage_s: float,
                         what: str, is_outage: OutageTest = is_unreachable, warn_every_s: float = WARN_EVERY_S,
+                        defer: Callable[[int], bool] | None = None,
                         sleep: Callable[[float], None] = time.sleep,
                         clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
     """Yield what ``read(start)`` yields; when the read gives up on its broker, wait for it and read on.
@@ -145,6 +146,10 @@ def read_through_outage(read: Callable[[int], Iterable[T]], *, start: int, retry
       ``reached``; after the whole wait it fails with :class:`BrokerUnavailableError` (retriable);
     * any other retriable fault (a busy broker, data not visible yet) keeps the reader's ``retry_s``
       without progress, then its :class:`RangeReadError` is raised; other errors pass through at once.
+
+    ``defer`` (a streaming task, :mod:`tubespark.core.deferred`): at the first outage fault, ``defer(offset)``
+    is asked to hand ``[offset, end)`` to the next micro-batch; when it says yes the read ends there (its
+    rows so far are the task's), otherwise it waits as above.
 
     ``outage_s == 0`` (or below ``retry_s``) leaves the reader's ``retry_s`` as the only bound. After an outage
     fault, other faults get ``retry_s`` from that fault on (a restarted broker answers "not ready" for a moment).
@@ -179,6 +184,13 @@ def read_through_outage(read: Callable[[int], Iterable[T]], *, start: int, retry
             now = clock()
             if outage:
                 unreachable = now
+                if defer is not None:
+                    if defer(offset):
+                        log.warning("%s: the broker is unreachable (%s: %s); this task ends at offset %d and the "
+                                    "next micro-batch reads on from there once the broker is back", what,
+                                    type(cause).__name__, cause, offset)
+                        return
+                    defer = None  # asked once: wait as before
             since = progress if outage else unreachable
             budget = max(retry_s, outage_s) if outage else retry_s
             if now - since >= budget:

@@ -208,6 +208,18 @@ class SharedDir:
         except Exception as exc:
             raise self._error(f"read {name} in", exc) from exc
 
+    def discard(self, name: str) -> None:
+        """Delete the published file ``name`` (nothing when there is none)."""
+        fs, path, _ = self._fs()
+        try:
+            fs.rm_file(posixpath.join(path, name))
+        except FileNotFoundError:
+            return
+        except Exception as exc:
+            if isinstance(exc, OSError) and not fs.exists(posixpath.join(path, name)):
+                return  # some filesystems say "not found" in their own words
+            raise self._error(f"delete {name} in", exc) from exc
+
     def remove(self) -> None:
         """Delete the directory and everything in it (nothing when it is gone already)."""
         fs, path, _ = self._fs()

@@ -34,6 +34,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from tubespark.core.deferred import Deferral, DeferredRanges
+from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
 from tubespark.spark.offsets import BatchOffsets, Offsets
 from tubespark.spark.origins import Origin, OriginMarks
@@ -105,6 +107,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                     self.origin_advice)
         self._recorded_origins: Offsets = {}  # the start's #origin marks
         self._bounds_now: Mapping[str, Bounds] = {}  # this trigger's survey (a loss note looks at its scope)
+        self._floors: Offsets = {}  # key -> where a deferred remainder starts: commit() never stores past it
+        self.deferrals: list[Deferral] = []
+        """Every remainder a read task handed to a later batch (its broker was down), in this process."""
         self._lock = threading.RLock()  # reentrant: a SIGTERM hook may call stop() in a thread holding it
 
     # --- the broker's hooks ------------------------------------------------------------------------
@@ -132,6 +137,11 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def store_offsets(self, offsets: Offsets) -> None:
         """Store a committed batch's end on the broker (group offsets), best effort; none by default."""
+
+    def deferred_ranges(self) -> DeferredRanges | None:
+        """Where this query's read tasks report the rest of a range they left to the next batch because its
+        broker was down (:mod:`tubespark.core.deferred`); ``None`` (the default): tasks wait for the broker."""
+        return None
 
     def close(self) -> None:
         """Release the driver's connections."""
@@ -267,8 +277,15 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.read_partition(partition)
 
     def commit(self, end: Offsets) -> None:
-        """Spark committed a batch ending at ``end``: store it on the broker where the broker keeps offsets."""
-        self.store_offsets(BatchOffsets.parse(end).positions)
+        """Spark committed a batch ending at ``end``: store it on the broker where the broker keeps offsets.
+        Spark commits a batch after planning the next one, so a partition whose remainder was deferred at that
+        plan is stored at the remainder's start, never past it."""
+        positions = BatchOffsets.parse(end).positions
+        with self._lock:
+            for key, floor in self._floors.items():
+                if key in positions and positions[key] > floor:
+                    positions[key] = floor
+        self.store_offsets(positions)
 
     def stop(self) -> None:
         with self._lock:
@@ -282,16 +299,45 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_read = parsed.fingerprints  # checked by _plan_once (_check_reuse)
         self._recorded_origins = parsed.origins
         self._origins.check(start, parsed.origins)  # a restart's first plan: the checkpoint's cluster and topics
+        try:
+            deferred = self._take_deferrals(start, parsed.fingerprints)
+        except SharedDirError as exc:  # planning on could pass over a remainder for good: plan no batch now
+            log.warning("no batch of the %s stream this trigger: cannot read the deferred ranges (option "
+                        "deferredRangesPath): %s", self.source, exc)
+            return raw_start
         plan = self._plan_until_readable(start, admission)
-        if not plan.moves(start):
+        if not plan.moves(start) and not deferred:
             return raw_start  # the very same offsets: Spark plans no (empty) batch
         self._last_batch_at = time.monotonic()
         starts = dict(plan.starts)
+        for key, deferral in deferred.items():  # Spark computes ranges from the previous end, which holds the
+            starts.setdefault(key, deferral.reached)  # remainder's end: the #from mark says where it starts
         if raw_start == self._initial:  # batch 0 of a new query carries its start (replays read the same)
             for key, offset in start.items():
                 starts.setdefault(key, offset)
         return BatchOffsets(plan.end, starts, self._fingerprints(start, parsed.fingerprints, plan),
                             self._origins.marks(plan.end, parsed.origins)).to_spark()
+
+    def _take_deferrals(self, start: Offsets, fingerprints: Offsets) -> dict[str, Deferral]:
+        """Move back, in ``start``, each partition whose read task in the batch that just ended left the rest of
+        its range unread (its broker was down): the next batch reads it from there (with what came after) once
+        the broker is back. The moved offset goes into the next batch's end, so Spark's offset log replays the
+        same. Its ``#last`` mark (of the message below the old end, unread) is dropped with it."""
+        for key in [key for key, floor in self._floors.items() if start.get(key) != floor]:
+            del self._floors[key]  # the remainder was read (or the partition left the query)
+        reports = self.deferred_ranges()
+        if reports is None:
+            return {}
+        found = reports.take(start)  # SharedDirError: see _next_end
+        for key, deferral in sorted(found.items()):
+            log.warning("partition %s: the read task of [%d, %d) could not reach its broker and read up to %d; the "
+                        "next batches read on from %d once the broker is back", key, deferral.start, deferral.end,
+                        deferral.reached, deferral.reached)
+            start[key] = self._floors[key] = deferral.reached
+            fingerprints.pop(key, None)
+            self._checked.pop(key, None)
+            self.deferrals.append(deferral)
+        return found
 
     def _plan_until_readable(self, start: Offsets, admission: Admission) -> Plan:
         plan, stuck = self._plan_once(start, admission)

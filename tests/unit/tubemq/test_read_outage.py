@@ -13,6 +13,7 @@ connections dropped, new ones refused, as a killed broker's port does), "back" a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -22,6 +23,8 @@ import pytest
 from tubespark_testbed.faultproxy import FaultProxy
 
 from tests.doubles.fakebroker import FakeBroker
+from tubespark.core.deferred import Deferral, DeferredRanges
+from tubespark.core.outage import read_attempt_s
 from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, RangeReadError, ServerBusyError
 from tubespark.tubemq.spark.batch_reader import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
@@ -147,3 +150,44 @@ def test_a_busy_broker_is_no_outage_and_keeps_the_readers_budget(task, broker):
         list(read_range(task, options(60_000)))
     assert time.monotonic() - started < OLD_BUDGET_S + 3
     assert isinstance(caught.value.__cause__, ServerBusyError)
+
+
+# --- a streaming task leaves the rest of its range to the next batch (tubespark/core/deferred.py) -------------
+
+
+def _stream_task(task: QueueRange, location: str) -> QueueRange:
+    return dataclasses.replace(task, defer=(location, "outage_reader", "run1"))
+
+
+def test_a_stream_task_gives_up_after_the_grace_and_reports_the_rest(task, link, tmp_path, caplog):
+    """Fails before the change (no deferral): the task waits the whole outageTimeoutMs (60 s here)."""
+    reports = DeferredRanges(str(tmp_path), "outage_reader")
+    reports.announce("run1")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="tubespark.core.outage"):
+        values = read_with_outage(_stream_task(task, str(tmp_path)), link, 60_000, back_after_s=None)
+    elapsed = time.monotonic() - started
+    assert values == [b"m%d" % k for k in range(BATCH)], "the rows read before the broker went down"
+    assert elapsed < read_attempt_s(OLD_BUDGET_S, REQUEST_TIMEOUT_MS / 1000) + 3, "one short try, no wait"
+    assert reports.take({task.ref.key: task.end}) == {
+        task.ref.key: Deferral(task.ref.key, 0, 28 * N, 28 * BATCH)}
+    assert any("the next micro-batch reads on from there" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stream_task_that_cannot_share_its_report_waits_as_before(task, link, tmp_path, caplog):
+    """No driver marker in the directory (an executor on another machine than a driver-local directory): the
+    report would be lost, so the task waits for its broker and says once how to get the non-blocking behaviour."""
+    with caplog.at_level(logging.WARNING, logger="tubespark.core.deferred"):
+        values = read_with_outage(_stream_task(task, str(tmp_path / "elsewhere")), link, 20_000,
+                                  back_after_s=DOWN_S)
+    assert values == [b"m%d" % k for k in range(N)]
+    assert any("set deferredRangesPath" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stream_task_that_reads_everything_clears_an_earlier_attempts_report(task, tmp_path):
+    reports = DeferredRanges(str(tmp_path), "outage_reader")
+    reports.announce("run1")
+    reports.record(Deferral(task.ref.key, 0, 28 * N, 28 * BATCH))
+    rows = sum(batch.num_rows for batch in read_range(_stream_task(task, str(tmp_path)), options(60_000)))
+    assert rows == N
+    assert reports.take({task.ref.key: task.end}) == {}, "a replayed batch that read it all leaves no remainder"

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.deferred import TaskDeferral
 from tubespark.core.native import announce
 from tubespark.core.outage import is_unreachable, read_attempt_s, read_through_outage
 from tubespark.core.shared_dir import SharedDir, SharedDirError
@@ -55,6 +56,9 @@ class QueueRange(InputPartition):
     end: int
     read_group: str
     client_id: str
+    defer: tuple[str, str, str] | None = None
+    """A streaming task: ``(location, scope, run_id)`` of the :class:`DeferredRanges` it hands the rest of its
+    range to when its broker is down; ``None`` (batch reads, the driver's own reads): wait for the broker."""
 
     @property
     def ref(self) -> PartitionRef:
@@ -134,15 +138,18 @@ def skipped_bundles(path: str) -> SkippedBundles:
     return SkippedBundles(sum(by_partition.values()), by_partition, ranges)
 
 
-def read_range(task: InputPartition, options: TubeMQOptions, *,
-               outage_s: float | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float | None = None,
+               defer: bool = True) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go. A broker
-    that is down is waited for ``outage_s`` (by default ``outageTimeoutMs``; the driver's own reads pass 0)."""
+    that is down is waited for ``outage_s`` (by default ``outageTimeoutMs``; the driver's own reads pass 0),
+    unless the task is a stream's (:attr:`QueueRange.defer`, and ``defer``): then the rest of the range is left
+    to the next micro-batch after the reader's first try (:mod:`tubespark.core.deferred`)."""
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
     announce("TubeMQ wire hot path", HOT_PATH)
+    deferrer = TaskDeferral(task.defer, task.ref.key, task.start, task.end) if defer and task.defer else None
     if options.inlongmsg:
-        yield from _read_bundles(task, options, outage_s)
+        yield from _read_bundles(task, options, outage_s, deferrer)
         return
     schema = arrow_schema(options.include_attributes)
     ref = task.ref
@@ -151,7 +158,7 @@ def read_range(task: InputPartition, options: TubeMQOptions, *,
     replays = ReplayFilter()
     hinted = False
     try:
-        for columns in _patiently(task, options, outage_s, reader.read_columns):
+        for columns in _patiently(task, options, outage_s, reader.read_columns, deferrer):
             if not hinted and len(columns):
                 hinted = True  # the first messages tell: a topic of InLong bundles holds little else
                 hint_inlong_bundles(columns, ref.key)
@@ -160,6 +167,8 @@ def read_range(task: InputPartition, options: TubeMQOptions, *,
             if columns:
                 yield to_record_batch(columns, topic=task.topic, partition_key=ref.key, broker_id=task.broker_id,
                                       partition_id=task.partition_id, schema=schema)
+        if deferrer is not None:
+            deferrer.finish()
     except UnknownTopicError as exc:
         if options.fail_on_data_loss:
             raise DataLossError(f"partition {ref.key} vanished while offsets [{task.start}, {task.end}) were "
@@ -216,17 +225,20 @@ def _is_outage(exc: BaseException) -> bool:
 
 
 def _patiently(task: QueueRange, options: TubeMQOptions, outage_s: float | None,
-               read: Callable[[PartitionRef, int, int], Iterator[T]]) -> Iterator[T]:
-    """``read`` of the task's range, waiting for its broker while it is down (``outageTimeoutMs``)."""
+               read: Callable[[PartitionRef, int, int], Iterator[T]],
+               defer: TaskDeferral | None = None) -> Iterator[T]:
+    """``read`` of the task's range, waiting for its broker while it is down (``outageTimeoutMs``), or, for a
+    streaming task (``defer``), leaving the rest to the next batch."""
     ref = task.ref
     return read_through_outage(lambda offset: read(ref, offset, task.end), start=task.start, is_outage=_is_outage,
-                               retry_s=_retry_s(options),
+                               retry_s=_retry_s(options), defer=defer,
                                outage_s=options.outage_timeout_ms / 1000 if outage_s is None else outage_s,
                                what=f"read of partition {ref.key} [{task.start}, {task.end}) from broker "
                                     f"{ref.broker.address}")
 
 
-def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | None) -> Iterator[pa.RecordBatch]:
+def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | None,
+                  defer: TaskDeferral | None) -> Iterator[pa.RecordBatch]:
     """``payloadFormat=inlongmsg``: a row per record of every bundle in ``[start, end)``."""
     schema = arrow_schema(options.include_attributes, inlongmsg=True)
     ref = task.ref
@@ -237,7 +249,7 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
     skipped = SkipCounter()
     messages_read = rows = 0
     try:
-        for messages in _patiently(task, options, outage_s, reader.read_batches):
+        for messages in _patiently(task, options, outage_s, reader.read_batches, defer):
             messages_read += len(messages)
             decoded = decode_bundles(messages, ref.key, options.ignore_parse_errors, skipped)
             if decoded:
@@ -247,6 +259,8 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
                 rows += batch.num_rows
                 if batch.num_rows:
                     yield batch
+        if defer is not None:
+            defer.finish()
     except UnknownTopicError as exc:
         if options.fail_on_data_loss:
             raise DataLossError(f"partition {ref.key} vanished while offsets [{task.start}, {task.end}) were "

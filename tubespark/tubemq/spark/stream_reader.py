@@ -32,7 +32,9 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.deferred import DeferredRanges
 from tubespark.core.retry import RetryPolicy, call_with_retry
+from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import (
     AvailableNowIncompleteError,
     BrokerConnectionError,
@@ -123,6 +125,8 @@ class TubeStreamReader(StreamEngine):
         self._stored: Offsets = {}
         self._down: set[str] = set()  # brokers that did not take this trigger's offsets: planned nothing
         self._last_reader: BrokerClient | None = None  # fingerprint reads: one client (and connection per broker)
+        self._deferred: DeferredRanges | None = None
+        self._deferred_failed = False
         self.skipped_bundles = 0
         """Messages read tasks skipped as unparseable so far (``skippedBundlesPath``; ``ignoreParseErrors``)."""
 
@@ -390,6 +394,23 @@ class TubeStreamReader(StreamEngine):
 
     # --- tasks and offsets ----------------------------------------------------------------------------
 
+    def deferred_ranges(self) -> DeferredRanges | None:
+        """The group's deferred-range reports (``deferOnOutage``), this run's marker published on first use; a
+        directory that cannot be written leaves the tasks waiting for their brokers, as before (said once)."""
+        if not self.options.defer_on_outage or self._deferred_failed:
+            return None
+        if self._deferred is None:
+            reports = DeferredRanges(self.options.deferred_ranges_path, self.read_group)
+            try:
+                reports.announce(self.run_id)
+            except SharedDirError as exc:
+                self._deferred_failed = True
+                log.warning("read tasks of this query wait for a broker that is down (and hold the query): the "
+                            "deferredRangesPath directory cannot be written: %s", exc)
+                return None
+            self._deferred = reports
+        return self._deferred
+
     def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
         missing = [key for key in ranges if key not in self.member.refs]
         if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
@@ -402,6 +423,8 @@ class TubeStreamReader(StreamEngine):
             for parts in layouts.values():
                 self.member.refs.update({p.key: p for p in parts})
             self.member.refs.update(self._configured_refs([k for k in missing if k not in self.member.refs]))
+        reports = self.deferred_ranges()
+        defer = None if reports is None else (reports.location, self.read_group, self.run_id)
         tasks: list[InputPartition] = []
         for key, (low, high) in ranges.items():
             ref = self.member.refs.get(key)
@@ -413,7 +436,7 @@ class TubeStreamReader(StreamEngine):
                 continue
             client_id = f"{self.read_group}.{self.run_id}.{ref.broker_id}.{ref.partition_id}.{ref.topic}"
             tasks.append(QueueRange(ref.broker_id, ref.host, ref.port, ref.topic, ref.partition_id, low, high,
-                                    self.read_group, client_id))
+                                    self.read_group, client_id, defer))
         return tasks
 
     def _configured_refs(self, keys: Sequence[str]) -> dict[str, PartitionRef]:
@@ -452,7 +475,7 @@ class TubeStreamReader(StreamEngine):
         every trigger of the query for ``outageTimeoutMs`` (it is tried again at a later trigger)."""
         if not isinstance(partition, QueueRange):
             raise TypeError(f"a tubemq read task is a QueueRange, not {type(partition).__name__}")
-        return read_range(partition, self.options, outage_s=0)
+        return read_range(partition, self.options, outage_s=0, defer=False)
 
     def store_offsets(self, offsets: Offsets) -> None:
         """Store ``offsets`` as the group's for the partitions held (commitToGroup); never raises. Brokers
@@ -476,6 +499,8 @@ class TubeStreamReader(StreamEngine):
                 log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group, exc)
 
     def close(self) -> None:
+        if self._deferred is not None:
+            self._deferred.withdraw(self.run_id)
         reader, self._last_reader = self._last_reader, None
         if reader is not None:
             reader.close()
