@@ -166,3 +166,29 @@ def test_a_send_rides_out_an_outage_of_every_broker_within_the_outage_window(mas
     finally:
         healer.cancel()
         producer.close()
+
+
+def test_a_broker_the_master_stops_listing_is_routed_around_and_the_log_says_so(master, brokers, caplog):
+    """A crashed or stopped broker leaves the master's placement once its registration lapses, often before a
+    send to it failed: the sink then routes around it without any failure to log, and used to say nothing."""
+    _one, two = brokers
+    producer = Producer(master.address, fast_settings(heartbeat_interval_s=0.1), max_retries=2)
+    producer.start()
+    try:
+        producer.publish([TOPIC], timeout_s=5)
+        assert {p.broker_id for p in producer.partitions(TOPIC)} == {1, 2}
+        with caplog.at_level(logging.WARNING, logger="tubespark.tubemq.client.producer"):
+            master.brokers.remove(two)  # the master no longer lists broker 2's partitions
+            deadline = time.monotonic() + 5
+            while {p.broker_id for p in producer.partitions(TOPIC)} != {1} and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert {producer.send(TOPIC, OutgoingMessage(b"x")).partition.broker_id for _ in range(4)} == {1}
+            master.brokers.append(two)
+            while {p.broker_id for p in producer.partitions(TOPIC)} != {1, 2} and time.monotonic() < deadline:
+                time.sleep(0.05)
+        messages = [r.getMessage() for r in caplog.records]
+        assert any(m.startswith(f"TubeMQ broker 2 ({two.address}) no longer serves topic {TOPIC}")
+                   and "other brokers" in m for m in messages), messages
+        assert any(m.startswith(f"TubeMQ broker 2 ({two.address}) serves topic {TOPIC} again") for m in messages)
+    finally:
+        producer.close()

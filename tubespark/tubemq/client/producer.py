@@ -238,12 +238,18 @@ class Producer:
             return
         self._update_brokers(response.brokerCheckSum, response.brokerInfos)
         self._update_auth(response)
+        moves = []
         with self._lock:
             for text in response.topicInfos:
                 layout = TopicLayout.parse(text, self._brokers)
+                before = self._layouts.get(layout.topic)
+                if before is not None and before.partitions:
+                    moves.append((layout.topic, _brokers_of(before), _brokers_of(layout)))
                 self._layouts[layout.topic] = layout
                 if layout.partitions:
                     self._served.add(layout.topic)
+        for topic, before_brokers, now_brokers in moves:
+            _log_placement(topic, before_brokers, now_brokers)
 
     def _register(self) -> None:
         request = mpb.RegisterRequestP2M(clientId=self.client_id, topicList=sorted(self._topics),
@@ -576,3 +582,21 @@ class Producer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _brokers_of(layout: TopicLayout) -> dict[int, str]:
+    return {p.broker_id: p.broker.address for p in layout.partitions}
+
+
+def _log_placement(topic: str, before: dict[int, str], now: dict[int, str]) -> None:
+    """Say when the master stops or starts listing a broker's partitions of ``topic``: a broker that crashed or
+    stopped leaves the placement once its registration lapses, often before any send to it failed (which
+    :meth:`Producer._shield` would log), and the user should see that the sink now routes around it."""
+    for broker_id in sorted(before.keys() - now.keys()):
+        if now:
+            log.warning("TubeMQ broker %d (%s) no longer serves topic %s (the master stopped listing its "
+                        "partitions: down or stopped); the producer sends to the other brokers' partitions",
+                        broker_id, before[broker_id], topic)
+    for broker_id in sorted(now.keys() - before.keys()):
+        log.warning("TubeMQ broker %d (%s) serves topic %s again; the producer places messages on it again",
+                    broker_id, now[broker_id], topic)
