@@ -98,6 +98,7 @@ def spark():
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.python.worker.faulthandler.enabled", "true")  # a crashed worker's stack in the log
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     tubespark.register(session)

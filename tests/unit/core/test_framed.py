@@ -731,7 +731,9 @@ def test_pool_keeps_one_connection_per_address() -> None:
     with ToyPeer() as a, ToyPeer() as b:
         pool = toy_pool()
         try:
-            assert pool.get(a.address) is not pool.get(b.address)
+            first_a = pool.get(a.address)
+            assert first_a is not pool.get(b.address)
+            assert first_a.call("a", text, 1.0) == "a"  # answered, so the peer has counted its accept
             pool.drop(a.address)
             assert pool.get(b.address).call("b", text, 1.0) == "b"
             assert a.accepted == 1
