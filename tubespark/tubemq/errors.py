@@ -10,7 +10,7 @@ ones in :mod:`tubespark.tubemq.wire.errcodes` (docs/tubemq/protocol.md#error-cod
 
 from __future__ import annotations
 
-from tubespark.errors import BrokerConnectionError, BrokerError, CodecError, TubeSparkError
+from tubespark.errors import BrokerConnectionError, BrokerError, CodecError, ServerBusyError, TubeSparkError
 
 # --- frame and envelope (docs/tubemq/protocol.md) ---------------------------------------------------
 
@@ -52,6 +52,14 @@ class ServerNotReadyError(RpcError):
     graceful broker restart). Nothing was handled; the same call succeeds once it runs."""
 
     retriable = True
+
+
+class ServiceStoppedError(ServerBusyError):
+    """TubeMQ code 503: the broker's read or write service is not running. A broker answers so while it shuts
+    down gracefully (SIGTERM: its port accepts and answers for the whole stop, 36 s seen in a rolling restart),
+    before its store is started, and when its store failed. That is the broker being away, not overloaded, so a
+    read takes it for an outage (a stream's task leaves the rest of its range to the next micro-batch at once)
+    instead of spending its retries on it (docs/tubemq/protocol.md, error codes)."""
 
 
 class NoMasterAvailableError(BrokerConnectionError):

@@ -32,7 +32,7 @@ from tubespark.errors import (
     UnknownTopicError,
     unwrap,
 )
-from tubespark.tubemq.errors import GroupConflictError, NotRegisteredError, PartitionOccupiedError
+from tubespark.tubemq.errors import GroupConflictError, NotRegisteredError, PartitionOccupiedError, ServiceStoppedError
 from tubespark.tubemq.wire.errcodes import error_for_code
 
 PACKAGE = Path(__file__).resolve().parents[3] / "tubespark"
@@ -93,8 +93,8 @@ def test_the_shared_module_holds_only_broker_neutral_kinds() -> None:
 
 @pytest.mark.parametrize(("broker", "names"), [
     ("tubemq", {"BadTokenError", "ProtobufDecodeError", "RpcError", "StandbyMasterError", "NoMasterAvailableError",
-                "ServerNotReadyError", "NotAMasterError", "PartitionOccupiedError", "NotRegisteredError",
-                "GroupConflictError",
+                "ServerNotReadyError", "ServiceStoppedError", "NotAMasterError", "PartitionOccupiedError",
+                "NotRegisteredError", "GroupConflictError",
                 "AdminApiError", "BundleParseError"}),
     ("tank", {"TankProtocolError", "BundleFormatError", "TruncatedFieldError", "LeaderMovedError",
               "BoundaryFaultError"}),
@@ -134,8 +134,8 @@ RETRIABLE = {
     # passing conditions of the connection or the server: the same call may succeed after a backoff
     "BrokerConnectionError", "RpcTimeoutError", "BrokerUnavailableError", "NoDataError", "ServerBusyError",
     "RangeReadError",
-    "StandbyMasterError", "ServerNotReadyError", "NoMasterAvailableError", "PartitionOccupiedError",
-    "NotRegisteredError",
+    "StandbyMasterError", "ServerNotReadyError", "ServiceStoppedError", "NoMasterAvailableError",
+    "PartitionOccupiedError", "NotRegisteredError",
     "LeaderMovedError", "NoNameServerAvailableError", "NoPermissionError",
     "PartitionsUnavailableError",  # a broker that does not serve now may come back
 }
@@ -197,7 +197,8 @@ def test_the_retry_helper_retries_what_is_retriable_and_nothing_else() -> None:
     (455, AuthError, False),
     *[(code, GroupConflictError, False) for code in range(424, 431)],
     (400, BadRequestError, False),
-    (503, ServerBusyError, True),
+    (500, ServerBusyError, True),
+    (503, ServiceStoppedError, True),
 ])
 def test_error_for_code(code: int, cls: type[BrokerError], retriable: bool) -> None:
     err = error_for_code(code, "server says no", context="get 1:t:0")

@@ -16,7 +16,7 @@ from tubespark.errors import (
     UnknownTopicError,
 )
 from tubespark.tubemq.client.broker import BrokerClient, Position
-from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError
+from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError, ServiceStoppedError
 from tubespark.tubemq.wire.constants import Method, ReadStatus
 from tubespark.tubemq.wire.formats import PartitionRef
 
@@ -151,7 +151,8 @@ def test_unknown_topic(broker, client):
     (Method.BROKER_REGISTER, 411, NotRegisteredError),
     (Method.GET_MESSAGE, 404, NoDataError),
     (Method.GET_MESSAGE, 411, NotRegisteredError),
-    (Method.GET_MESSAGE, 503, ServerBusyError),
+    (Method.GET_MESSAGE, 503, ServiceStoppedError),
+    (Method.GET_MESSAGE, 500, ServerBusyError),
     (Method.COMMIT_OFFSET, 400, BadRequestError),
     (Method.BROKER_HEARTBEAT, 599, BrokerError),
 ])

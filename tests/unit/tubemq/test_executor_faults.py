@@ -196,7 +196,7 @@ def test_connections_cut_at_random_never_lose_or_double_a_message(broker, part, 
 def test_a_persistent_business_error_fails_as_a_range_read_error_naming_the_range(broker, part, client):
     """A busy broker is a retriable fault like a lost connection: after the budget the same error, the same
     text, with the broker's answer as the cause (before, it escaped as a bare ServerBusyError)."""
-    broker.inject(Method.GET_MESSAGE, 503, times=1000)
+    broker.inject(Method.GET_MESSAGE, 500, times=1000)
     rr = RangeReader(client, READ_GROUP, retry_s=0.6)
     with pytest.raises(RangeReadError) as error:
         list(rr.read(part, 0, 28 * N))

@@ -142,9 +142,9 @@ def test_outage_timeout_zero_keeps_the_readers_own_budget(task, link):
 
 
 def test_a_busy_broker_is_no_outage_and_keeps_the_readers_budget(task, broker):
-    """A broker that answers, but busy (503), is not waited for for outageTimeoutMs: its budget stays 6 x
+    """A broker that answers, but busy (500), is not waited for for outageTimeoutMs: its budget stays 6 x
     requestTimeoutMs, and the error says what it was."""
-    broker.inject(Method.GET_MESSAGE, 503, times=10_000)
+    broker.inject(Method.GET_MESSAGE, 500, times=10_000)
     started = time.monotonic()
     with pytest.raises(RangeReadError) as caught:
         list(read_range(task, options(60_000)))
@@ -172,6 +172,18 @@ def test_a_stream_task_gives_up_after_the_grace_and_reports_the_rest(task, link,
     assert reports.take({task.ref.key: task.end}) == {
         task.ref.key: Deferral(task.ref.key, 0, 28 * N, 28 * BATCH)}
     assert any("the next micro-batch reads on from there" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stream_task_on_a_stopping_broker_reports_the_rest_at_once(task, broker, tmp_path):
+    """A broker in a graceful stop answers every read 503 ("Read StoreService temporary unavailable!") until its
+    port closes. Fails before the change: 503 was a busy broker, so the stream's task spent the reader's whole
+    budget on it (36 s seen in a rolling restart) and then failed instead of leaving the rest to the next batch."""
+    reports = DeferredRanges(str(tmp_path), "outage_reader")
+    reports.announce("run1")
+    broker.inject(Method.GET_MESSAGE, 503, times=10_000, text="Read StoreService temporary unavailable!")
+    rows = sum(batch.num_rows for batch in read_range(_stream_task(task, str(tmp_path)), options(60_000)))
+    assert rows == 0
+    assert reports.take({task.ref.key: task.end}) == {task.ref.key: Deferral(task.ref.key, 0, 28 * N, 0)}
 
 
 def test_a_stream_task_that_cannot_share_its_report_waits_as_before(task, link, tmp_path, caplog):

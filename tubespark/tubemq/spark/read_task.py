@@ -30,7 +30,7 @@ from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG, M
 from tubespark.spark.dedupe import ReplayFilter
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
-from tubespark.tubemq.errors import BundleParseError, ServerNotReadyError
+from tubespark.tubemq.errors import BundleParseError, ServerNotReadyError, ServiceStoppedError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, to_record_batch
 from tubespark.tubemq.wire.fetch import Columns, PackedColumns
@@ -219,9 +219,10 @@ def _range_reader(task: QueueRange, options: TubeMQOptions) -> tuple[BrokerClien
 
 
 def _is_outage(exc: BaseException) -> bool:
-    """A broker that is down, or restarting: its port accepts connections a moment before its RPC server runs
-    (``ServerNotReadyError``), which is part of the same outage."""
-    return is_unreachable(exc) or isinstance(exc, ServerNotReadyError)
+    """A broker that is down, stopping or restarting: a stopping broker answers every read with code 503 until
+    its port closes (``ServiceStoppedError``), and a restarted one accepts connections a moment before its RPC
+    server runs (``ServerNotReadyError``); both are part of the same outage."""
+    return is_unreachable(exc) or isinstance(exc, ServerNotReadyError | ServiceStoppedError)
 
 
 def _patiently(task: QueueRange, options: TubeMQOptions, outage_s: float | None,

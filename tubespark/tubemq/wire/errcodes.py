@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 
 from tubespark.errors import AuthError, BadRequestError, BrokerError, NoDataError, ServerBusyError, UnknownTopicError
-from tubespark.tubemq.errors import GroupConflictError, NotRegisteredError, PartitionOccupiedError
+from tubespark.tubemq.errors import GroupConflictError, NotRegisteredError, PartitionOccupiedError, ServiceStoppedError
 
 
 class ErrCode(enum.IntEnum):
@@ -59,7 +59,7 @@ _CLASSES: dict[int, type[BrokerError]] = {
     ErrCode.SERVER_CONSUME_SPEED_LIMIT: ServerBusyError,
     ErrCode.CONSUME_CONTENT_FORBIDDEN: AuthError,
     ErrCode.INTERNAL_SERVER_ERROR: ServerBusyError,
-    ErrCode.SERVICE_UNAVAILABLE: ServerBusyError,
+    ErrCode.SERVICE_UNAVAILABLE: ServiceStoppedError,
 }
 _CLASSES.update(dict.fromkeys(range(ErrCode.CLIENT_INCONSISTENT_CONSUMETYPE, ErrCode.CLIENT_DUPLICATE_INDEXID + 1),
                               GroupConflictError))
