@@ -437,12 +437,12 @@ def test_random_mutations_raise_only_typed_errors_quickly() -> None:
     outcomes = {"ok": 0, "error": 0}
     for i in range(4000):
         data = _mutate(rng, seeds[i % len(seeds)])
-        started = time.perf_counter()
+        started = time.thread_time()  # CPU, not the wall clock: a busy CI machine deschedules a test
         try:
             parse_inlongmsg(data, max_decompressed=1 << 20)
             outcomes["ok"] += 1
         except TubeSparkError:
             outcomes["error"] += 1
-        slowest = max(slowest, time.perf_counter() - started)
+        slowest = max(slowest, time.thread_time() - started)
     assert slowest < 0.1, slowest
     assert outcomes["error"] > 1000 and outcomes["ok"] > 10, outcomes
