@@ -4,9 +4,10 @@ Why: a reused Python worker (``spark.python.worker.reuse``, the default) calls `
 task (``pyspark/daemon.py``), and a full collection walks every object the collector tracks. A worker that
 has imported pyspark, pyarrow and a tubespark reader tracks about 86,000 of them (modules, classes,
 functions, protobuf descriptors), and each such collection cost 40-45 ms of CPU on the 2-core benchmark
-machine: at 250,000 rows of 1 KiB per task, 0.17 us of the worker's 1.4 us per row, the largest single
-step of a batch read's Python side after the socket (``docs/performance/hotpath.md``, the worker profile
-of 2026-11-25). None of that is garbage: it is the worker's code.
+machine. In the profile of a batch read inside Spark's workers (``docs/performance/hotpath.md``,
+2026-11-25) it was the largest single step: 21% of the workers' CPU at 1 KiB and 32% at 100 B, more than
+the socket, the decoding or PySpark's hand-over of the Arrow batches. None of that is garbage: it is the
+worker's code.
 
 :func:`freeze_worker_heap` collects once, then moves everything the worker holds into the collector's
 permanent generation (``gc.freeze``), which later collections skip; objects made afterwards (each task's
