@@ -21,6 +21,7 @@ from pyspark.sql.types import DataType, MapType, StringType, StructType
 
 from tubespark.core.outage import is_unreachable, ride_out
 from tubespark.errors import OptionError
+from tubespark.spark.worker_heap import freeze_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class StampedBatchWriter(StampedWriter, DataSourceArrowWriter):
         self.write_id = uuid.uuid4().hex[:16]  # made on the driver: the same for every attempt of a task
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
+        freeze_worker_heap()
         return self.send(iterator, f"{self.write_id}-{task_index()}")
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -120,6 +122,7 @@ class StampedStreamWriter(StampedWriter, DataSourceStreamArrowWriter):
     """``df.writeStream``: stamps are ``<query id>-<batch id>-<task>``, the same when a batch is replayed."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
+        freeze_worker_heap()
         context = TaskContext.get()
         query = context.getLocalProperty("sql.streaming.queryId") if context else None
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None

@@ -16,6 +16,7 @@ from tubespark.rocketmq.spark.schema import read_schema, to_record_batch
 from tubespark.rocketmq.wire.filter import ALL
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.arrow import arrow_schema_for
+from tubespark.spark.worker_heap import freeze_worker_heap
 
 READ_GROUP = "tubespark_read"
 """The group pulls name when the user gave none (a pull needs one; reading commits nothing for it)."""
@@ -43,6 +44,7 @@ def read_range(task: PullRange, options: RocketMQOptions, *, retry_s: float | No
     for a slave to act for its master), a broker group that is down waited for ``outage_s`` (by default
     ``outageTimeoutMs``, :func:`read_through_outage`). ``filtered=False`` reads every message (the driver's own
     reads: a fingerprint names the message at an offset, whatever the filter)."""
+    freeze_worker_heap()
     schema = arrow_schema_for(read_schema(options.include_properties))
     budget = options.failover_timeout_ms / 1000 if retry_s is None else retry_s
     reader = RangeReader(shared_client(options), options.group or READ_GROUP,

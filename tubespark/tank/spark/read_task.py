@@ -11,6 +11,7 @@ from pyspark.sql.datasource import InputPartition
 
 from tubespark.core.outage import read_attempt_s, read_through_outage
 from tubespark.errors import DataLossError, UnknownTopicError
+from tubespark.spark.worker_heap import freeze_worker_heap
 from tubespark.tank.client.ranges import RangeReader
 from tubespark.tank.spark.options import TankOptions, partition_key
 from tubespark.tank.spark.schema import arrow_schema, to_record_batch
@@ -37,6 +38,7 @@ def read_range(task: SeqRange, options: TankOptions, *, outage_s: float | None =
     """Executor side: exactly the messages of the task's range, one Arrow batch per fetch; a broker that is
     down is waited for ``outage_s`` (by default ``outageTimeoutMs``; the driver's own reads pass 0,
     :func:`read_through_outage`)."""
+    freeze_worker_heap()
     schema = arrow_schema()
     reader = RangeReader(task.broker, options.client_settings(), fetch_size=options.fetch_size_bytes,
                          retry_s=read_attempt_s(options.retry_s, options.request_timeout_ms / 1000),

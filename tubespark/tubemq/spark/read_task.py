@@ -28,6 +28,7 @@ from tubespark.errors import DataLossError, UnknownTopicError
 from tubespark.formats import PayloadFormatError, Record, decode_bundle
 from tubespark.formats.bundles import ATTR_MSG_EN_TYPE, MSG_EN_TYPE_INLONGMSG, MSG_EN_TYPE_PB
 from tubespark.spark.dedupe import ReplayFilter
+from tubespark.spark.worker_heap import freeze_worker_heap
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import RangeReader
 from tubespark.tubemq.errors import BundleParseError, ServerNotReadyError, ServiceStoppedError
@@ -147,6 +148,7 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
     if not isinstance(task, QueueRange):  # a plan with no range: Spark still runs one task, with a bare partition
         return
     announce("TubeMQ wire hot path", HOT_PATH)
+    freeze_worker_heap()
     deferrer = TaskDeferral(task.defer, task.ref.key, task.start, task.end) if defer and task.defer else None
     if options.inlongmsg:
         yield from _read_bundles(task, options, outage_s, deferrer)
