@@ -6,7 +6,7 @@ switch would silently connect in plain text, and a file that does not load must 
 parsed, before any network call. A broker takes :func:`tls_specs` with its name prefix (TubeMQ's options
 are ``tubemq.tlsEnable`` ..., after the Java client's property names; RocketMQ's have no prefix, like all
 its options) and the sentences that are its own (what the switch does to addresses, what its servers ask
-of a client), and its options class derives from :class:`TlsOptions` and declares the six attributes.
+of a client), and its options class derives from :class:`TlsOptions`, which declares the six attributes.
 The TLS itself (context, channel, errors) is :mod:`tubespark.core.tls`.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import ssl
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from tubespark.core.options import BOTH, OptionSpec, parse_bool, parse_text
@@ -57,11 +58,12 @@ def tls_specs(prefix: str, *, enable: str, cert: str, hosts: str) -> tuple[Optio
     )
 
 
+@dataclass(frozen=True)
 class TlsOptions:
-    """The rules and the context of the options of :func:`tls_specs`, for a broker's frozen options class.
-
-    The class sets ``TLS_PREFIX`` (the prefix its specs were made with) and declares the six attributes as
-    dataclass fields (``tls_key_password`` with ``repr=False``); its ``check`` calls :meth:`check_tls`.
+    """The attributes, the rules and the context of the options of :func:`tls_specs`: a base of a broker's
+    frozen options dataclass, which inherits the six fields (declared here once, so the brokers' classes
+    cannot drift apart). The broker's class sets ``TLS_PREFIX`` (the prefix its specs were made with); its
+    ``check`` calls :meth:`check_tls`. No field has a default, so the broker's own fields may follow them.
     """
 
     TLS_PREFIX: ClassVar[str] = ""
@@ -70,7 +72,7 @@ class TlsOptions:
     tls_ca_file: str | None
     tls_cert_file: str | None
     tls_key_file: str | None
-    tls_key_password: str | None
+    tls_key_password: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
     tls_verify_hostname: bool
 
     def check_tls(self) -> None:

@@ -7,9 +7,12 @@ probe, a silent handshake, a refused client certificate) in ``tests/unit/core/te
 
 from __future__ import annotations
 
+import inspect
+import pickle
 import shutil
 import ssl
 import subprocess
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from tubespark.core.tls import client_context, handshake_timeout, tls_failure
 from tubespark.errors import OptionError, TlsError
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.spark.tls_options import TlsOptions
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.formats import BrokerInfo
@@ -168,6 +172,23 @@ def test_tls_options_build_the_client_context(client_files: dict[str, Path], bro
     default = _options(broker, **{f"{p}tlsEnable": "true"}).client_settings().ssl_context
     assert default is not None and default.check_hostname  # the default
     assert _options(broker).client_settings().ssl_context is None
+
+
+@pytest.mark.parametrize("broker", sorted(BROKERS))
+def test_the_tls_attributes_are_declared_once_and_travel_with_the_options(client_files: dict[str, Path],
+                                                                          broker: str) -> None:
+    """The six fields are :class:`TlsOptions`' own, inherited by each broker's options (not declared again
+    there, where the copies could drift), and a pickled options object (Spark ships it to the executors)
+    keeps them."""
+    p = BROKERS[broker]
+    options = _options(broker, **{f"{p}tlsEnable": "true", f"{p}tlsCertFile": str(client_files["cert"]),
+                                  f"{p}tlsKeyFile": str(client_files["encrypted"]),
+                                  f"{p}tlsKeyPassword": KEY_PASSWORD})
+    tls = {f.name for f in fields(TlsOptions)}
+    assert len(tls) == 6 and tls <= {f.name for f in fields(options)}
+    assert not tls & set(inspect.get_annotations(type(options)))
+    copy = pickle.loads(pickle.dumps(options))
+    assert copy == options and copy.tls_key_password == KEY_PASSWORD and copy.ssl_context() is not None
 
 
 @pytest.mark.parametrize("broker", sorted(BROKERS))

@@ -213,12 +213,6 @@ class RocketMQOptions(TlsOptions, SharedOptions):
     on_unavailable_partitions: str
     access_key: str | None
     secret_key: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
-    tls_enable: bool
-    tls_ca_file: str | None
-    tls_cert_file: str | None
-    tls_key_file: str | None
-    tls_key_password: str | None = field(repr=False)
-    tls_verify_hostname: bool
 
     def check(self, mode: str) -> None:
         super().check(mode)

@@ -292,7 +292,8 @@ class TubeMQOptions(TlsOptions, SharedOptions):
 
     Build with ``TubeMQOptions.from_raw(spark_options, mode="read" | "write")``. Options that do not
     apply to the mode hold their default. Plain values only: pickled to executors as is. The attributes
-    of the options every broker shares come from :class:`~tubespark.spark.options.SharedOptions`.
+    of the options every broker shares come from :class:`~tubespark.spark.options.SharedOptions`, the TLS
+    ones from :class:`~tubespark.spark.tls_options.TlsOptions`.
     """
 
     SPECS = OPTIONS
@@ -330,12 +331,6 @@ class TubeMQOptions(TlsOptions, SharedOptions):
     bundle_compression: str
     auth_user: str | None
     auth_password: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
-    tls_enable: bool
-    tls_ca_file: str | None
-    tls_cert_file: str | None
-    tls_key_file: str | None
-    tls_key_password: str | None = field(repr=False)
-    tls_verify_hostname: bool
     broker_address_map: tuple[tuple[str, str], ...]
 
     def check(self, mode: str) -> None:

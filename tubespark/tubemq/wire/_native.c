@@ -651,20 +651,41 @@ static int walk_response(const Py_buffer *buf, int *method_out, const unsigned c
     return 1;
 }
 
-static PyObject *decode_response(PyObject *self, PyObject *arg) {
+/* A response walk_response found in a payload: its method, and its data at [start, start + len) of the payload. */
+typedef struct {
+    int method;
+    const unsigned char *data;
+    Py_ssize_t start, len;
+} Response;
+
+/* What decode_response, locate_response and decode_send_response return for a found response. */
+typedef PyObject *(*BuildResponse)(const Response *r, void *context);
+
+/* walk_response over the bytes of ``payload``: ``build``'s object for a response it finds, None for anything
+ * else; NULL with a Python error (``payload`` no buffer, no memory). The one body of decode_response,
+ * locate_response and decode_send_response, which differ only in what they build. */
+static PyObject *with_response(PyObject *payload, BuildResponse build, void *context) {
     Py_buffer buf;
+    Response r = {0, NULL, 0, 0};
+    if (PyObject_GetBuffer(payload, &buf, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
-    const unsigned char *data = NULL;
-    Py_ssize_t data_len = 0;
-    int method = 0;
-    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (walk_response(&buf, &method, &data, &data_len))
-        result = Py_BuildValue("(iy#)", method, (const char *)data, data_len);
-    else
+    if (walk_response(&buf, &r.method, &r.data, &r.len)) {
+        r.start = (Py_ssize_t)(r.data - (const unsigned char *)buf.buf);
+        result = build(&r, context);
+    } else {
         result = Py_NewRef(Py_None);
+    }
     PyBuffer_Release(&buf);
     return result;
+}
+
+static PyObject *build_decoded(const Response *r, void *context) {
+    return Py_BuildValue("(iy#)", r->method, (const char *)r->data, r->len);
+}
+
+static PyObject *decode_response(PyObject *self, PyObject *arg) {
+    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
+    return with_response(arg, build_decoded, NULL);
 }
 
 PyDoc_STRVAR(locate_response_doc,
@@ -672,19 +693,12 @@ PyDoc_STRVAR(locate_response_doc,
 "decode_response without the copy: where the data of a successful response envelope lies in ``payload``\n"
 "(a fetch answer is half a MiB: the caller takes a view of it). None as decode_response.");
 
+static PyObject *build_located(const Response *r, void *context) {
+    return Py_BuildValue("(inn)", r->method, r->start, r->len);
+}
+
 static PyObject *locate_response(PyObject *self, PyObject *arg) {
-    Py_buffer buf;
-    PyObject *result = NULL;
-    const unsigned char *data = NULL;
-    Py_ssize_t data_len = 0;
-    int method = 0;
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (walk_response(&buf, &method, &data, &data_len))
-        result = Py_BuildValue("(inn)", method, (Py_ssize_t)(data - (const unsigned char *)buf.buf), data_len);
-    else
-        result = Py_NewRef(Py_None);
-    PyBuffer_Release(&buf);
-    return result;
+    return with_response(arg, build_located, NULL);
 }
 
 /* ------------------------------------------------------------------------------------------ frames */
@@ -1164,24 +1178,19 @@ PyDoc_STRVAR(decode_send_response_doc,
 "decode_send_answer of its data, built as ``answer_type`` (a named tuple of six fields). None for\n"
 "anything else (an RPC exception, garbage, an unusual encoding): send.parse_send_response decides.");
 
+static PyObject *build_send_answer(const Response *r, void *type) {
+    return send_answer(r->data, r->len, (PyTypeObject *)type);
+}
+
 static PyObject *decode_send_response(PyObject *self, PyObject *args) {
     PyObject *payload, *type_obj;
-    Py_buffer buf;
-    const unsigned char *data = NULL;
-    Py_ssize_t data_len = 0;
-    int method = 0;
     if (!PyArg_ParseTuple(args, "OO!", &payload, &PyType_Type, &type_obj)) return NULL;
-    PyTypeObject *type = (PyTypeObject *)type_obj;
-    if (!PyType_IsSubtype(type, &PyTuple_Type)) {
+    if (!PyType_IsSubtype((PyTypeObject *)type_obj, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "decode_send_response: answer_type is not a tuple type");
         return NULL;
     }
     if (!PyObject_CheckBuffer(payload)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
-    if (PyObject_GetBuffer(payload, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *result = walk_response(&buf, &method, &data, &data_len) ? send_answer(data, data_len, type)
-                                                                      : Py_NewRef(Py_None);
-    PyBuffer_Release(&buf);
-    return result;
+    return with_response(payload, build_send_answer, type_obj);
 }
 
 /* ------------------------------------------------------------------------------ a batch of SendRequests */

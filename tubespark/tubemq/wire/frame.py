@@ -15,9 +15,8 @@ token, a bound broken, the stream ending) goes the block-by-block way, which rai
 from __future__ import annotations
 
 import struct
-from typing import cast
 
-from tubespark.core.framed_io import BytesReader, PeekReader, Reader
+from tubespark.core.framed_io import BytesReader, Reader
 from tubespark.errors import FrameTooLargeError, TruncatedFrameError
 from tubespark.tubemq.errors import BadTokenError
 from tubespark.tubemq.wire import twin
@@ -98,34 +97,27 @@ def take_frames(buffer: memoryview | bytes,
 
 def read_frames(reader: Reader, *, max_block_size: int = MAX_BLOCK_SIZE) -> list[tuple[int, bytes]]:
     """Read at least one frame: every whole frame ``reader`` holds once it holds one (:func:`take_frames`, or
-    its compiled twin, over what it buffered), else one :func:`read_frame`. Raises as :func:`read_frame`;
+    its compiled twin, over what it buffered), else one frame read block by block. Raises as :func:`read_frame`;
     frames read before a broken one are returned first, and the next call raises."""
-    peek = getattr(reader, "peek", None)
-    if peek is None:
-        return [read_frame(reader, max_block_size=max_block_size)]
-    compiled = twin.native()
-    need = _HEAD.size
-    while True:
-        try:
-            view = peek(need)
-        except (TruncatedFrameError, FrameTooLargeError):  # the block-by-block read says which, where
-            return [read_frame(reader, max_block_size=max_block_size)]
-        try:
-            frames, used, rest = (compiled.take_frames(view, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
-                                  if compiled is not None else take_frames(view, max_block_size))
-        finally:
-            view.release()
-        if frames:
-            cast(PeekReader, reader).skip(used)
-            return frames
-        if rest is None:
-            return [read_frame(reader, max_block_size=max_block_size)]
-        need = rest
+    frames = _take_buffered(reader, max_block_size, True)
+    return frames if frames is not None else [_read_blocks(reader, max_block_size)]
 
 
-def _take_buffered(reader: Reader, max_block_size: int) -> tuple[int, bytes] | None:
-    """:func:`take_frame` (or its compiled twin) on what ``reader`` holds, receiving more until the frame is
-    whole; None when the block-by-block way must decide (nothing is taken then)."""
+def read_frame(reader: Reader, *, max_block_size: int = MAX_BLOCK_SIZE) -> tuple[int, bytes]:
+    """Read one frame; return ``(serialNo, payload)`` with the blocks concatenated.
+
+    Raises BadTokenError, FrameTooLargeError or TruncatedFrameError. After any of them the stream is
+    out of step and must be closed.
+    """
+    frames = _take_buffered(reader, max_block_size, False)
+    return frames[0] if frames is not None else _read_blocks(reader, max_block_size)
+
+
+def _take_buffered(reader: Reader, max_block_size: int, many: bool) -> list[tuple[int, bytes]] | None:
+    """The one peek-and-take loop of :func:`read_frame` and :func:`read_frames`: :func:`take_frames` (``many``)
+    or :func:`take_frame` (or their compiled twins) on what ``reader`` holds, receiving more until a frame is
+    whole, then skipping what was taken. None when the block-by-block way must decide (nothing is taken
+    then): a reader that cannot peek, a peek that fails, a frame the take functions leave to it."""
     peek = getattr(reader, "peek", None)
     if peek is None:
         return None
@@ -137,29 +129,27 @@ def _take_buffered(reader: Reader, max_block_size: int) -> tuple[int, bytes] | N
         except (TruncatedFrameError, FrameTooLargeError):  # the block-by-block read says which, where
             return None
         try:
-            taken = (compiled.take_frame(view, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
-                     if compiled is not None else take_frame(view, max_block_size))
+            if many:
+                frames, used, rest = (
+                    compiled.take_frames(view, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
+                    if compiled is not None else take_frames(view, max_block_size))
+            else:
+                taken = (compiled.take_frame(view, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
+                         if compiled is not None else take_frame(view, max_block_size))
+                frames, used, rest = ([taken[:2]], taken[2], None) if isinstance(taken, tuple) else ([], 0, taken)
         finally:
             view.release()
-        if taken is None:
+        if frames:
+            reader.skip(used)  # type: ignore[attr-defined]  # it peeks, so it skips (cast() costs a call)
+            return frames
+        if rest is None:
             return None
-        if isinstance(taken, int):
-            need = taken
-            continue
-        serial_no, payload, used = taken
-        cast(PeekReader, reader).skip(used)
-        return serial_no, payload
+        need = rest
 
 
-def read_frame(reader: Reader, *, max_block_size: int = MAX_BLOCK_SIZE) -> tuple[int, bytes]:
-    """Read one frame; return ``(serialNo, payload)`` with the blocks concatenated.
-
-    Raises BadTokenError, FrameTooLargeError or TruncatedFrameError. After any of them the stream is
-    out of step and must be closed.
-    """
-    taken = _take_buffered(reader, max_block_size)
-    if taken is not None:
-        return taken
+def _read_blocks(reader: Reader, max_block_size: int) -> tuple[int, bytes]:
+    """One frame read block by block, each length checked before its block is read: the way that raises the
+    typed error (and reads from a reader that cannot peek)."""
     token, serial_no, count = _HEAD.unpack(reader.read_exactly(_HEAD.size))
     if token != BEGIN_TOKEN:
         raise BadTokenError(f"frame starts with 0x{token:08X}, expected 0x{BEGIN_TOKEN:08X}")
