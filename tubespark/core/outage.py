@@ -118,12 +118,24 @@ WARN_EVERY_S = 30.0
 """While a range read waits for its broker: how often the WARNING that it still waits is repeated."""
 
 
-def read_attempt_s(retry_s: float, request_timeout_s: float) -> float:
+DEFERRING_ATTEMPT_S = 2.0
+"""A streaming task that can leave its range to the next batch (:mod:`tubespark.core.deferred`) retries a broker
+on its own this long: a few reconnects to a crashed broker's closed port, or the one request a silent broker
+does not answer (its ``requestTimeoutMs`` bounds that attempt)."""
+
+
+def read_attempt_s(retry_s: float, request_timeout_s: float, *, deferring: bool = False) -> float:
     """How long a range reader retries on its own before :func:`read_through_outage` looks at the fault: two
-    request timeouts (two tries of a silent broker), at least 5 s, at most the reader's whole ``retry_s``.
+    request timeouts (two tries of a silent broker), at least 5 s, at most the reader's whole ``retry_s``;
+    :data:`DEFERRING_ATTEMPT_S` for a task that defers (``deferring``).
 
     Short, so the WARNING of a read waiting for its broker comes within seconds; the wait itself is bounded by
-    :func:`read_through_outage`, not by this."""
+    :func:`read_through_outage`, not by this. Shorter still when the task defers: with 2 task slots and 3
+    streams, 6 tasks each spending 20 s (2 x the default requestTimeoutMs) on a crashed broker's closed port held
+    every stream for about 40 s (the ten-minute outage run); what a deferring task leaves is read by the next
+    batch, so trying longer buys nothing."""
+    if deferring:
+        return min(retry_s, DEFERRING_ATTEMPT_S)
     return min(retry_s, max(5.0, 2 * request_timeout_s))
 
 

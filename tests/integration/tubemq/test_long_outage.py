@@ -21,8 +21,8 @@ kept down ``TUBESPARK_GRACEFUL_OUTAGE_S`` (120 s), then started again. Asserted:
   exactly once and in the sink's topic exactly once;
 * the job's log says the sink routed around the crashed broker.
 
-Printed: the messages, the outages' lengths, the longest gap between batches that moved each partition, per query,
-and the wall time.
+Printed: the messages, the outages' lengths, the longest gap between batches that moved each partition (and
+when it began), per query, and the wall time.
 """
 
 from __future__ import annotations
@@ -127,10 +127,10 @@ def advances(progress: list[Progress], key: str) -> list[Progress]:
     return out
 
 
-def max_gap_s(progress: list[Progress], key: str) -> float:
-    """The longest time between two consecutive batches that moved ``key`` (seconds)."""
+def max_gap(progress: list[Progress], key: str) -> tuple[float, float]:
+    """The longest time between two consecutive batches that moved ``key`` (seconds), and when it began (unix)."""
     times = [p.at for p in advances(progress, key)]
-    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+    return max(((b - a, a) for a, b in itertools.pairwise(times)), default=(0.0, 0.0))
 
 
 def flowed(progress: list[Progress], key: str, down: float, up: float) -> int:
@@ -159,7 +159,7 @@ def _dump(path: Path, job: OutageJob, windows: dict[str, tuple[float, float, str
 
 def _outage_test(spark, outage_cluster, tmp_path):
     cluster = outage_cluster
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     producer = SteadyProducer(cluster.master_address, TOPIC, 10**9, RATE).start()
     job = OutageJob(cluster, tmp_path)
     windows: dict[str, tuple[float, float, str]] = {}  # outage -> (down at, accepting again at, broker prefix)
@@ -228,7 +228,8 @@ def _outage_test(spark, outage_cluster, tmp_path):
               f"duplicated={sum(1 for c in got.values() if c > 1)} not_held={len(set(got) - held_set)} "
               f"batches={len(job.progress[q])}")
         print(f"[outage] {q}: max gap between batches moving a partition: "
-              + ", ".join(f"{key} {max_gap_s(job.progress[q], key):.1f}s" for key in sorted(ends)))
+              + ", ".join(f"{key} {gap:.1f}s from {began - wall0:.0f}s" for key in sorted(ends)
+                          for gap, began in [max_gap(job.progress[q], key)]))
         for name, (down, up, prefix) in windows.items():
             print(f"[outage] {q}: while {name} was down ({up - down:.0f}s), batches moving the others' partitions: "
                   + ", ".join(f"{key} {flowed(job.progress[q], key, down, up)}" for key in sorted(ends)

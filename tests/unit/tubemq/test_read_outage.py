@@ -24,7 +24,7 @@ from tubespark_testbed.faultproxy import FaultProxy
 
 from tests.doubles.fakebroker import FakeBroker
 from tubespark.core.deferred import Deferral, DeferredRanges
-from tubespark.core.outage import read_attempt_s
+from tubespark.core.outage import DEFERRING_ATTEMPT_S, read_attempt_s
 from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, RangeReadError, ServerBusyError
 from tubespark.tubemq.spark.batch_reader import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
@@ -79,18 +79,19 @@ def task(broker: FakeBroker, link: Link) -> QueueRange:
                       "outage_reader", "outage_client")
 
 
-def options(outage_ms: int) -> TubeMQOptions:
+def options(outage_ms: int, request_timeout_ms: int = REQUEST_TIMEOUT_MS) -> TubeMQOptions:
     return TubeMQOptions.from_raw({"master": "127.0.0.1:1", "topic": "outage", "connectTimeoutMs": "300",
-                                   "requestTimeoutMs": str(REQUEST_TIMEOUT_MS), "outageTimeoutMs": str(outage_ms)},
+                                   "requestTimeoutMs": str(request_timeout_ms), "outageTimeoutMs": str(outage_ms)},
                                   mode="read")
 
 
-def read_with_outage(task: QueueRange, link: Link, outage_ms: int, *, back_after_s: float | None) -> list[bytes]:
+def read_with_outage(task: QueueRange, link: Link, outage_ms: int, *, back_after_s: float | None,
+                     request_timeout_ms: int = REQUEST_TIMEOUT_MS) -> list[bytes]:
     """Read the task's range; after its first batch the broker goes down (and comes back after ``back_after_s``)."""
     values: list[bytes] = []
     timer = threading.Timer(back_after_s, link.up) if back_after_s is not None else None
     try:
-        for batch in read_range(task, options(outage_ms)):
+        for batch in read_range(task, options(outage_ms, request_timeout_ms)):
             values.extend(batch.column("value").to_pylist())
             if len(values) == BATCH:
                 link.down()
@@ -172,6 +173,21 @@ def test_a_stream_task_gives_up_after_the_grace_and_reports_the_rest(task, link,
     assert reports.take({task.ref.key: task.end}) == {
         task.ref.key: Deferral(task.ref.key, 0, 28 * N, 28 * BATCH)}
     assert any("the next micro-batch reads on from there" in r.getMessage() for r in caplog.records)
+
+
+def test_a_stream_task_leaves_a_crashed_broker_after_a_short_try_whatever_the_request_timeout(task, link, tmp_path):
+    """Fails before the change: the task tried the closed port for 2 x requestTimeoutMs (10 s here, 20 s by
+    default) before leaving its range to the next batch; with 2 task slots and 3 streams that held every stream
+    for about 40 s in the ten-minute outage run."""
+    reports = DeferredRanges(str(tmp_path), "outage_reader")
+    reports.announce("run1")
+    started = time.monotonic()
+    values = read_with_outage(_stream_task(task, str(tmp_path)), link, 60_000, back_after_s=None,
+                              request_timeout_ms=5_000)
+    assert values == [b"m%d" % k for k in range(BATCH)]
+    assert time.monotonic() - started < DEFERRING_ATTEMPT_S + 2.5
+    assert reports.take({task.ref.key: task.end}) == {
+        task.ref.key: Deferral(task.ref.key, 0, 28 * N, 28 * BATCH)}
 
 
 def test_a_stream_task_on_a_stopping_broker_reports_the_rest_at_once(task, broker, tmp_path):

@@ -155,7 +155,7 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
         return
     schema = arrow_schema(options.include_attributes)
     ref = task.ref
-    broker, reader = _range_reader(task, options)
+    broker, reader = _range_reader(task, options, deferring=deferrer is not None)
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
     hinted = False
@@ -208,15 +208,18 @@ def _retry_s(options: TubeMQOptions) -> float:
     return options.request_timeout_ms / 1000 * 6
 
 
-def _range_reader(task: QueueRange, options: TubeMQOptions) -> tuple[BrokerClient, RangeReader]:
+def _range_reader(task: QueueRange, options: TubeMQOptions, *,
+                  deferring: bool = False) -> tuple[BrokerClient, RangeReader]:
     """The task's broker connection and range reader (the caller closes the broker). The reader gives up
-    after one short attempt (:func:`read_attempt_s`); :func:`_patiently` decides whether to wait and go on."""
+    after one short attempt (:func:`read_attempt_s`, shorter for a task that defers); :func:`_patiently`
+    decides whether to wait and go on."""
     broker = BrokerClient(task.client_id, options.client_settings())
     retry_s = _retry_s(options)
     return broker, RangeReader(broker, task.read_group, filters=options.stream_ids,
                                fail_on_data_loss=options.fail_on_data_loss,
                                verify_checksums=options.verify_checksums,
-                               retry_s=read_attempt_s(retry_s, options.request_timeout_ms / 1000),
+                               retry_s=read_attempt_s(retry_s, options.request_timeout_ms / 1000,
+                                                      deferring=deferring),
                                data_wait_s=retry_s)
 
 
@@ -245,7 +248,7 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
     """``payloadFormat=inlongmsg``: a row per record of every bundle in ``[start, end)``."""
     schema = arrow_schema(options.include_attributes, inlongmsg=True)
     ref = task.ref
-    broker, reader = _range_reader(task, options)
+    broker, reader = _range_reader(task, options, deferring=defer is not None)
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
     keep = (lambda attrs: replays.first_time(attrs.get(dedup_attribute))) if dedup_attribute else None
