@@ -16,6 +16,12 @@ attempt that read everything deletes it. The driver publishes a marker file for 
 when it sees that marker, i.e. when the driver can see its report: an executor on another machine than a
 driver-local directory keeps waiting for its broker, as before, and says how to get the non-blocking
 behaviour (``deferredRangesPath`` on a filesystem both reach).
+
+A query's reports live in a directory named by its *scope*, a key that stays the same when its driver restarts:
+a report written just before the driver died is found by the restarted one (else the unread rest would be lost).
+A consumer group is such a key (TubeMQ's read group; RocketMQ's pull ``group``); a query without
+one (TANK, RocketMQ pull without ``group``) defers only into a ``deferredRangesPath`` the user gave it alone,
+like a checkpoint location (:meth:`tubespark.spark.stream_engine.StreamEngine.deferred_ranges`).
 """
 
 from __future__ import annotations
@@ -56,11 +62,16 @@ class Deferral:
 
 
 class DeferredRanges:
-    """The reports of one query (its consumer group: queries of different groups never share a directory)."""
+    """The reports of one query, under its scope (queries of different scopes never share a directory)."""
 
     def __init__(self, location: str | None, scope: str) -> None:
         self.location = location or DEFAULT_BASE
+        self.scope = scope
         self.dir = SharedDir(self.location, OPTION, _safe(scope))
+
+    def where(self, run_id: str) -> tuple[str, str, str]:
+        """What a read task of run ``run_id`` needs to find these reports (:class:`TaskDeferral`'s ``where``)."""
+        return self.location, self.scope, run_id
 
     @staticmethod
     def _name(key: str, start: int, end: int) -> str:

@@ -38,6 +38,7 @@ from tubespark.core.options import (
     render_table,
 )
 from tubespark.core.settings import ConnectionSettings
+from tubespark.core.shared_dir import parse_shared_directory
 from tubespark.errors import OptionError
 from tubespark.spark.offsets import OffsetSpec, parse_offset_spec
 
@@ -202,10 +203,27 @@ OUTAGE_TIMEOUT = SharedOption(
     "(RocketMQ: `failoverTimeoutMs`) with `RangeReadError`, writes at the first such error. A topic or "
     "partition removed from the configuration is no outage and is never waited for.", applies="both")
 
+DEFER_ON_OUTAGE = SharedOption(
+    "deferOnOutage", "true", parse_bool, "Streaming: a read task whose broker goes down mid-batch returns what it "
+    "read after one short try (2 s; one that does not answer: one `requestTimeoutMs`) and leaves the rest of its "
+    "range to the next micro-batches, which read on from there once the broker is back (reported through `deferredRangesPath`), so "
+    "the other brokers' partitions keep flowing. `false`: the task waits for its broker (up to `outageTimeoutMs`), "
+    "and with it the whole query.")
+DEFERRED_RANGES_PATH = SharedOption(
+    "deferredRangesPath", None, parse_shared_directory, "Streaming, with `deferOnOutage=true`: the directory where "
+    "read tasks report the unread rest of a range whose broker is down and the driver reads it (one small file per "
+    "such range): a local path or a URI such as `hdfs://namenode/dir`, `webhdfs://namenode:9870/dir`, "
+    "`s3a://bucket/dir` (extra `tubespark[s3]`), `file:///dir`. A report must outlive its driver (the restarted "
+    "query reads it), so a query with a consumer group keeps its reports under the group's name: such queries may "
+    "share the directory, and unset it is one under the driver's temp dir, which the executors see in local mode "
+    "only (a task that does not see the driver's marker waits for its broker, and says so once). A query without a "
+    "group defers only when this is set, like `checkpointLocation`: a directory of this query's own, never shared "
+    "by two queries; unset, its tasks wait as with `deferOnOutage=false`.")
+
 EVERY_BROKER: tuple[SharedOption, ...] = (
     TOPIC, STARTING_OFFSETS, ENDING_OFFSETS, MAX_RECORDS_PER_PARTITION, MAX_OFFSETS_PER_TRIGGER,
     MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MAX_BYTES_PER_TRIGGER, FAIL_ON_DATA_LOSS, CONNECT_TIMEOUT,
-    REQUEST_TIMEOUT, MAX_IN_FLIGHT, SEND_RETRIES, OUTAGE_TIMEOUT,
+    REQUEST_TIMEOUT, MAX_IN_FLIGHT, SEND_RETRIES, OUTAGE_TIMEOUT, DEFER_ON_OUTAGE, DEFERRED_RANGES_PATH,
 )
 """The options every broker's data source has, parsed into the attributes of :class:`SharedOptions`."""
 
@@ -262,6 +280,8 @@ class SharedOptions(ParsedOptions):
     max_in_flight: int
     send_retries: int
     outage_timeout_ms: int
+    defer_on_outage: bool
+    deferred_ranges_path: str | None
 
     def check(self, mode: str) -> None:
         if mode == WRITE and self.topics and len(self.topics) > 1:

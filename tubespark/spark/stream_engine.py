@@ -4,8 +4,9 @@ A broker's stream reader derives from :class:`StreamEngine` and answers a narrow
 ``survey`` of its partitions each trigger, where a new query starts, the read tasks of a range, how to
 read one on an executor); everything Spark asks goes through the engine, so every broker has the same
 admission options (``maxOffsetsPerTrigger``, ``maxBytesPerTrigger``, ``minOffsetsPerTrigger`` with
-``maxTriggerDelay``), the same AvailableNow behaviour and the same offset marks. The rules of one plan are
-the pure :func:`tubespark.spark.planning.plan_batch`.
+``maxTriggerDelay``), the same AvailableNow behaviour, the same offset marks and the same handling of a
+range whose broker went down mid-batch (``deferOnOutage``, :meth:`StreamEngine.deferred_ranges`). The rules
+of one plan are the pure :func:`tubespark.spark.planning.plan_batch`.
 
 Spark 4.x runs a Python stream reader in a long-lived driver-side process (``initialOffset``,
 ``latestOffset``, ``partitions``, ``commit``) and calls ``read()`` on executors against a pickled copy
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,7 +78,8 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Spark's stream reader API over a broker's :meth:`survey`; subclasses implement the hooks below.
 
     The options object must carry ``max_offsets_per_trigger``, ``max_bytes_per_trigger``,
-    ``min_offsets_per_trigger``, ``max_trigger_delay_ms`` and ``fail_on_data_loss`` (the shared specs).
+    ``min_offsets_per_trigger``, ``max_trigger_delay_ms``, ``fail_on_data_loss``, ``defer_on_outage`` and
+    ``deferred_ranges_path`` (the shared specs).
     """
 
     source: ClassVar[str] = "stream"
@@ -110,6 +113,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._floors: Offsets = {}  # key -> where a deferred remainder starts: commit() never stores past it
         self.deferrals: list[Deferral] = []
         """Every remainder a read task handed to a later batch (its broker was down), in this process."""
+        self.run_id = uuid.uuid4().hex[:12]
+        """This driver run: its marker in the deferred-range reports tells tasks the driver sees them."""
+        self._deferred: DeferredRanges | None = None
+        self._deferral_off = False  # decided once: no deferral for this run (see deferred_ranges)
         self._lock = threading.RLock()  # reentrant: a SIGTERM hook may call stop() in a thread holding it
 
     # --- the broker's hooks ------------------------------------------------------------------------
@@ -138,13 +145,55 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def store_offsets(self, offsets: Offsets) -> None:
         """Store a committed batch's end on the broker (group offsets), best effort; none by default."""
 
-    def deferred_ranges(self) -> DeferredRanges | None:
-        """Where this query's read tasks report the rest of a range they left to the next batch because its
-        broker was down (:mod:`tubespark.core.deferred`); ``None`` (the default): tasks wait for the broker."""
+    def deferral_scope(self) -> str | None:
+        """This query's key for its deferred-range reports, the same after a driver restart (its consumer group);
+        ``None`` (the default): the query has none, and defers only into a ``deferredRangesPath`` set for it
+        alone (see :meth:`deferred_ranges`)."""
         return None
 
     def close(self) -> None:
         """Release the driver's connections."""
+
+    # --- deferred ranges: a task whose broker is down leaves the rest to the next batch ------------------
+
+    def deferred_ranges(self) -> DeferredRanges | None:
+        """Where this query's read tasks report the rest of a range they left to the next batch because its
+        broker was down (:mod:`tubespark.core.deferred`), this run's marker published on first use; ``None``:
+        tasks wait for their broker (up to ``outageTimeoutMs``), as with ``deferOnOutage=false``.
+
+        The reports must outlive the driver: a report written just before it died is read by the restarted one.
+        So they are kept under :meth:`deferral_scope` (a group: queries of other groups may share the directory,
+        by default one under the driver's temp dir); a query without one defers only when ``deferredRangesPath``
+        is set, which then is this query's own directory (like its checkpoint location). A directory that cannot
+        be written leaves the tasks waiting, said once."""
+        opts = self.options
+        if not opts.defer_on_outage or self._deferral_off:
+            return None
+        if self._deferred is None:
+            scope = self.deferral_scope()
+            if scope is None:
+                if not opts.deferred_ranges_path:
+                    self._deferral_off = True
+                    log.info("read tasks of this %s stream wait for a broker that is down (up to outageTimeoutMs), "
+                             "holding the query: set deferredRangesPath to a directory of this query's own to have "
+                             "them leave the rest of their range to the next batch instead", self.source)
+                    return None
+                scope = self.source  # the directory is the query's own
+            reports = DeferredRanges(opts.deferred_ranges_path, scope)
+            try:
+                reports.announce(self.run_id)
+            except SharedDirError as exc:
+                self._deferral_off = True
+                log.warning("read tasks of this %s stream wait for a broker that is down (and hold the query): the "
+                            "deferredRangesPath directory cannot be written: %s", self.source, exc)
+                return None
+            self._deferred = reports
+        return self._deferred
+
+    def task_deferral(self) -> tuple[str, str, str] | None:
+        """What each read task of a batch planned now carries to defer (its ``defer``), or ``None``: it waits."""
+        reports = self.deferred_ranges()
+        return None if reports is None else reports.where(self.run_id)
 
     def task_state(self) -> dict[str, Any]:
         """What executors need besides the options (restored by :meth:`restore_task_state`)."""
@@ -289,6 +338,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         with self._lock:
+            reports, self._deferred = self._deferred, None
+            if reports is not None:
+                reports.withdraw(self.run_id)
             self.close()
 
     # --- planning ------------------------------------------------------------------------------------

@@ -503,8 +503,8 @@ def _a_read_task_on_a_crashed_broker_waits_for_it_and_reads_its_range_once(tubem
                         f"{part.port}: waiting for the broker" in warnings[0], warnings
 
 
-if LONG:  # the waiting read task (deferOnOutage=false, batch reads, TANK and RocketMQ) on a real cluster; CI holds
-    # the same rule with tests/unit/tubemq/test_read_outage.py and rocketmq/test_broker_groups.py, and CI fails
+if LONG:  # the waiting read task (deferOnOutage=false, batch reads, streams with no reports key) on a real cluster;
+    # CI holds the same rule with tests/unit/tubemq/test_read_outage.py and rocketmq/test_broker_groups.py, and CI fails
     # every skip, so the test is defined only with the long switch
     test_a_read_task_on_a_crashed_broker_waits_for_it_and_reads_its_range_once = (
         _a_read_task_on_a_crashed_broker_waits_for_it_and_reads_its_range_once)

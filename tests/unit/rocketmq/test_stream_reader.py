@@ -52,7 +52,7 @@ class FakeRocketMQ:
         self.filter_checks.append(topic)
 
     def read_range(self, task: PullRange, options: RocketMQOptions, *, retry_s: float | None = None,
-                   outage_s: float | None = None, filtered: bool = True):
+                   outage_s: float | None = None, filtered: bool = True, defer: bool = True):
         """The stored messages of ``[start, end)`` (those within the queue's bounds), as the read path's rows."""
         key = task.mq.key
         if task.broker_name in self.dead:

@@ -14,7 +14,9 @@ A broker group that stops leaves the name server's routes and cluster at once. I
 plan nothing until it is back (they are not vanished: the offsets are this process's evidence of them, so
 even a query restarted while the group is down takes a topic on that group alone for an outage, not an
 unknown topic). A new query started while a group is down plans the live groups' queues; the down
-group's queues join when it is back, from their min offset, as any queue new to the query does.
+group's queues join when it is back, from their min offset, as any queue new to the query does. A read task
+whose group goes down mid-range leaves the rest of its range to the next batch (``deferOnOutage``: with
+``group``, or with ``deferredRangesPath`` set for this query; otherwise it waits for the group).
 """
 
 from __future__ import annotations
@@ -123,11 +125,20 @@ class PullStreamReader(StreamEngine):
         return {key: high for key, (_low, high) in self.client.bounds(self._queues()).items()}
 
     def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
+        defer = self.task_deferral()
         tasks: list[InputPartition] = []
         for key, (low, high) in ranges.items():
             mq = MessageQueue.parse_key(key)
-            tasks.append(PullRange(mq.topic, mq.broker_name, mq.queue_id, low, high))
+            tasks.append(PullRange(mq.topic, mq.broker_name, mq.queue_id, low, high, defer))
         return tasks
+
+    def deferral_scope(self) -> str | None:
+        """With ``group``: the group, the same for every run of the query (not its topics: a query restarted with
+        another topic list must still find the reports of its last batch; a report is only ever taken for a
+        queue the query reads); without one, the query has no stable key (reports only into a
+        ``deferredRangesPath`` set for it)."""
+        group = self.options.group
+        return None if not group else f"rocketmq:{group}"
 
     def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, PullRange):
@@ -141,7 +152,7 @@ class PullStreamReader(StreamEngine):
         if not isinstance(partition, PullRange):
             raise TypeError(f"a rocketmq pull task is a PullRange, not {type(partition).__name__}")
         return read_range(partition, self.options, retry_s=self.options.request_timeout_ms / 1000, outage_s=0,
-                          filtered=False)
+                          filtered=False, defer=False)
 
     def store_offsets(self, offsets: Offsets) -> None:
         """Store a committed batch's end as the group's offsets (best effort: the checkpoint rules)."""

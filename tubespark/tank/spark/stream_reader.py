@@ -9,7 +9,10 @@ exactly there; each micro-batch reads exact ``[start, end)`` ranges that Spark l
 Each trigger asks DiscoverPartitions: ``earliest`` = first available, ``latest`` = high-water mark + 1. A
 partition that appears later (a topic grew) joins at its first available number. A broker that does not
 answer plans nothing this trigger and the stream goes on (its restart must not stop the query); a
-partition its topic no longer lists is a vanished partition (``failOnDataLoss``).
+partition its topic no longer lists is a vanished partition (``failOnDataLoss``). A read task whose broker
+goes down mid-range waits for it, or, with ``deferredRangesPath`` set (this query's own directory: TANK has
+no group to key shared reports by), leaves the rest of its range to the next batch
+(:meth:`~tubespark.spark.stream_engine.StreamEngine.deferred_ranges`).
 
 Numbers that vanish: a start below the partition's first available number (retention) is data loss when
 this query had seen messages at or above it, or does not know (after a restart); a gap below the first
@@ -120,10 +123,11 @@ class TankStreamReader(StreamEngine):
         return {key: bounds.next for key, bounds in self._discover().items()}
 
     def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
+        defer = self.task_deferral()
         tasks: list[InputPartition] = []
         for key, (low, high) in ranges.items():
             topic, partition = split_key(key)
-            tasks.append(SeqRange(self.options.broker, topic, partition, low, high))
+            tasks.append(SeqRange(self.options.broker, topic, partition, low, high, defer))
         return tasks
 
     def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -136,7 +140,7 @@ class TankStreamReader(StreamEngine):
         every trigger of the query for ``outageTimeoutMs`` (it is tried again at a later trigger)."""
         if not isinstance(partition, SeqRange):
             raise TypeError(f"a tank read task is a SeqRange, not {type(partition).__name__}")
-        return read_range(partition, self.options, outage_s=0)
+        return read_range(partition, self.options, outage_s=0, defer=False)
 
     def close(self) -> None:
         if self._client is not None:

@@ -256,17 +256,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "`tubespark[s3]`), `file:///dir`; checked when the query starts. Each task that "
                "skipped messages writes one JSON file named by its range; `skipped_bundles(path)` in "
                "`tubespark.tubemq.spark.read_task` sums them and a streaming driver logs the total."),
-    OptionSpec("deferOnOutage", "true", parse_bool, "Streaming: a read task whose broker goes down mid-batch "
-               "returns what it read after one short try (2 x `requestTimeoutMs`, at least 5 s) and leaves the rest "
-               "of its range to the next micro-batches, which read on from there once the broker is back (reported "
-               "through `deferredRangesPath`), so the other brokers' partitions keep flowing. `false`: the task "
-               "waits for its broker (up to `outageTimeoutMs`), and with it the whole query."),
-    OptionSpec("deferredRangesPath", None, parse_shared_directory, "Streaming, with `deferOnOutage=true`: the "
-               "directory where read tasks report the unread rest of a range whose broker is down and the driver "
-               "reads it: a local path or a URI as `skippedBundlesPath` (one small file per such range). Default: "
-               "a directory under the driver's temp dir, which the executors see in local mode only; a task that "
-               "does not see the driver's marker there waits for its broker as with `deferOnOutage=false`, and "
-               "says so once."),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
     *tls_specs("tubemq.", enable="Connect with TLS: `master` then lists the masters' TLS ports, and the brokers' "
@@ -323,8 +312,6 @@ class TubeMQOptions(TlsOptions, SharedOptions):
     payload_format: str
     ignore_parse_errors: bool
     skipped_bundles_path: str | None
-    defer_on_outage: bool
-    deferred_ranges_path: str | None
     bundle_max_bytes: int | None
     bundle_max_rows: int
     bundle_linger_ms: int

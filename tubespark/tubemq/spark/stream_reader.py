@@ -23,7 +23,6 @@ query's offset lost acknowledged messages (TubeMQ acknowledges before the data i
 from __future__ import annotations
 
 import logging
-import uuid
 import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from functools import partial
@@ -32,9 +31,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.core.deferred import DeferredRanges
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import (
     AvailableNowIncompleteError,
     BrokerConnectionError,
@@ -119,14 +116,11 @@ class TubeStreamReader(StreamEngine):
         self.options: TubeMQOptions = options
         self.group: str = options.group or ""
         self.read_group = f"{self.group}-tubespark-read"
-        self.run_id = uuid.uuid4().hex[:12]
         self.ledger = PartitionLedger()
         self.member = GroupMembership(options, self.run_id, self.stop)
         self._stored: Offsets = {}
         self._down: set[str] = set()  # brokers that did not take this trigger's offsets: planned nothing
         self._last_reader: BrokerClient | None = None  # fingerprint reads: one client (and connection per broker)
-        self._deferred: DeferredRanges | None = None
-        self._deferred_failed = False
         self.skipped_bundles = 0
         """Messages read tasks skipped as unparseable so far (``skippedBundlesPath``; ``ignoreParseErrors``)."""
 
@@ -394,22 +388,10 @@ class TubeStreamReader(StreamEngine):
 
     # --- tasks and offsets ----------------------------------------------------------------------------
 
-    def deferred_ranges(self) -> DeferredRanges | None:
-        """The group's deferred-range reports (``deferOnOutage``), this run's marker published on first use; a
-        directory that cannot be written leaves the tasks waiting for their brokers, as before (said once)."""
-        if not self.options.defer_on_outage or self._deferred_failed:
-            return None
-        if self._deferred is None:
-            reports = DeferredRanges(self.options.deferred_ranges_path, self.read_group)
-            try:
-                reports.announce(self.run_id)
-            except SharedDirError as exc:
-                self._deferred_failed = True
-                log.warning("read tasks of this query wait for a broker that is down (and hold the query): the "
-                            "deferredRangesPath directory cannot be written: %s", exc)
-                return None
-            self._deferred = reports
-        return self._deferred
+    def deferral_scope(self) -> str:
+        """The read group: the same for every run of the query (a group is one query's, or shared by queries
+        that split its partitions, never reading one partition at once)."""
+        return self.read_group
 
     def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
         missing = [key for key in ranges if key not in self.member.refs]
@@ -423,8 +405,7 @@ class TubeStreamReader(StreamEngine):
             for parts in layouts.values():
                 self.member.refs.update({p.key: p for p in parts})
             self.member.refs.update(self._configured_refs([k for k in missing if k not in self.member.refs]))
-        reports = self.deferred_ranges()
-        defer = None if reports is None else (reports.location, self.read_group, self.run_id)
+        defer = self.task_deferral()
         tasks: list[InputPartition] = []
         for key, (low, high) in ranges.items():
             ref = self.member.refs.get(key)
@@ -499,8 +480,6 @@ class TubeStreamReader(StreamEngine):
                 log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group, exc)
 
     def close(self) -> None:
-        if self._deferred is not None:
-            self._deferred.withdraw(self.run_id)
         reader, self._last_reader = self._last_reader, None
         if reader is not None:
             reader.close()
