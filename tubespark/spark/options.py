@@ -207,8 +207,8 @@ DEFER_ON_OUTAGE = SharedOption(
     "deferOnOutage", "true", parse_bool, "Streaming: a read task whose broker goes down mid-batch returns what it "
     "read after one short try (2 s; one that does not answer: one `requestTimeoutMs`) and leaves the rest of its "
     "range to the next micro-batches, which read on from there once the broker is back (reported through "
-    "`deferredRangesPath`), so the other brokers' partitions keep flowing. `false`: the task waits for its broker (up to `outageTimeoutMs`), "
-    "and with it the whole query.")
+    "`deferredRangesPath`), so the other brokers' partitions keep flowing. `false`: the task waits for its "
+    "broker (up to `outageTimeoutMs`), and with it the whole query.")
 DEFERRED_RANGES_PATH = SharedOption(
     "deferredRangesPath", None, parse_shared_directory, "Streaming, with `deferOnOutage=true`: the directory where "
     "read tasks report the unread rest of a range whose broker is down and the driver reads it (one small file per "
