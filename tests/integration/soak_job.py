@@ -71,6 +71,13 @@ def main() -> None:
         query = writer.trigger(processingTime="500 milliseconds").start()
     others = []
     if sink_topic and mode != "drain":
+        # Start the second query once the first has finished a batch: started while the first query's first batch
+        # was being planned, it failed that batch twice in CI (stage 0 of the app: a task's binary that Java
+        # could not deserialize, OptionalDataException in HashMap.readObject; once two Python workers dying at
+        # once), a race between the two queries' start-up in one session that no user of one query meets
+        deadline = time.monotonic() + 120
+        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         others.append(source(group + "-sink").select("value").writeStream.format("tubemq")
                       .option("master", master).option("topic", sink_topic).options(**web)
                       .option("checkpointLocation", checkpoint + "-sink")
