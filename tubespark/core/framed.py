@@ -12,6 +12,11 @@ how one frame is read back as ``(correlation_id, payload)``. Everything else is 
   completes the call's future. A frame that does not decode poisons the stream, so the connection
   closes and every pending call fails with the same error; later calls fail at once with a
   (retriable) :class:`BrokerConnectionError` until the owner opens a new connection;
+* or, with ``caller_reads``, no thread: the thread that waits for a call's answer reads the socket itself
+  (the same frames, decoders and failures). A connection that one thread uses a call at a time (an executor's
+  range read: send a fetch, take its answer) then pays no hand-over between threads, which was a fifth of a
+  read task's CPU (issue 24: docs/performance/hotpath.md); a wait that ends mid-frame takes nothing from the
+  stream, so the late answer is dropped by its correlation id as on a threaded connection;
 * TLS failures are :class:`TlsError` naming the cause (:mod:`tubespark.core.tls`), including a plain-text
   connection to a TLS port, which the server closes unanswered (a probe tells that from a crash);
 * :class:`ConnectionPool` keeps one live connection per address and reopens it after a failure;
@@ -119,7 +124,7 @@ class FramedConnection(Generic[RequestT]):
 
     def __init__(self, address: str, sock: Stream, codec: FrameCodec[RequestT], *,
                  max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, caller_reads: bool = False) -> None:
         self.address = address
         self._sock = sock
         self._connect_timeout_s = connect_timeout_s
@@ -135,18 +140,25 @@ class FramedConnection(Generic[RequestT]):
         self._ids = itertools.count(1)
         self._closed = threading.Event()
         self._failure: TubeSparkError | None = None
-        self._reader = threading.Thread(target=self._read_loop, name=f"tubespark-rx-{address}", daemon=True)
-        self._reader.start()
+        self._frames = SocketReader(sock, self._closed, max_read_bytes=max_read_bytes, peer=address)
+        read_many: Callable[[Reader], list[tuple[int, bytes]]] | None = getattr(codec, "read_many", None)
+        self._read_many = read_many if read_many is not None else (lambda source: [codec.read(source)])
+        self._caller_lock: threading.Lock | None = None  # caller_reads: held by the thread reading the socket
+        if caller_reads:
+            self._caller_lock = threading.Lock()
+        else:
+            threading.Thread(target=self._read_loop, name=f"tubespark-rx-{address}", daemon=True).start()
 
     @classmethod
     def open(cls, address: str, codec: FrameCodec[RequestT], *,
              connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, io_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
              ssl_context: ssl.SSLContext | None = None,
-             max_read_bytes: int = DEFAULT_MAX_READ_BYTES) -> FramedConnection[RequestT]:
+             max_read_bytes: int = DEFAULT_MAX_READ_BYTES, caller_reads: bool = False) -> FramedConnection[RequestT]:
         """Connect to ``host:port``; raises BrokerConnectionError (ValueError for a malformed address)."""
         sock = open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s,
                            ssl_context=ssl_context)
-        return cls(address, sock, codec, max_read_bytes=max_read_bytes, connect_timeout_s=connect_timeout_s)
+        return cls(address, sock, codec, max_read_bytes=max_read_bytes, connect_timeout_s=connect_timeout_s,
+                   caller_reads=caller_reads)
 
     @property
     def closed(self) -> bool:
@@ -177,7 +189,7 @@ class FramedConnection(Generic[RequestT]):
         wait in the outbox (see the module docstring); frames go out in call order either way.
         """
         correlation_id = next(self._ids) & 0x7FFFFFFF
-        future: Future[T] = Future()
+        future: Future[T] = Future() if self._caller_lock is None else _CallerReadFuture(self)
         with self._pending_lock:  # _fail marks the connection closed under this lock: no call is stranded
             self._raise_if_closed()
             self._pending[correlation_id] = (future, decode, -1)
@@ -215,7 +227,12 @@ class FramedConnection(Generic[RequestT]):
                          tags: Sequence[int]) -> list[int]:
         """:meth:`call_many` for a caller that frames the whole window itself: ``frames(correlation_ids)``
         returns the wire bytes of ``len(tags)`` requests with those ids, in order (e.g. a compiled encoder
-        doing a window in one call). Whatever it raises reaches the caller, and nothing is sent."""
+        doing a window in one call). Whatever it raises reaches the caller, and nothing is sent.
+
+        Needs the reader thread: nobody waits on a future of these calls, so a ``caller_reads`` connection
+        refuses them (TypeError)."""
+        if self._caller_lock is not None:
+            raise TypeError(f"call_many on {self.address}: a caller_reads connection has no reader thread for it")
         with self._pending_lock:
             self._raise_if_closed()
             ids = [next(self._ids) & 0x7FFFFFFF for _ in tags]
@@ -268,7 +285,7 @@ class FramedConnection(Generic[RequestT]):
             # calls with it; only the reader's own silence makes this send error the reason. Not after a
             # send that timed out: a peer that stopped reading (stalled, half-open) says nothing, and the
             # caller has already waited its whole io timeout.
-            if not isinstance(exc, TimeoutError):
+            if not isinstance(exc, TimeoutError) and self._caller_lock is None:  # (caller_reads: no reader runs)
                 self._closed.wait(SEND_FAILURE_GRACE_S)
             self._fail(BrokerConnectionError(f"send to {self.address} failed: {exc}"))
 
@@ -279,9 +296,17 @@ class FramedConnection(Generic[RequestT]):
     def close(self) -> None:
         """Fail every pending call with BrokerConnectionError and end the connection. Idempotent.
 
-        The socket is shut down at once (the peer sees the close) and closed by the reader thread.
+        The socket is shut down at once (the peer sees the close) and closed by the reader thread (with
+        ``caller_reads``: here, or by the thread reading it now).
         """
         self._fail(BrokerConnectionError(f"connection to {self.address} was closed"))
+        lock = self._caller_lock
+        if lock is not None and lock.acquire(blocking=False):
+            try:
+                with self._send_lock:
+                    self._sock.close()
+            finally:
+                lock.release()
 
     def _forget(self, correlation_id: int) -> None:
         """Drop the entry of a call whose caller stopped waiting, so a late answer is just ignored."""
@@ -290,7 +315,7 @@ class FramedConnection(Generic[RequestT]):
 
     def _read_loop(self) -> None:
         try:
-            self._read_loop_body()
+            self._guarded(self._read_responses)
         finally:
             self._fail(BrokerConnectionError(f"reader for {self.address} stopped"))  # a no-op when already failed
             # Only this thread closes the socket, once nothing reads or sends on it any more: closing it under
@@ -299,20 +324,44 @@ class FramedConnection(Generic[RequestT]):
                 self._sock.close()
 
     def _read_responses(self) -> None:
-        reader = SocketReader(self._sock, self._closed, max_read_bytes=self._max_read_bytes, peer=self.address)
-        codec = self._codec
-        read_many: Callable[[Reader], list[tuple[int, bytes]]] = getattr(
-            codec, "read_many", lambda source: [codec.read(source)])
-        pending_lock = self._pending_lock
-        while not self._closed.is_set():
-            frames = read_many(reader)
-            self._answered = True
-            self._last_frame_at = time.monotonic()
-            pending = self._pending
-            with pending_lock:
-                entries = [pending.pop(correlation_id, None) for correlation_id, _payload in frames]
-            if not self._settle_frames(frames, entries):
+        while not self._closed.is_set() and self._receive():
+            pass
+
+    def _receive(self) -> bool:
+        """Read at least one frame (every whole one the receive brought) and hand each answer to its call;
+        False when the connection failed."""
+        frames = self._read_many(self._frames)
+        self._answered = True
+        self._last_frame_at = time.monotonic()
+        pending = self._pending
+        with self._pending_lock:
+            entries = [pending.pop(correlation_id, None) for correlation_id, _payload in frames]
+        return self._settle_frames(frames, entries)
+
+    def _pump(self, future: Future[Any], timeout_s: float | None) -> None:
+        """``caller_reads``: read answers on this thread until ``future`` is done, the connection failed or
+        ``timeout_s`` passed. One thread reads at a time; another waiting thread finds its answer settled by
+        it, or reads next. A wait that runs out leaves a partly received frame buffered (nothing is taken)."""
+        lock = self._caller_lock
+        assert lock is not None
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not future.done() and not self._closed.is_set():
+            if not lock.acquire(timeout=-1 if deadline is None else max(0.0, deadline - time.monotonic())):
                 return
+            try:
+                if future.done() or self._closed.is_set():
+                    return
+                self._frames.set_deadline(deadline)
+                if not self._guarded(self._receive):
+                    return
+            except TimeoutError:  # the reader's deadline: this wait is over, the stream intact
+                return
+            finally:
+                self._frames.set_deadline(None)
+                if self._closed.is_set():
+                    with self._send_lock:  # nobody reads or sends now: the socket may close
+                        self._sock.close()
+                lock.release()
 
     def _settle_frames(self, frames: list[tuple[int, bytes]], entries: list[_Target | None]) -> bool:
         """Decode the answers of one receive and hand each to its call; False when the connection failed.
@@ -368,15 +417,19 @@ class FramedConnection(Generic[RequestT]):
             if entry is not None:
                 _reject(entry, error)
 
-    def _read_loop_body(self) -> None:
-        """The reader thread's work, with the stream's failures turned into the connection's."""
+    def _guarded(self, read: Callable[[], Any]) -> bool:
+        """Run ``read`` (the reader thread's loop, or one receive of a caller), turning the stream's failures into
+        the connection's; False when it failed. A caller's wait running out (the reader's ``TimeoutError``) is no
+        failure."""
         try:
-            self._read_responses()
+            return read() is not False
+        except TimeoutError:
+            raise
         except CodecError as exc:
             if not self._closed.is_set():
                 log.warning("closing connection to %s: %s", self.address, exc)
             if isinstance(exc, TruncatedFrameError) and self._plain_text_to_tls():
-                return
+                return False
             self._fail(exc if not isinstance(exc, TruncatedFrameError) else
                        BrokerConnectionError(f"connection to {self.address} lost: {exc}"))
         except BrokerConnectionError as exc:  # e.g. reset by the peer
@@ -384,8 +437,9 @@ class FramedConnection(Generic[RequestT]):
                 self._fail(exc)
         except TubeSparkError as exc:
             self._fail(exc)
-        except Exception as exc:  # noqa: BLE001 - the reader thread must fail pending calls, never die silently
+        except Exception as exc:  # noqa: BLE001 - a reader must fail pending calls, never die silently
             self._fail(BrokerConnectionError(f"reader for {self.address} failed: {exc!r}"))
+        return False
 
     def _plain_text_to_tls(self) -> bool:
         """Fail the connection with :class:`TlsError` if its peer, which closed or reset it before any
@@ -442,6 +496,19 @@ def _reject(entry: _Target, error: BaseException) -> None:
         return
     with contextlib.suppress(InvalidStateError):
         target.set_exception(error)
+
+
+class _CallerReadFuture(Future[T]):
+    """A call's future on a ``caller_reads`` connection: waiting for it reads the socket on the waiting thread."""
+
+    def __init__(self, conn: FramedConnection[Any]) -> None:
+        super().__init__()
+        self._conn = conn
+
+    def result(self, timeout: float | None = None) -> T:
+        if not self.done():
+            self._conn._pump(self, timeout)
+        return super().result(timeout=0)
 
 
 def wait(future: Future[T], timeout_s: float, what: str) -> T:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from typing import Protocol, TypeAlias, overload
 
 from tubespark.core.tls import TlsChannel, handshake_timeout, tls_failure
@@ -86,7 +87,10 @@ class SocketReader:
     """A buffered :class:`PeekReader` over a socket that has a timeout.
 
     A recv timeout just means "idle": the reader keeps waiting unless ``closed`` is set, so the owner
-    stops it by setting ``closed`` and shutting the socket down (which also wakes a blocked recv).
+    stops it by setting ``closed`` and shutting the socket down (which also wakes a blocked recv). With a
+    ``deadline`` (a ``time.monotonic()`` value; set by a caller that reads for its own call) it waits no longer
+    than that and raises the builtin ``TimeoutError``, taking nothing (no error of the stream: what arrived
+    of a frame stays buffered, and the next read goes on with it).
     Raises TruncatedFrameError when the peer closes the stream or ``closed`` is set, BrokerConnectionError
     when the socket fails, FrameTooLargeError for a read above ``max_read_bytes`` (before buffering any
     of it).
@@ -105,6 +109,24 @@ class SocketReader:
         self._buf = bytearray(_BUFFER_BYTES)
         self._start = 0  # buffered bytes are _buf[_start:_end]
         self._end = 0
+        self._deadline: float | None = None
+        self._mark = -1  # with a deadline: where the read began, kept buffered until the deadline is lifted
+        self._timeout: float | None = sock.gettimeout()  # the socket's io timeout, the longest a recv waits
+        self._timeout_changed = False  # a deadline set a shorter one
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Wait for bytes until ``deadline`` (``time.monotonic()``), then go back to where the reads since this
+        call began and raise ``TimeoutError``: a frame whose reading ran out of time is read again
+        from its first byte next time, whatever the decoder had taken of it. ``None`` lifts the deadline (and
+        gives the socket its io timeout back, for the sends on it)."""
+        if deadline is None:
+            if self._timeout_changed:
+                self._sock.settimeout(self._timeout)
+                self._timeout_changed = False
+            self._mark = -1
+        else:
+            self._mark = self._start
+        self._deadline = deadline
 
     def read_exactly(self, n: int) -> bytes:
         self._fill(n)
@@ -126,27 +148,42 @@ class SocketReader:
             raise FrameTooLargeError(f"a read of {n} bytes exceeds the {self._max_read}-byte limit")
         if self._end - self._start >= n:
             return
-        if self._start == self._end:
-            self._start = self._end = 0
+        keep = self._start if self._mark < 0 else self._mark  # the first byte that must stay buffered
+        if keep == self._end:
+            self._start = self._end = keep = 0
+            self._mark = min(self._mark, 0)
         if len(self._buf) - self._start < n or len(self._buf) - self._end < _COMPACT_BELOW:
-            self._make_room(n)
+            self._make_room(keep, n)
         while self._end - self._start < n:
             self._end += self._receive(memoryview(self._buf)[self._end:])
 
-    def _make_room(self, n: int) -> None:
-        """Move the buffered bytes to the front of a buffer that can hold ``n`` (a new one if it must grow)."""
-        held = self._end - self._start
+    def _make_room(self, keep: int, n: int) -> None:
+        """Move the bytes from ``keep`` on to the front of a buffer that can hold them and ``n`` from ``_start``
+        (a new one if it must grow)."""
+        held = self._end - keep
         size = len(self._buf)
-        if n > size:
-            size = min(max(n, size * 2), max(self._max_read, n))
+        needed = self._start - keep + n
+        if needed > size:
+            size = min(max(needed, size * 2), max(self._max_read, needed))
             buf = bytearray(size)
-            buf[:held] = self._buf[self._start:self._end]
+            buf[:held] = self._buf[keep:self._end]
             self._buf = buf
-        elif self._start:
-            self._buf[:held] = self._buf[self._start:self._end]
-        self._start, self._end = 0, held
+        elif keep:
+            self._buf[:held] = self._buf[keep:self._end]
+        self._start -= keep
+        if self._mark >= 0:
+            self._mark -= keep
+        self._end = held
 
     def _receive(self, room: memoryview) -> int:
+        deadline = self._deadline
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._start = self._mark
+                raise TimeoutError(f"no more bytes from {self._peer} before the deadline")
+            self._sock.settimeout(left if self._timeout is None else min(left, self._timeout))
+            self._timeout_changed = True
         try:
             if self._recv_into is not None:
                 got: int = self._recv_into(room)

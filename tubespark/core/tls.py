@@ -234,6 +234,9 @@ class TlsChannel:
     def settimeout(self, value: float | None) -> None:
         self._raw.settimeout(value)
 
+    def gettimeout(self) -> float | None:
+        return self._raw.gettimeout()
+
     def shutdown(self, how: int) -> None:
         """Shut the plain socket down (wakes a blocked :meth:`recv`), without a TLS close_notify: the
         framed protocols end a connection by closing it."""

@@ -25,7 +25,13 @@ import pytest
 from tubespark_testbed.ports import free_ports
 
 from tubespark.core.framed import ConnectionPool, FramedConnection, wait
-from tubespark.core.framed_io import BytesReader, Reader, SocketReader, open_socket, parse_address
+from tubespark.core.framed_io import (
+    BytesReader,
+    Reader,
+    SocketReader,
+    open_socket,
+    parse_address,
+)
 from tubespark.errors import (
     BadRequestError,
     BrokerConnectionError,
@@ -193,8 +199,17 @@ def peer() -> Iterator[ToyPeer]:
         yield p
 
 
+@pytest.fixture(params=[False, True], ids=["reader-thread", "caller-reads"])
+def conn(peer: ToyPeer, request: pytest.FixtureRequest) -> Iterator[FramedConnection[str]]:
+    """Every test of calls runs twice: answers read by the connection's thread, and by the waiting caller."""
+    c = FramedConnection.open(peer.address, TOY, connect_timeout_s=1.0, io_timeout_s=1.0, caller_reads=request.param)
+    yield c
+    c.close()
+
+
 @pytest.fixture
-def conn(peer: ToyPeer) -> Iterator[FramedConnection[str]]:
+def threaded(peer: ToyPeer) -> Iterator[FramedConnection[str]]:
+    """A connection with its reader thread (``call_many`` needs it)."""
     c = FramedConnection.open(peer.address, TOY, connect_timeout_s=1.0, io_timeout_s=1.0)
     yield c
     c.close()
@@ -419,30 +434,30 @@ class Sink:
 
 
 def test_call_many_sends_a_window_in_order_and_hands_each_answer_to_the_sink_by_tag(
-        peer: ToyPeer, conn: FramedConnection[str]) -> None:
-    conn.call_async("deferred first", text, defer=True)
+        peer: ToyPeer, threaded: FramedConnection[str]) -> None:
+    threaded.call_async("deferred first", text, defer=True)
     sink = Sink()
-    ids = conn.call_many(["a", "!refused", "c"], text, sink, [10, 11, 12])
+    ids = threaded.call_many(["a", "!refused", "c"], text, sink, [10, 11, 12])
     sink.wait_for(3)
     assert sink.results == {10: "a", 12: "c"}
     assert isinstance(sink.errors[11], BadRequestError)  # that call failed alone
     assert [payload for _cid, payload in peer.requests] == [b"deferred first", b"a", b"!refused", b"c"]
     assert [cid for cid, _ in peer.requests[1:]] == ids
-    assert conn._pending == {} and not conn.closed
+    assert threaded._pending == {} and not threaded.closed
 
 
 def test_call_many_forgotten_calls_are_dropped_and_a_failure_rejects_the_rest(
-        peer: ToyPeer, conn: FramedConnection[str]) -> None:
+        peer: ToyPeer, threaded: FramedConnection[str]) -> None:
     peer.script = None
     sink = Sink()
-    ids = conn.call_many(["x", "y"], text, sink, [0, 1])
+    ids = threaded.call_many(["x", "y"], text, sink, [0, 1])
     peer.wait_for_requests(2)
-    conn.forget(ids[:1])
-    conn.close()
+    threaded.forget(ids[:1])
+    threaded.close()
     sink.wait_for(1)
     assert list(sink.errors) == [1] and isinstance(sink.errors[1], BrokerConnectionError)
     with pytest.raises(BrokerConnectionError, match="is closed"):  # nothing reaches the wire, the sink hears nothing
-        conn.call_many(["z"], text, sink, [2])
+        threaded.call_many(["z"], text, sink, [2])
     assert 2 not in sink.errors
 
 
@@ -525,13 +540,94 @@ def test_a_frame_that_poisons_the_stream_fails_the_calls_read_with_it() -> None:
         assert conn.closed
 
 
-def test_call_many_with_an_unencodable_request_sends_nothing(peer: ToyPeer, conn: FramedConnection[str]) -> None:
+def test_call_many_with_an_unencodable_request_sends_nothing(peer: ToyPeer, threaded: FramedConnection[str]) -> None:
     sink = Sink()
     with pytest.raises(FrameTooLargeError):
-        conn.call_many(["ok", "x" * (MAX_PAYLOAD + 1)], text, sink, [0, 1])
-    assert conn._pending == {}
-    assert conn.call("fine", text, 1.0) == "fine"
+        threaded.call_many(["ok", "x" * (MAX_PAYLOAD + 1)], text, sink, [0, 1])
+    assert threaded._pending == {}
+    assert threaded.call("fine", text, 1.0) == "fine"
     assert [payload for _cid, payload in peer.requests] == [b"fine"]
+
+
+# --- caller_reads: the waiting thread reads ----------------------------------------------------------
+
+
+def _reader_threads() -> int:
+    return sum(t.name.startswith("tubespark-rx-") for t in threading.enumerate())
+
+
+def test_a_caller_reads_connection_starts_no_thread_and_refuses_call_many(peer: ToyPeer) -> None:
+    before = _reader_threads()
+    with FramedConnection.open(peer.address, TOY, io_timeout_s=1.0, caller_reads=True) as c:
+        assert _reader_threads() == before
+        assert c.call("mine", text, 1.0) == "mine"
+        with pytest.raises(TypeError, match="caller_reads"):
+            c.call_many(["x"], text, Sink(), [0])
+        assert peer.requests == [(peer.requests[0][0], b"mine")], "the refused window never reached the wire"
+
+
+@pytest.mark.parametrize("cut", [3, HEAD.size, HEAD.size + 2], ids=["in-the-head", "after-the-head", "in-the-payload"])
+def test_a_wait_that_ends_mid_frame_takes_nothing_from_the_stream(peer: ToyPeer, cut: int) -> None:
+    """The toy codec reads a frame in two ``read_exactly`` calls: a wait that runs out between them (or inside
+    one) must give the frame back whole, so the late answer is read, and dropped, as a frame, and the stream
+    stays in step for the next call."""
+    rest: list[bytes] = []
+
+    def half_now(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+        data = frame(correlation_id, payload * 4)
+        if payload == b"slow":
+            link.send(data[:cut])
+            rest.append(data[cut:])
+        else:
+            if rest:
+                link.send(rest.pop())  # the rest of the late answer first, then this call's
+            link.reply(correlation_id, payload)
+
+    peer.script = half_now
+    with FramedConnection.open(peer.address, TOY, io_timeout_s=1.0, caller_reads=True) as c:
+        start = time.monotonic()
+        with pytest.raises(RpcTimeoutError):
+            c.call("slow", text, 0.2)
+        assert time.monotonic() - start < 0.6, "the wait ends at its timeout, not at the socket's io timeout"
+        assert not c.closed
+        assert c.call("next", text, 1.0) == "next"
+        assert c.call("again", text, 1.0) == "again"
+        assert not c.closed and c._pending == {}
+
+
+def test_two_threads_waiting_on_one_caller_reads_connection_each_get_their_answer(peer: ToyPeer) -> None:
+    """Whoever reads hands the other thread's answer over too; answers come back in reverse order."""
+    held: list[tuple[ToyLink, int, bytes]] = []
+
+    def reverse_pairs(link: ToyLink, correlation_id: int, payload: bytes) -> None:
+        held.append((link, correlation_id, payload))
+        if len(held) == 2:
+            for answering, cid, data in reversed(held):
+                answering.reply(cid, data)
+            held.clear()
+
+    peer.script = reverse_pairs
+    with FramedConnection.open(peer.address, TOY, io_timeout_s=1.0, caller_reads=True) as c:
+        for _round in range(20):
+            results: dict[str, str] = {}
+            threads = [threading.Thread(target=lambda n=n, got=results: got.__setitem__(n, c.call(n, text, 2.0)))
+                       for n in ("a", "b")]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(3.0)
+            assert results == {"a": "a", "b": "b"}
+
+
+def test_close_from_another_thread_ends_a_callers_wait(peer: ToyPeer) -> None:
+    peer.script = None
+    with FramedConnection.open(peer.address, TOY, io_timeout_s=1.0, caller_reads=True) as c:
+        threading.Timer(0.2, c.close).start()
+        start = time.monotonic()
+        with pytest.raises(BrokerConnectionError, match="closed"):  # (a starved test thread may call after it)
+            c.call("never answered", text, 5.0)
+        assert time.monotonic() - start < 2.0
+        assert c.closed
 
 
 def test_context_manager_closes(peer: ToyPeer) -> None:
@@ -790,6 +886,27 @@ def test_socket_reader_waits_while_idle_and_stops_when_closed(
     threading.Timer(0.1, closed.set).start()
     with pytest.raises(TruncatedFrameError, match="closed locally"):
         reader.read_exactly(1)
+
+
+def test_socket_reader_with_a_deadline_gives_back_what_a_read_took_when_time_runs_out(
+        socket_pair: tuple[socket.socket, socket.socket]) -> None:
+    left, right = socket_pair
+    left.settimeout(1.0)  # the io timeout: longer than the deadline, which bounds the wait instead
+    reader = SocketReader(left, threading.Event(), max_read_bytes=1 << 20)
+    right.sendall(b"head")
+    reader.set_deadline(time.monotonic() + 0.1)
+    assert reader.read_exactly(2) == b"he"
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="before the deadline"):
+        reader.read_exactly(4)  # "ad" and two bytes that never come
+    assert time.monotonic() - start < 0.5
+    reader.set_deadline(None)
+    assert left.gettimeout() == 1.0, "the socket gets its io timeout back for the sends"
+    right.sendall(b"!!" + b"x" * 200_000)  # the buffer grows and moves while a deadline keeps the read's start
+    reader.set_deadline(time.monotonic() + 2.0)
+    assert reader.read_exactly(6) == b"head!!"
+    assert reader.read_exactly(200_000) == b"x" * 200_000
+    reader.set_deadline(None)
 
 
 def test_socket_reader_reports_the_peer_closing(socket_pair: tuple[socket.socket, socket.socket]) -> None:

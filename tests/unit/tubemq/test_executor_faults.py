@@ -49,9 +49,11 @@ def part(broker: FakeBroker) -> PartitionRef:
     return ref
 
 
-@pytest.fixture
-def client() -> Iterator[BrokerClient]:
-    c = BrokerClient("reader-f", fast_settings(request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=0.5))
+@pytest.fixture(params=[False, True], ids=["reader-thread", "caller-reads"])
+def client(request: pytest.FixtureRequest) -> Iterator[BrokerClient]:
+    """Both ways of reading answers: the connection's thread, and the read task's own (``caller_reads``)."""
+    c = BrokerClient("reader-f", fast_settings(request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=0.5,
+                                               caller_reads=request.param))
     yield c
     c.close()
 

@@ -134,9 +134,11 @@ def test_a_delay_below_the_timeout_only_slows_calls_and_a_cut_fails_them_at_once
 
 
 @pytest.mark.parametrize("fault", [*FAULTS, "cut"])
+@pytest.mark.parametrize("caller_reads", [False, True], ids=["reader-thread", "caller-reads"])
 def test_a_range_read_rides_out_a_fault_shorter_than_its_budget(settings: ClientSettings, part: PartitionRef,
-                                                                 broker_proxy: FaultProxy, fault: str) -> None:
-    client = BrokerClient("reader-nf", settings)
+                                                                 broker_proxy: FaultProxy, fault: str,
+                                                                 caller_reads: bool) -> None:
+    client = BrokerClient("reader-nf", dataclasses.replace(settings, caller_reads=caller_reads))
     reader = RangeReader(client, "read-nf", retry_s=TIMEOUT_S * 8)
     bodies: list[bytes] = []
     try:
@@ -152,9 +154,10 @@ def test_a_range_read_rides_out_a_fault_shorter_than_its_budget(settings: Client
 
 
 @pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("caller_reads", [False, True], ids=["reader-thread", "caller-reads"])
 def test_a_range_read_gives_up_within_its_budget(settings: ClientSettings, part: PartitionRef,
-                                                 broker_proxy: FaultProxy, fault: str) -> None:
-    client = BrokerClient("reader-nf", settings)
+                                                 broker_proxy: FaultProxy, fault: str, caller_reads: bool) -> None:
+    client = BrokerClient("reader-nf", dataclasses.replace(settings, caller_reads=caller_reads))
     budget = TIMEOUT_S * 3
     reader = RangeReader(client, "read-nf", retry_s=budget)
     broker_proxy.set_mode(fault)

@@ -219,3 +219,20 @@ def test_a_stream_task_that_reads_everything_clears_an_earlier_attempts_report(t
     rows = sum(batch.num_rows for batch in read_range(_stream_task(task, str(tmp_path)), options(60_000)))
     assert rows == N
     assert reports.take({task.ref.key: task.end}) == {}, "a replayed batch that read it all leaves no remainder"
+
+
+def test_a_read_task_takes_its_answers_on_its_own_thread(task, monkeypatch):
+    """Issue 24: a read task sends one fetch at a time and waits for it, so its connection has no reader thread
+    (``caller_reads``): each fetch's answer is read by the task's thread, without a hand-over between threads."""
+    started: list[str] = []
+    original = threading.Thread.start
+
+    def recording_start(self: threading.Thread) -> None:
+        started.append(self.name)
+        original(self)
+
+    monkeypatch.setattr(threading.Thread, "start", recording_start)
+    values = [v for batch in read_range(task, options(0)) for v in batch.column("value").to_pylist()]
+    monkeypatch.undo()
+    assert values == [b"m%d" % k for k in range(N)]
+    assert not [name for name in started if name.startswith("tubespark-rx-")], started

@@ -102,6 +102,9 @@ class ClientSettings(ConnectionSettings):
     """``(listed, reachable)`` address pairs: a broker the master lists as ``listed`` (``ip:port``) is connected
     to at ``reachable`` instead (NAT, a port forward, the testbed's fault proxy). Everything else (partition keys,
     log lines, shielding) keeps the listed address; see docs/tubemq/brokers.md."""
+    caller_reads: bool = False
+    """Broker connections without a reader thread: the thread waiting for an answer reads it (an executor's range
+    read, one call at a time: no hand-over between threads per fetch; see :mod:`tubespark.core.framed`)."""
 
     @property
     def default_broker_port(self) -> int:
@@ -112,7 +115,8 @@ class ClientSettings(ConnectionSettings):
         """The pool of broker connections, keyed by the address the master lists, reaching each through
         :attr:`broker_address_map`."""
         return ConnectionPool(connect_timeout_s=self.connect_timeout_s, io_timeout_s=self.request_timeout_s,
-                              ssl_context=self.ssl_context, address_map=dict(self.broker_address_map))
+                              ssl_context=self.ssl_context, address_map=dict(self.broker_address_map),
+                              caller_reads=self.caller_reads)
 
     def master_channel(self, masters: str | Sequence[str]) -> MasterChannel:
         return MasterChannel(masters, connect_timeout_s=self.connect_timeout_s,

@@ -48,18 +48,22 @@ class Connection:
     """A multiplexed RPC connection to a master or broker. Thread-safe; create with :meth:`open`."""
 
     def __init__(self, address: str, sock: Stream, *,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, caller_reads: bool = False) -> None:
         self._framed: FramedConnection[bytes] = FramedConnection(address, sock, FRAMING,
-                                                                 connect_timeout_s=connect_timeout_s)
+                                                                 connect_timeout_s=connect_timeout_s,
+                                                                 caller_reads=caller_reads)
         self.address = address
 
     @classmethod
     def open(cls, address: str, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
              io_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-             ssl_context: ssl.SSLContext | None = None) -> Connection:
-        """Connect within ``connect_timeout_s``; every later send/receive is bounded by ``io_timeout_s``."""
+             ssl_context: ssl.SSLContext | None = None, caller_reads: bool = False) -> Connection:
+        """Connect within ``connect_timeout_s``; every later send/receive is bounded by ``io_timeout_s``.
+        ``caller_reads``: answers are read by the thread that waits for them (see
+        :class:`~tubespark.core.framed.FramedConnection`), for a connection one thread uses a call at a time."""
         return cls(address, open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s,
-                                        ssl_context=ssl_context), connect_timeout_s=connect_timeout_s)
+                                        ssl_context=ssl_context), connect_timeout_s=connect_timeout_s,
+                   caller_reads=caller_reads)
 
     @property
     def closed(self) -> bool:
@@ -144,9 +148,10 @@ class ConnectionPool(framed.ConnectionPool[Connection]):
 
     def __init__(self, *, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  io_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, ssl_context: ssl.SSLContext | None = None,
-                 address_map: dict[str, str] | None = None) -> None:
+                 address_map: dict[str, str] | None = None, caller_reads: bool = False) -> None:
         super().__init__(functools.partial(_open_mapped, dict(address_map or {}), connect_timeout_s=connect_timeout_s,
-                                           io_timeout_s=io_timeout_s, ssl_context=ssl_context))
+                                           io_timeout_s=io_timeout_s, ssl_context=ssl_context,
+                                           caller_reads=caller_reads))
 
     def drop_if_quiet(self, address: str, quiet_s: float) -> bool:
         """Drop the connection to ``address`` if its peer sent nothing for ``quiet_s`` (see ``quiet_s``);

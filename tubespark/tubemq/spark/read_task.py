@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -213,7 +213,7 @@ def _range_reader(task: QueueRange, options: TubeMQOptions, *,
     """The task's broker connection and range reader (the caller closes the broker). The reader gives up
     after one short attempt (:func:`read_attempt_s`, shorter for a task that defers); :func:`_patiently`
     decides whether to wait and go on."""
-    broker = BrokerClient(task.client_id, options.client_settings())
+    broker = BrokerClient(task.client_id, replace(options.client_settings(), caller_reads=True))
     retry_s = _retry_s(options)
     return broker, RangeReader(broker, task.read_group, filters=options.stream_ids,
                                fail_on_data_loss=options.fail_on_data_loss,
