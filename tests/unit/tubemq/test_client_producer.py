@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.doubles.fakebroker import FakeBroker, FakeMaster, fast_settings
+from tests.doubles.fakebroker import FakeBroker, FakeMaster, _failure, fast_settings
 from tubespark.errors import (
     BadRequestError,
     MessageFormatError,
@@ -17,6 +18,7 @@ from tubespark.errors import (
 from tubespark.tubemq.client.producer import Producer, SendResult
 from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum, decode_payload
+from tubespark.tubemq.wire.pb import master_service_pb2 as mpb
 
 TOPIC = "topic_p"
 
@@ -197,3 +199,60 @@ def test_a_send_that_times_out_does_not_resend_the_others(broker, producer):
     stored = broker.bodies(part)
     assert 1 <= stored.count(b"m0") <= 2  # the unanswered one may be stored twice: at-least-once
     assert [stored.count(body) for body in bodies[1:]] == [1] * 11
+
+
+class ElectedMaster(FakeMaster):
+    """A master just elected after the active one died: until ``loaded`` it answers every topic as TubeMQ 2.4.0's
+    new active master did in ``test_masters.py`` (a consumer register refused with 431, "not deployed"; no topic
+    in a producer heartbeat), then serves as usual."""
+
+    def __init__(self, broker: FakeBroker, loaded_after_s: float | None) -> None:
+        super().__init__(broker)
+        self.loaded_at = None if loaded_after_s is None else time.monotonic() + loaded_after_s
+
+    def _loading(self) -> bool:
+        return self.loaded_at is None or time.monotonic() < self.loaded_at
+
+    def _c_register(self, req):
+        if self._loading():
+            return _failure(mpb.RegisterResponseM2C, 431, f"Requested topic [{list(req.topicList)}] not deployed!")
+        return super()._c_register(req)
+
+    def _p_heartbeat(self, req):
+        response = super()._p_heartbeat(req)
+        if self._loading():
+            del response.topicInfos[:]
+        return response
+
+
+DEAD_MASTER = "127.0.0.0:1"  # refuses at once, and sorts before the fake's 127.0.0.1 address: tried first
+
+
+@pytest.mark.parametrize("failed_over", [True, False], ids=["after-a-fail-over", "one-master"])
+def test_a_topic_a_new_active_master_calls_undeployed_is_asked_again_after_a_fail_over(broker, failed_over):
+    """Seen in CI (test_masters.py): the active master killed -9, the sink's next task met the elected master,
+    which said 431 "not deployed" for the sink's topic, and the query failed. A producer whose master channel
+    just moved past a master that did not serve it asks again for ``master_election_s``; with one master the
+    answer stands and fails at once."""
+    with ElectedMaster(broker, loaded_after_s=1.5) as master:
+        masters = f"{DEAD_MASTER},{master.address}" if failed_over else master.address
+        with Producer(masters, fast_settings(heartbeat_interval_s=30.0, master_election_s=10.0)) as producer:
+            started = time.monotonic()
+            if failed_over:
+                producer.publish([TOPIC], timeout_s=20)
+                assert producer.partitions(TOPIC) == tuple(broker.partitions(TOPIC))
+                assert time.monotonic() - started >= 1.0
+            else:
+                with pytest.raises(UnknownTopicError, match="not deployed"):
+                    producer.publish([TOPIC], timeout_s=20)
+                assert time.monotonic() - started < 1.0
+
+
+def test_a_topic_that_stays_undeployed_after_a_fail_over_fails_once_the_election_window_ends(broker):
+    with ElectedMaster(broker, loaded_after_s=None) as master:
+        settings = fast_settings(heartbeat_interval_s=30.0, master_election_s=1.5)
+        with Producer(f"{DEAD_MASTER},{master.address}", settings) as producer:
+            started = time.monotonic()
+            with pytest.raises(UnknownTopicError, match="not deployed"):
+                producer.publish([TOPIC], timeout_s=20)
+            assert 1.0 <= time.monotonic() - started < 5.0

@@ -171,6 +171,7 @@ class Producer:
             return sorted(t for t in requested if not self._layouts.get(t) or not self._layouts[t].partitions)
 
         probed: set[str] = set()
+        doubted: list[UnknownTopicError] = []  # a "not deployed" asked again (below): raised if the wait ends
 
         def heartbeat_and_check() -> bool:
             try:
@@ -185,7 +186,17 @@ class Producer:
                 probed.update(unlisted)
                 try:
                     check_deployed(self._master, unlisted, self.settings)
-                except UnknownTopicError:
+                    doubted.clear()
+                except UnknownTopicError as exc:
+                    if self._master.moved_within(self.settings.master_election_s):
+                        # A master elected moments ago answers "not deployed" for every topic until it has
+                        # loaded the configuration (seen on 2.4.0 after the active master's kill -9): ask again
+                        log.info("publish of %s: %s; the master group changed its active master in the last "
+                                 "%.0f s, so this is asked again until then", unlisted, exc,
+                                 self.settings.master_election_s)
+                        probed.difference_update(unlisted)
+                        doubted[:] = [exc]
+                        return False
                     with self._lock:
                         self._topics.difference_update(t for t in unlisted if t not in self._layouts)
                     raise
@@ -197,6 +208,8 @@ class Producer:
         absent = missing()
         with self._lock:  # stop asking the master about topics that never had partitions
             self._topics.difference_update(t for t in absent if t not in self._layouts)
+        if doubted:
+            raise doubted[0]
         # the master lists the partitions of serving brokers only: a broker that died or went offline
         # takes its partitions out of the list, exactly like a topic that was never deployed; one this
         # producer saw served is the first case

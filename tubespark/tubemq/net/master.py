@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -102,10 +103,16 @@ class MasterChannel:
         self._index = 0
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        self._moved_at: float | None = None  # when a call last moved past a master that did not serve it
 
     @property
     def active_address(self) -> str:
         return self.addresses[self._index]
+
+    def moved_within(self, seconds: float) -> bool:
+        """Whether a call of this channel moved on from a master that did not serve it (down, standby, starting)
+        within the last ``seconds``: the master serving now may have been elected moments ago."""
+        return self._moved_at is not None and time.monotonic() - self._moved_at < seconds
 
     def call(self, method: int, request: Message, response_cls: type[M]) -> M:
         errors: list[str] = []
@@ -140,6 +147,7 @@ class MasterChannel:
                     errors.append(f"{address} ({why})")
                 self._drop_connection()
                 self._index = (self._index + 1) % len(self.addresses)
+                self._moved_at = time.monotonic()
         if tls is not None:
             raise TlsError("no TubeMQ master answered: " + "; ".join(errors)) from tls
         where = ", ".join(errors)
