@@ -14,9 +14,9 @@ how one frame is read back as ``(correlation_id, payload)``. Everything else is 
   (retriable) :class:`BrokerConnectionError` until the owner opens a new connection;
 * or, with ``caller_reads``, no thread: the thread that waits for a call's answer reads the socket itself
   (the same frames, decoders and failures). A connection that one thread uses a call at a time (an executor's
-  range read: send a fetch, take its answer) then pays no hand-over between threads, which was a fifth of a
-  read task's CPU (issue 24: docs/performance/hotpath.md); a wait that ends mid-frame takes nothing from the
-  stream, so the late answer is dropped by its correlation id as on a threaded connection;
+  range read: send a fetch, take its answer) then pays no hand-over between threads (issue 24: 0.92x the read
+  task's CPU per message at 100 B, docs/performance/hotpath.md); a wait that ends mid-frame takes nothing from
+  the stream, so the late answer is dropped by its correlation id as on a threaded connection;
 * TLS failures are :class:`TlsError` naming the cause (:mod:`tubespark.core.tls`), including a plain-text
   connection to a TLS port, which the server closes unanswered (a probe tells that from a crash);
 * :class:`ConnectionPool` keeps one live connection per address and reopens it after a failure;
@@ -131,7 +131,6 @@ class FramedConnection(Generic[RequestT]):
         self._answered = False  # a frame came back: the peer speaks our protocol on this socket
         self._last_frame_at = time.monotonic()  # when the last frame arrived (or the connection opened)
         self._codec = codec
-        self._max_read_bytes = max_read_bytes
         self._send_lock = threading.Lock()
         self._outbox: list[bytes] = []  # deferred frames, under _send_lock
         self._outbox_bytes = 0
