@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,16 @@ def _observed(rows) -> list[tuple]:
     return sorted((bytes(r.value), r.streamId, int(r.msgTime.timestamp() * 1000), r.attributes["k"]) for r in rows)
 
 
+def _assert_same_rows(observed: list[tuple], expected: list[tuple], what: str) -> None:
+    """The rows equal ``expected`` (a multiset: sorted lists), a difference reported as the rows missing and the
+    rows extra: pytest's own diff of two 100,000-row lists ran past the test's 900 s timeout in CI."""
+    if observed == expected:
+        return
+    missing, extra = Counter(expected) - Counter(observed), Counter(observed) - Counter(expected)
+    pytest.fail(f"{what}: {len(observed)} rows, {len(expected)} expected; {sum(missing.values())} missing (first: "
+                f"{sorted(missing)[:5]}), {sum(extra.values())} extra or repeated (first: {sorted(extra)[:5]})")
+
+
 def test_100k_rows_as_bundles_read_back_exactly_in_batch_and_streaming(spark, tubemq_cluster, topic_factory,
                                                                         tmp_path):
     master = tubemq_cluster.master_address
@@ -77,15 +88,15 @@ def test_100k_rows_as_bundles_read_back_exactly_in_batch_and_streaming(spark, tu
     expected = _expected()
     frame = _batch(spark, master, topic, includeAttributes="true")
     batch_rows = frame.collect()
-    assert _observed(batch_rows) == expected
+    _assert_same_rows(_observed(batch_rows), expected, "batch read")
     assert len({(r.partitionKey, r.offset, r.recordIndex) for r in batch_rows}) == ROWS
     assert all(r.attributes["msgEnType"] == "2" and r.attributes["streamId"] == r.streamId
                and int(r.attributes["dt"]) == int(r.msgTime.timestamp() * 1000) for r in batch_rows[:1000])
 
     stream_rows = _drain(spark, master, topic, tmp_path, includeAttributes="true")
-    assert _observed(stream_rows) == expected
-    assert sorted((r.partitionKey, r.offset, r.recordIndex) for r in stream_rows) == \
-        sorted((r.partitionKey, r.offset, r.recordIndex) for r in batch_rows)
+    _assert_same_rows(_observed(stream_rows), expected, "AvailableNow stream")
+    _assert_same_rows(sorted((r.partitionKey, r.offset, r.recordIndex) for r in stream_rows),
+                      sorted((r.partitionKey, r.offset, r.recordIndex) for r in batch_rows), "the stream's positions")
 
     # writeStream with bundles: copy the topic by a streaming query, read the copy back
     name = f"copy_{uuid.uuid4().hex[:8]}"
@@ -100,7 +111,8 @@ def test_100k_rows_as_bundles_read_back_exactly_in_batch_and_streaming(spark, tu
         assert query.awaitTermination(600) and query.exception() is None
     finally:
         query.stop()
-    assert _observed(_batch(spark, master, copy, includeAttributes="true").collect()) == expected
+    _assert_same_rows(_observed(_batch(spark, master, copy, includeAttributes="true").collect()), expected,
+                      "the copy written by a stream")
 
 
 def test_bundles_written_by_inlongs_java_class_read_through_spark(spark, tubemq_cluster, topic_factory, tmp_path):
