@@ -313,7 +313,7 @@ class RocketMQStack:
         try:
             self._start_namesrv()
             for node in self.brokers:
-                self._start_broker(node)
+                self._start_new_broker(node)
             for node in self.brokers:
                 self.wait_registered(node)
         except BaseException:
@@ -343,6 +343,23 @@ class RocketMQStack:
         node.process = proc
         wait_until(f"broker {node.name} on port {node.port}", lambda: _port_open(node.port),
                    timeout_s=_START_TIMEOUT_S, watch=[proc], on_timeout=lambda: self.diagnostics(node))
+
+    def _start_new_broker(self, node: BrokerNode, tries: int = 3) -> None:
+        """The first start of ``node``. Its ports were free when chosen, but a JVM starting beside it may bind one
+        first (the tests start clusters in parallel; seen in CI: the broker's HA port, ``BindException: Address
+        already in use``, exit 255); then it starts again on new ports, in a fresh directory."""
+        for attempt in range(1, tries + 1):
+            try:
+                self._start_broker(node)
+                return
+            except ClusterError as exc:
+                if "Address already in use" not in str(exc) or attempt == tries:
+                    raise
+                old = node.port
+                node.port = _free_triple()
+                shutil.rmtree(node.directory, ignore_errors=True)
+                log.warning("%s: a port of %d..%d was taken before it bound it; starting it on %d", node.name,
+                            old - 2, old + 1, node.port)
 
     def restart_broker(self, node: BrokerNode) -> None:
         """Start a stopped broker again on the same ports and store."""
