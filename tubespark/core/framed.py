@@ -506,7 +506,13 @@ class _CallerReadFuture(Future[T]):
 
     def result(self, timeout: float | None = None) -> T:
         if not self.done():
+            started = time.monotonic()
             self._conn._pump(self, timeout)
+            if not self.done() and self._conn.closed:
+                # A failing connection is marked closed before its pending calls are failed (outside its lock, by
+                # the failing thread): this call's failure is on its way, so wait for it within the time left.
+                left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+                return super().result(timeout=left)
         return super().result(timeout=0)
 
 

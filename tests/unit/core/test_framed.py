@@ -20,10 +20,12 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tubespark_testbed.ports import free_ports
 
+from tubespark.core import framed
 from tubespark.core.framed import ConnectionPool, FramedConnection, wait
 from tubespark.core.framed_io import (
     BytesReader,
@@ -628,6 +630,26 @@ def test_close_from_another_thread_ends_a_callers_wait(peer: ToyPeer) -> None:
             c.call("never answered", text, 5.0)
         assert time.monotonic() - start < 2.0
         assert c.closed
+
+
+def test_a_close_racing_a_callers_read_fails_the_call_as_closed_not_timed_out(
+        peer: ToyPeer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A close marks the connection closed, wakes the reading caller, and only then fails the pending calls.
+    The caller woken in between must wait for its call's failure, not report its live wait as a timeout
+    (seen once in CI: "no response ... within 5.0s" after 0.2 s); the rejection is slowed here to hold that
+    window open."""
+    slow_reject = framed._reject
+
+    def reject_late(entry: Any, error: BaseException) -> None:
+        time.sleep(0.3)
+        slow_reject(entry, error)
+
+    monkeypatch.setattr(framed, "_reject", reject_late)
+    peer.script = None
+    with FramedConnection.open(peer.address, TOY, io_timeout_s=1.0, caller_reads=True) as c:
+        threading.Timer(0.2, c.close).start()
+        with pytest.raises(BrokerConnectionError, match="closed"):
+            c.call("never answered", text, 5.0)
 
 
 def test_context_manager_closes(peer: ToyPeer) -> None:
