@@ -68,3 +68,43 @@ def test_stdin_commands_of_a_running_cluster():
     assert _command(cluster, ["kill"]) == "error: kill needs a process name (or a broker id)"  # type: ignore[arg-type]
     assert "terminate NAME" in _command(cluster, ["help"])  # type: ignore[arg-type]
     assert _command(cluster, []) == ""  # type: ignore[arg-type]
+
+
+def _stack_whose_starts_fail(failures: list[str]):
+    """A RocketMQ stack whose broker start raises each of ``failures`` in turn, then succeeds (no JVM starts)."""
+    from tubespark_testbed.rocketmq import RocketMQStack
+
+    stack = object.__new__(RocketMQStack)
+    tried: list[tuple[int, bool]] = []
+
+    def start(node) -> None:
+        tried.append((node.port, node.directory.exists()))
+        node.directory.mkdir(parents=True, exist_ok=True)
+        (node.directory / "store").write_text("the failed start's files")
+        if failures:
+            raise ClusterError(failures.pop(0))
+
+    stack._start_broker = start  # type: ignore[method-assign]
+    return stack, tried
+
+
+def test_a_rocketmq_broker_that_lost_a_port_starts_again_on_new_ports_in_a_fresh_directory(tmp_path):
+    from tubespark_testbed.rocketmq import BrokerNode
+
+    bind = "broker-a-master exited with code 255; its log: java.net.BindException: Address already in use"
+    stack, tried = _stack_whose_starts_fail([bind, bind])
+    node = BrokerNode("broker-a", 0, 40000, tmp_path / "broker-a")
+    stack._start_new_broker(node)
+    assert len(tried) == 3 and len({port for port, _ in tried}) == 3, tried  # new ports each time
+    assert [existed for _, existed in tried] == [False, False, False], "each start began in an empty directory"
+    assert node.port == tried[-1][0]
+
+    stack, tried = _stack_whose_starts_fail([bind, bind, bind])
+    with pytest.raises(ClusterError, match="Address already in use"):
+        stack._start_new_broker(BrokerNode("broker-a", 0, 40000, tmp_path / "again"))
+    assert len(tried) == 3  # gives up after its tries
+
+    stack, tried = _stack_whose_starts_fail(["broker-a-master exited with code 1: no such class"])
+    with pytest.raises(ClusterError, match="no such class"):
+        stack._start_new_broker(BrokerNode("broker-a", 0, 40000, tmp_path / "other"))
+    assert len(tried) == 1  # any other failure is not retried
