@@ -19,16 +19,18 @@ def install_shutdown_hooks(stop: Callable[[], None]) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
-    stopping = threading.Event()
+    first = threading.Lock()
 
     def on_term(signum: int, frame: Any) -> None:
         # Spark stops the process twice (stopWorker, then the factory's stop): a second SIGTERM arrives
         # while the first one's stop() is still leaving the group. Handled like the first, it would raise
         # SystemExit inside that stop() and cut it short, and the master would count the gone member
         # until its session timed out (the next run of the query then gets only part of its partitions).
-        if stopping.is_set():
+        # The second handler runs inside the first, on the same thread, between any two of its bytecodes: so
+        # the mark is one atomic step that never waits (an Event's set() takes a lock, and a second SIGTERM
+        # inside it waited on that lock for ever: a source process that never exited, seen in CI).
+        if not first.acquire(blocking=False):
             return
-        stopping.set()
         stop()
         if callable(previous):
             previous(signum, frame)

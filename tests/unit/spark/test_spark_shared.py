@@ -252,6 +252,66 @@ def test_a_second_sigterm_does_not_cut_the_first_ones_stop_short(monkeypatch):
         signal.signal(signal.SIGTERM, previous)
 
 
+# Raises a second SIGTERM at each bytecode the first one's handling runs before stop() (and in what it calls),
+# one position per round, and prints how many positions it tried and the (stop, previous handler) counts seen.
+_SECOND_SIGTERM_EVERYWHERE = """
+import signal, sys
+from tubespark.spark import shutdown
+
+shutdown.atexit.register = lambda fn: None
+seen, position = set(), 0
+while True:
+    calls = {"stop": 0, "previous": 0}
+    signal.signal(signal.SIGTERM, lambda s, f: calls.__setitem__("previous", calls["previous"] + 1))
+    def stop():
+        calls["stop"] += 1
+    shutdown.install_shutdown_hooks(stop)
+    handler = signal.getsignal(signal.SIGTERM)
+    state = {"opcodes": 0, "inside": False, "raised": False}
+
+    def each_opcode(frame, event, arg):
+        if event == "opcode":
+            state["opcodes"] += 1
+            if state["opcodes"] == position + 1 and not state["raised"]:
+                state["raised"] = True
+                signal.raise_signal(signal.SIGTERM)
+        return each_opcode
+
+    def calls_into(frame, event, arg):
+        if frame.f_code is stop.__code__:
+            return None
+        state["inside"] = state["inside"] or frame.f_code is handler.__code__
+        if state["inside"]:
+            frame.f_trace_opcodes = True
+            return each_opcode
+        return None
+
+    sys.settrace(calls_into)
+    signal.raise_signal(signal.SIGTERM)
+    sys.settrace(None)
+    if not state["raised"]:
+        break
+    seen.add((calls["stop"], calls["previous"]))
+    position += 1
+print(position, sorted(seen))
+"""
+
+
+def test_a_second_sigterm_at_any_moment_of_the_first_neither_hangs_nor_stops_twice():
+    """A second SIGTERM whose handler ran while the first one held the lock inside ``Event.set()`` waited on it
+    for ever: the stream source's process never exited (seen in CI, a runner left behind by its JVM). A child
+    process raises the second signal at every bytecode position of the first's handling."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _SECOND_SIGTERM_EVERYWHERE], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    positions, seen = done.stdout.split(" ", 1)
+    assert int(positions) > 10, done.stdout  # the handler's own bytecodes and those of what it calls
+    assert seen.strip() == "[(1, 1)]", "stop() and the previous handler run once each, whenever the second comes"
+
+
 def test_shutdown_hooks_off_the_main_thread_register_atexit_only(monkeypatch):
     registered = []
     monkeypatch.setattr(shutdown.atexit, "register", registered.append)
