@@ -6,7 +6,7 @@ it fails, see ``tests/conftest.py``);
 ``TUBESPARK_KEEP_CLUSTER=1`` keeps the cluster's work dir (logs) after the session.
 
 Clusters start ahead of their use (``tubespark_testbed/prestart.py``): the session's TubeMQ cluster and
-RocketMQ stack as soon as the tests are collected, and
+RocketMQ stack as soon as the tests are collected (``./dev test`` runs the unit tests meanwhile), and
 what a module declares in its ``PRESTART`` (its own cluster, a wheel build, a demo run; taken with the
 ``prestarted`` fixture) in the background before the module that needs it, so their
 ~30-40 s of start-up overlaps other tests instead of adding to the run. A module may list topics to
@@ -52,41 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SESSION_TOPICS] = []
 
 
-# The second lane (``./dev test`` runs it beside the first, each a pytest process of its own): the modules that
-# start, stop and kill clusters of their own and mostly wait on the servers' timers (a master's 30 s hold, a
-# broker's heartbeat timeout, a 45 s outage); none uses the session's clusters. On 2 cores the suite alone left
-# the CPU about two-thirds idle (36% busy over test_brokers.py and test_batch_and_sink.py, 2026-11-28), so these
-# run beside the rest instead of after it. ``TUBESPARK_LANE=1`` or ``2`` collects one lane; unset, both.
-SECOND_LANE = (
-    "tubemq/test_soak.py", "tubemq/test_brokers.py", "tubemq/test_faults_driver.py", "tubemq/test_auth.py",
-    "tubemq/test_masters.py", "tubemq/test_faults_executor.py", "tubemq/test_tls.py", "tubemq/test_data_loss.py",
-    "rocketmq/test_broker_groups.py", "rocketmq/test_failover.py", "core/test_demo.py",
-)
-
-
-def _lane_of(path: Path) -> int:
-    return 2 if path.relative_to(_HERE).as_posix() in SECOND_LANE else 1
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    missing = [name for name in SECOND_LANE if not (_HERE / name).is_file()]
-    if missing:
-        raise pytest.UsageError(f"tests/integration/conftest.py SECOND_LANE names modules that do not exist: {missing}")
-    lane = os.environ.get("TUBESPARK_LANE", "").strip()
-    if lane not in ("", "1", "2"):
-        raise pytest.UsageError(f"TUBESPARK_LANE={lane!r}: expected 1, 2 or nothing (both lanes)")
-    kept, dropped = [], []
     for item in items:
-        path = Path(str(item.fspath)).resolve()
-        if _HERE in path.parents:
+        if _HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
-            if lane and _lane_of(path) != int(lane):
-                dropped.append(item)
-                continue
-        kept.append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
 
 
 def _topic_pool_spec() -> dict[tuple[int, int], int]:
@@ -197,11 +166,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     prestarter = session.config.stash[_PRESTARTER]
     mine = [item for item in session.items if _HERE in Path(str(item.fspath)).resolve().parents]
-    shared = sorted({item.nodeid.split("::")[0] for item in mine if _lane_of(Path(str(item.fspath)).resolve()) == 2
-                     and {"tubemq_cluster", "rocketmq_stack"} & set(item.fixturenames)})
-    if shared:  # the second lane would start the session's clusters a second time, beside the first lane's
-        raise pytest.UsageError(f"{shared} use the session's clusters: move them out of SECOND_LANE "
-                                f"(tests/integration/conftest.py)")
     # the session's clusters first (no limit on those), then the modules' pieces in the order of the tests
     if any("tubemq_cluster" in item.fixturenames for item in mine):
         prestarter.plan("session:tubemq_cluster", _session_cluster(session.config), None)

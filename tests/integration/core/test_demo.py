@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -46,29 +47,42 @@ def noise(text: str) -> list[str]:
 
 def _interrupt_demo(when: re.Pattern[str], *, delay_s: float = 0.0, timeout_s: float = 300) -> tuple[int, str, str]:
     """Run the demo, send SIGINT to its whole process group (what Ctrl-C in a terminal does) ``delay_s``
-    after a stdout line matches ``when``; return its exit code, stdout and stderr."""
+    after a stdout line matches ``when``; return its exit code, stdout and stderr. Every wait is bounded: a demo
+    that never prints the line, or ignores the SIGINT, is killed and its output is in the assertion."""
     proc = subprocess.Popen([sys.executable, "-m", "tubespark_testbed", "demo"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
-    reader.start()
     out: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    try:
+    err: list[str] = []
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read_stdout() -> None:
         for line in proc.stdout:
             out.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    readers = [threading.Thread(target=read_stdout, daemon=True),
+               threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while (line := lines.get(timeout=max(0.1, deadline - time.monotonic()))) is not None:
             if when.search(line):
                 time.sleep(delay_s)
                 os.killpg(proc.pid, signal.SIGINT)
                 break
             assert time.monotonic() < deadline, "".join(out)[-2000:]
-        out.extend(proc.stdout)
         code = proc.wait(timeout=120)
+    except (queue.Empty, subprocess.TimeoutExpired) as exc:
+        raise AssertionError(f"the demo did not end in time ({exc!r}); its output:\n" + "".join(out)[-2000:]
+                             + "".join(err)[-2000:]) from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    reader.join(timeout=10)
+    for reader in readers:
+        reader.join(timeout=10)
     return code, "".join(out), "".join(err)
 
 
