@@ -74,6 +74,9 @@ def test_skip_integration_switch_fails_in_ci_before_starting_a_cluster(pytester,
         "def test_x(tubemq_cluster):\n    raise AssertionError('the cluster fixture should not have run')\n")
     monkeypatch.setenv("TUBESPARK_SKIP_INTEGRATION", "1")
     monkeypatch.setenv("CI", "true")
+    # pytester's HOME is a fresh directory, so the conftest would find no Spark start-up archive there and make
+    # one in the background: a Spark JVM left running after this session, beside the rest of the unit tests
+    monkeypatch.setenv("TUBESPARK_SPARK_JVM", "default")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret != 0
     result.assert_outcomes(errors=1)
