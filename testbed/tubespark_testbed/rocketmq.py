@@ -341,7 +341,11 @@ class RocketMQStack:
                            log_dir=node.directory, cwd=node.directory, env=dict(os.environ))
         proc.start()
         node.process = proc
-        wait_until(f"broker {node.name} on port {node.port}", lambda: _port_open(node.port),
+        # The broker binds its listen port, then its "fast" port L-2: a start that lost L-2 to another process
+        # has already shown L open when it exits (seen in CI: "Failed to bind to 127.0.0.1:<L-2>", exit 255
+        # while the stack waited for its registration), so both must be open before the start counts.
+        wait_until(f"broker {node.name} on ports {node.port} and {node.port - 2}",
+                   lambda: _port_open(node.port) and _port_open(node.port - 2),
                    timeout_s=_START_TIMEOUT_S, watch=[proc], on_timeout=lambda: self.diagnostics(node))
 
     def _start_new_broker(self, node: BrokerNode, tries: int = 3) -> None:

@@ -108,3 +108,44 @@ def test_a_rocketmq_broker_that_lost_a_port_starts_again_on_new_ports_in_a_fresh
     with pytest.raises(ClusterError, match="no such class"):
         stack._start_new_broker(BrokerNode("broker-a", 0, 40000, tmp_path / "other"))
     assert len(tried) == 1  # any other failure is not retried
+
+
+_BROKER_STAND_IN = """
+import pathlib, socket, sys, time
+port = int(pathlib.Path(sys.argv[1]).read_text())
+first = pathlib.Path(sys.argv[2])
+listen = socket.create_server(("127.0.0.1", port))
+if not first.exists():
+    first.write_text("started once")
+    time.sleep(1.0)  # the listen port is open a while before the fast port fails
+    print("java.lang.IllegalStateException: Failed to bind to 127.0.0.1:%d" % (port - 2))
+    print("Caused by: java.net.BindException: Address already in use", flush=True)
+    sys.exit(255)
+fast = socket.create_server(("127.0.0.1", port - 2))
+time.sleep(120)
+"""
+
+
+def test_a_rocketmq_broker_that_opened_its_listen_port_but_lost_its_fast_port_starts_again(tmp_path):
+    """A real process stands in for the broker JVM: it opens the listen port, then exits on the fast port
+    (L-2) as the broker does when another process bound it first. The start must not count until both are open,
+    or the stack goes on to wait for a registration that never comes (CI, test_failover's stack)."""
+    import sys
+
+    from tubespark_testbed.rocketmq import BrokerNode, RocketMQStack, _free_triple
+
+    stack = object.__new__(RocketMQStack)
+    stack._broker_conf = lambda node: str(node.port)  # type: ignore[method-assign]
+    stack._command = lambda main, conf, flags, home: [  # type: ignore[method-assign]
+        sys.executable, "-c", _BROKER_STAND_IN, str(conf), str(tmp_path / "first-start")]
+    stack.diagnostics = lambda node: node.process.diagnostics()  # type: ignore[method-assign]
+    node = BrokerNode("broker-a", 0, _free_triple(), tmp_path / "broker-a")
+    first_port = node.port
+    try:
+        stack._start_new_broker(node)
+        assert node.port != first_port, "the start on the lost port must not have counted"
+        assert node.process is not None and node.process.alive()
+    finally:
+        if node.process is not None and node.process.proc is not None:
+            node.process.proc.kill()
+            node.process.proc.wait(10)
