@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +36,7 @@ from tubespark_testbed import LocalCluster, prestart, sparkjvm
 from tubespark_testbed.prestart import Prestarter
 
 _HERE = Path(__file__).resolve().parent
+_PARENT = os.getppid()  # the process that started this session (see _wait_for_the_unit_tests)
 
 # (partitions, stores) -> how many fresh topics to deploy with the session cluster.
 # Override with TUBESPARK_TOPIC_POOL="1:4x8,4:1x4" (PARTITIONS:STORESxCOUNT, comma separated).
@@ -46,6 +49,10 @@ REFILL_BATCH = 4
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs the real local TubeMQ cluster (JVMs)")
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # a script's background job (./dev test runs this session as one) starts with SIGINT ignored, which every
+        # process it starts would inherit: the demo's Ctrl-C test would find a demo that ignores Ctrl-C
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     sparkjvm.apply_to_environment()  # start-up-speed flags for every Spark driver the tests start (sparkjvm.py)
     config.stash[_PRESTARTER] = Prestarter(background=prestart.enabled(), ahead=prestart.ahead())
     config.stash[_POOL_PLAN] = TopicPool.plan(_topic_pool_spec())
@@ -162,8 +169,28 @@ def _rocketmq_stack(_tmp: Path) -> Iterator[Any]:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Plan what starts ahead: the session's clusters by first use, then each module's ``PRESTART``."""
-    if _skipping():
+    try:
+        if not _skipping():
+            _plan_and_start(session)
+    finally:
+        _wait_for_the_unit_tests()
+
+
+def _wait_for_the_unit_tests() -> None:
+    """``./dev test`` starts this session beside the unit tests, so the session's clusters start while those run
+    (about 40 s of mostly waiting on the master's timers); ``TUBESPARK_START_GATE`` names the file it creates when
+    they have ended, and the first test waits for it. A gate whose creator is gone (the parent process this
+    session began with, or the gate's directory, which ``./dev test`` removes on exit) ends the run."""
+    gate = os.environ.get("TUBESPARK_START_GATE")
+    if not gate:
         return
+    while not os.path.exists(gate):
+        if os.getppid() != _PARENT or not os.path.isdir(os.path.dirname(gate) or "."):
+            pytest.exit(f"the ./dev test that started this run ended before it opened {gate}", returncode=3)
+        time.sleep(0.2)
+
+
+def _plan_and_start(session: pytest.Session) -> None:
     prestarter = session.config.stash[_PRESTARTER]
     mine = [item for item in session.items if _HERE in Path(str(item.fspath)).resolve().parents]
     # the session's clusters first (no limit on those), then the modules' pieces in the order of the tests
@@ -178,7 +205,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         for name, factory in getattr(module, "PRESTART", {}).items():
             prestarter.plan(f"{module.__name__}:{name}", factory, module.__name__, light=light)
     if not session.config.option.collectonly:
-        prestarter.start()  # the session's clusters come up while the unit tests (run first) run
+        prestarter.start()  # the session's clusters come up while the unit tests run (./dev test)
 
 
 @pytest.hookimpl(tryfirst=True)
