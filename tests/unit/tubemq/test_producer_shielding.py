@@ -184,11 +184,15 @@ def test_a_broker_the_master_stops_listing_is_routed_around_and_the_log_says_so(
                 time.sleep(0.05)
             assert {producer.send(TOPIC, OutgoingMessage(b"x")).partition.broker_id for _ in range(4)} == {1}
             master.brokers.append(two)
-            while {p.broker_id for p in producer.partitions(TOPIC)} != {1, 2} and time.monotonic() < deadline:
+            # the producer logs just after it takes the new placement (outside its lock): wait for the line itself
+            again = f"TubeMQ broker 2 ({two.address}) serves topic {TOPIC} again"
+            deadline = time.monotonic() + 5
+            while not any(r.getMessage().startswith(again) for r in caplog.records) and time.monotonic() < deadline:
                 time.sleep(0.05)
+            assert {p.broker_id for p in producer.partitions(TOPIC)} == {1, 2}
         messages = [r.getMessage() for r in caplog.records]
         assert any(m.startswith(f"TubeMQ broker 2 ({two.address}) no longer serves topic {TOPIC}")
                    and "other brokers" in m for m in messages), messages
-        assert any(m.startswith(f"TubeMQ broker 2 ({two.address}) serves topic {TOPIC} again") for m in messages)
+        assert any(m.startswith(again) for m in messages), messages
     finally:
         producer.close()
