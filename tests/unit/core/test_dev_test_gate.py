@@ -16,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 MODULE = "tests/integration/tubemq/test_tls.py"
+COLLECT = [sys.executable, "-m", "pytest", MODULE, "--collect-only", "-q", "-p", "no:cacheprovider"]
 
 
 def _env(gate: Path) -> dict[str, str]:
@@ -24,8 +25,8 @@ def _env(gate: Path) -> dict[str, str]:
 
 
 def _collect(gate: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "pytest", MODULE, "--collect-only", "-q", "-p", "no:cacheprovider"],
-                            cwd=ROOT, env=_env(gate), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(COLLECT, cwd=ROOT, env=_env(gate), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
 
 
 def test_the_cluster_tests_wait_for_the_gate_then_run(tmp_path):
@@ -60,8 +61,7 @@ def test_a_gate_whose_parent_died_ends_the_run_instead_of_waiting_for_ever(tmp_p
     # a parent that starts the session and is then killed, as a ./dev test killed with SIGKILL would be
     parent = subprocess.Popen([sys.executable, "-c", (
         "import subprocess, sys, time\n"
-        f"p = subprocess.Popen([sys.executable, '-m', 'pytest', {MODULE!r}, '--collect-only', '-q', "
-        "'-p', 'no:cacheprovider'], stdout=open(sys.argv[1], 'w'), stderr=subprocess.STDOUT)\n"
+        f"p = subprocess.Popen({COLLECT!r}, stdout=open(sys.argv[1], 'w'), stderr=subprocess.STDOUT)\n"
         "print(p.pid, flush=True)\n"
         "time.sleep(600)\n"), str(tmp_path / "out.txt")],
         cwd=ROOT, env=_env(tmp_path / "never-created"), stdout=subprocess.PIPE, text=True)
