@@ -33,10 +33,7 @@ pieces only once :meth:`Prestarter.open` says the tests that need them began (``
 unit tests first, and their timings stay their own). ``TUBESPARK_PRESTART=0`` starts nothing in the
 background (everything starts when asked, as a plain fixture would); ``TUBESPARK_PRESTART_AHEAD``
 (default 1: a run with two heavy pieces beside the tests starved timing-sensitive tests on 2 cores) is how
-many modules' pieces may be up or starting at once (a light piece: half of one). A piece whose value holds
-futures (runs started in the background: the demo runs, the bench run, the demo from the wheels) stops counting
-once they are all done, so the next module's piece starts then, not when the module that holds the finished runs
-ends (the demo runs used to wait behind the bench run's finished result for the whole contract suite).
+many modules' pieces may be up or starting at once (a light piece: half of one).
 
 Each piece starts in a thread of its own, which lives until the piece is torn down. JVMs started there
 are not armed with ``PR_SET_DEATHSIG`` (see :mod:`tubespark_testbed.procs` for why not from a thread
@@ -45,7 +42,6 @@ other than the main one); ``atexit`` and the session's teardown stop them.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -197,7 +193,7 @@ class Prestarter:
     # --- the background ------------------------------------------------------------------------------
 
     def _held(self) -> float:
-        return sum(_weight(p) for p in self._pieces.values() if p.owner is not None and _busy(p))
+        return sum(_weight(p) for p in self._pieces.values() if p.owner is not None and p.state in (STARTING, READY))
 
     def _schedule(self) -> None:
         for piece in self._order:
@@ -242,26 +238,6 @@ class Prestarter:
 
 def _weight(piece: Piece) -> float:
     return 0.5 if piece.light else 1.0
-
-
-def _busy(piece: Piece) -> bool:
-    """Starting, or up and still at work: a ready piece whose value holds futures (runs started in the background: a
-    demo, a bench run) is done with the CPU once they all are, though its module has not begun; any other ready
-    piece (a cluster) is busy until its module releases it."""
-    if piece.state == STARTING:
-        return True
-    if piece.state != READY:
-        return False
-    futures = _futures(piece.value)
-    return not futures or not all(f.done() for f in futures)
-
-
-def _futures(value: Any) -> list[concurrent.futures.Future]:
-    """The futures ``value`` is or holds (as a dict's values or an object's attributes)."""
-    if isinstance(value, concurrent.futures.Future):
-        return [value]
-    items = value.values() if isinstance(value, dict) else vars(value).values() if hasattr(value, "__dict__") else ()
-    return [item for item in items if isinstance(item, concurrent.futures.Future)]
 
 
 def enabled() -> bool:

@@ -203,37 +203,27 @@ def test_backfill_command_round_trip_with_spark_submit(spark, tubemq_cluster, to
     topic = topic_factory(partitions=1, stores=4)
     master = tubemq_cluster.master_address
     source = tmp_path / "source"
+    spark.createDataFrame([(f"event-{i}", "orders") for i in range(400)], "value string, streamId string") \
+        .write.parquet(str(source))
     submit = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
               str(ROOT / "scripts" / "backfill.py")]
-    # the unknown topic's export needs nothing from the round trip, so it runs beside it (each spark-submit is
-    # mostly a JVM starting); its output goes to a file, which nobody has to drain meanwhile
-    missing_log = tmp_path / "missing.log"
-    with missing_log.open("w") as log:
-        missing = subprocess.Popen([*submit, "export", "--master", master, "--topic", "no_such_topic_x",
-                                    "--output", str(tmp_path / "none")], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        spark.createDataFrame([(f"event-{i}", "orders") for i in range(400)], "value string, streamId string") \
-            .write.parquet(str(source))
-        published = subprocess.run([*submit, "publish", "--master", master, "--topic", topic, "--input",
-                                    str(source)], capture_output=True, text=True, timeout=300)
-        assert published.returncode == 0, published.stderr[-3000:]
-        assert "acknowledged all 400 rows" in published.stdout + published.stderr
-        out = tmp_path / "export"
-        exported = subprocess.run([*submit, "export", "--master", master, "--topic", topic, "--output", str(out),
-                                   "--max-records-per-partition", "50"],
-                                  capture_output=True, text=True, timeout=300)
-        assert exported.returncode == 0, exported.stderr[-3000:]
-        assert "export: complete, 400 messages" in exported.stdout + exported.stderr
-        assert "rows/s" in exported.stdout + exported.stderr
-        values = sorted(r.value for r in spark.read.parquet(str(out)).collect())
-        assert values == sorted(f"event-{i}".encode() for i in range(400))
-        missing.wait(timeout=300)
-    finally:
-        if missing.poll() is None:
-            missing.kill()
-            missing.wait()
-    said = missing_log.read_text()
-    assert missing.returncode == 2 and "FAILED" in said, said[-3000:]
+    published = subprocess.run([*submit, "publish", "--master", master, "--topic", topic, "--input", str(source)],
+                               capture_output=True, text=True, timeout=300)
+    assert published.returncode == 0, published.stderr[-3000:]
+    assert "acknowledged all 400 rows" in published.stdout + published.stderr
+    out = tmp_path / "export"
+    exported = subprocess.run([*submit, "export", "--master", master, "--topic", topic, "--output", str(out),
+                               "--max-records-per-partition", "50"],
+                              capture_output=True, text=True, timeout=300)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert "export: complete, 400 messages" in exported.stdout + exported.stderr
+    assert "rows/s" in exported.stdout + exported.stderr
+    values = sorted(r.value for r in spark.read.parquet(str(out)).collect())
+    assert values == sorted(f"event-{i}".encode() for i in range(400))
+    missing = subprocess.run([*submit, "export", "--master", master, "--topic", "no_such_topic_x",
+                              "--output", str(tmp_path / "none")],
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "FAILED" in missing.stdout + missing.stderr
 
 
 def test_backfill_console_command_flags_and_exit_codes(spark, tubemq_cluster, topic_factory, tmp_path, capsys):

@@ -3,7 +3,6 @@ limit on pieces up at once, starting inline what the thread has not reached, err
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import threading
 import time
@@ -109,35 +108,6 @@ def test_light_pieces_count_half_so_the_next_cluster_starts_while_one_is_in_use(
         wait_for(lambda: any(e.startswith("start d") for e in log.events))
     finally:
         starter.stop()  # a failure here must not leave its threads to the next test
-
-
-def test_a_piece_whose_background_runs_are_done_makes_room_before_its_module_ends():
-    """The bench run, then the demo runs: the demo's piece used to wait until the bench's module ended, though the
-    bench run had long finished (its piece, a future, sat idle through the whole contract suite)."""
-    log = Log()
-    bench_done: concurrent.futures.Future[str] = concurrent.futures.Future()
-
-    @contextlib.contextmanager
-    def bench(_tmp: Path) -> Iterator[dict[str, concurrent.futures.Future[str]]]:
-        log.add("start bench")
-        yield {"run": bench_done}
-
-    starter = Prestarter(ahead=1)
-    starter.plan("bench:run", bench, "bench")
-    starter.plan("demo:runs", log.piece("demo"), "demo")
-    starter.plan("cluster:x", log.piece("cluster"), "cluster", light=True)
-    starter.open()
-    starter.start()
-    try:
-        wait_for(lambda: log.events == ["start bench"])
-        time.sleep(1.5)  # the scheduler looks again every second
-        assert log.events == ["start bench"]  # the run is under way: nothing else starts beside it
-        bench_done.set_result("done")
-        wait_for(lambda: any(e.startswith("start demo") for e in log.events), timeout=5)
-        time.sleep(1.5)
-        assert not any(e.startswith("start cluster") for e in log.events)  # the demo's piece holds the place
-    finally:
-        starter.stop()
 
 
 def test_errors_reach_the_test_that_asks_and_unplanned_pieces_start_when_asked():
