@@ -18,7 +18,9 @@ read (``tubespark.tubemq.spark.read_task.read_range``: broker reads plus the Arr
 ``--api spark`` adds the hand-over as Spark's Python worker does it (each batch wrapped in one struct column
 and written as an Arrow IPC stream through a 64 KiB buffered file, here a pipe to ``cat > /dev/null``).
 Besides wall msgs/s each run reports its CPU time per message (user + system of the whole process, every
-thread, from ``resource.getrusage``), which a shared, loaded machine distorts far less than wall rates.
+thread, from ``resource.getrusage``), which a shared, loaded machine distorts far less than wall rates, and
+its minor page faults per message (memory the process touched for the first time: a buffer given back to the
+OS and allocated again faults anew).
 Each run first reads one partition untimed, so lazy imports and first calls (about 0.5 us per message
 of a 300,000-message run) do not count: a Spark worker is long-lived.
 """
@@ -107,7 +109,7 @@ def _worker(spec: dict, size: str, api: str, profile: str | None) -> dict:
         raise SystemExit(f"read {count} messages, expected {expected}")
     cpu_s = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
     return {"seconds": elapsed, "messages": count, "bytes": nbytes, "cpu_s": cpu_s,
-            "sys_s": cpu_after.ru_stime - cpu_before.ru_stime}
+            "sys_s": cpu_after.ru_stime - cpu_before.ru_stime, "minflt": cpu_after.ru_minflt - cpu_before.ru_minflt}
 
 
 class _SparkHandover:
@@ -213,6 +215,7 @@ def _measure(spec_path: str, spec: dict, args: argparse.Namespace) -> None:
             continue
         runs: dict[str, list[float]] = {i: [] for i in impls}
         cpus: dict[str, list[float]] = {i: [] for i in impls}
+        faults: dict[str, list[float]] = {i: [] for i in impls}
         info: dict = {}
         for _ in range(args.warmup):
             for impl in impls:
@@ -223,13 +226,15 @@ def _measure(spec_path: str, spec: dict, args: argparse.Namespace) -> None:
                 info = _run_worker(spec_path, size, impl, args.old, args.api)
                 runs[impl].append(info["seconds"])
                 cpus[impl].append(info["cpu_s"] / info["messages"] * 1e6)
+                faults[impl].append(info["minflt"] / info["messages"])
         msgs, nbytes = info["messages"], info["bytes"]
         line = [f"{size:>5} B x {msgs}:"]
         for impl in impls:
             med = statistics.median(runs[impl])
             line.append(f"{impl} {msgs / med:,.0f} msgs/s {nbytes / med / 1e6:,.1f} MB/s (median of "
                         f"{len(runs[impl])}: {', '.join(f'{s:.3f}' for s in runs[impl])} s); CPU "
-                        f"{statistics.median(cpus[impl]):.3f} us/msg ({', '.join(f'{c:.3f}' for c in cpus[impl])})")
+                        f"{statistics.median(cpus[impl]):.3f} us/msg ({', '.join(f'{c:.3f}' for c in cpus[impl])}); "
+                        f"minor page faults {statistics.median(faults[impl]):.3f} per msg")
         if args.old:
             line.append(f"speed-up new/old = {statistics.median(runs['old']) / statistics.median(runs['new']):.2f}x; "
                         f"CPU per message new/old = "
