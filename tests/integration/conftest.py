@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tubespark_testbed import LocalCluster, prestart, sparkjvm
+from tubespark_testbed import LocalCluster, lanes, prestart, sparkjvm
 from tubespark_testbed.prestart import Prestarter
 
 _HERE = Path(__file__).resolve().parent
@@ -49,6 +49,7 @@ REFILL_BATCH = 4
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs the real local TubeMQ cluster (JVMs)")
+    config.addinivalue_line("markers", "quiet: bounds a latency, so runs while the other lane of ./dev test waits")
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         # a script's background job (./dev test runs this session as one) starts with SIGINT ignored, which every
         # process it starts would inherit: the demo's Ctrl-C test would find a demo that ignores Ctrl-C
@@ -57,12 +58,26 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_PRESTARTER] = Prestarter(background=prestart.enabled(), ahead=prestart.ahead())
     config.stash[_POOL_PLAN] = TopicPool.plan(_topic_pool_spec())
     config.stash[_SESSION_TOPICS] = []
+    which, lock = lanes.lane(), os.environ.get(lanes.LOCK_ENV)
+    if which is not None and lock:
+        config.stash[_TURNS] = lanes.QuietTurns(Path(lock))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    which = lanes.lane()
+    kept: list[pytest.Item] = []
+    other_lane: list[pytest.Item] = []  # ./dev test runs the cluster tests in two lanes (tubespark_testbed/lanes.py)
     for item in items:
-        if _HERE in Path(str(item.fspath)).resolve().parents:
+        path = Path(str(item.fspath)).resolve()
+        if _HERE in path.parents:
             item.add_marker(pytest.mark.integration)
+            if which is not None and not lanes.in_lane(path.relative_to(_HERE).as_posix(), which):
+                other_lane.append(item)
+                continue
+        kept.append(item)
+    if other_lane:
+        config.hook.pytest_deselected(items=other_lane)
+        items[:] = kept
 
 
 def _topic_pool_spec() -> dict[tuple[int, int], int]:
@@ -141,6 +156,7 @@ _POOL_PLAN = pytest.StashKey[dict[tuple[int, int], list[str]]]()
 _SESSION_TOPICS = pytest.StashKey[list[tuple[str, int, int]]]()
 _POOL = pytest.StashKey[TopicPool]()
 _CLUSTER = pytest.StashKey[LocalCluster]()
+_TURNS = pytest.StashKey[lanes.QuietTurns]()
 
 
 def _session_cluster(config: pytest.Config) -> Callable[[Path], contextlib.AbstractContextManager[LocalCluster]]:
@@ -196,8 +212,9 @@ def _plan_and_start(session: pytest.Session) -> None:
     # the session's clusters first (no limit on those), then the modules' pieces in the order of the tests
     if any("tubemq_cluster" in item.fixturenames for item in mine):
         prestarter.plan("session:tubemq_cluster", _session_cluster(session.config), None)
-    if any("rocketmq_stack" in item.fixturenames for item in mine):
-        prestarter.plan("session:rocketmq_stack", _rocketmq_stack, None)
+    rocketmq_users = [item for item in mine if _uses_rocketmq_stack(item)]
+    if rocketmq_users:  # stopped after its last user: an idle RocketMQ broker keeps some 5% of a core busy
+        prestarter.plan("session:rocketmq_stack", _rocketmq_stack, None, last_user=rocketmq_users[-1].nodeid)
     modules = list(dict.fromkeys(item.module for item in mine if getattr(item, "module", None) is not None))
     for module in modules:
         session.config.stash[_SESSION_TOPICS] += list(getattr(module, "SESSION_TOPICS", ()))
@@ -206,6 +223,12 @@ def _plan_and_start(session: pytest.Session) -> None:
             prestarter.plan(f"{module.__name__}:{name}", factory, module.__name__, light=light)
     if not session.config.option.collectonly:
         prestarter.start()  # the session's clusters come up while the unit tests run (./dev test)
+
+
+def _uses_rocketmq_stack(item: pytest.Item) -> bool:
+    # directly, or as the contract suite's RocketMQ broker (tests/integration/contract/conftest.py)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return "rocketmq_stack" in item.fixturenames or params.get("broker") == "rocketmq"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -220,15 +243,28 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Once a module's last test is torn down, stop what was started for it (all of it after the last test)."""
+    """Once a module's last test is torn down, stop what was started for it (all of it after the last test), and
+    after a session piece's last user, that piece."""
     result = yield
+    prestarter = item.config.stash[_PRESTARTER]
+    errors = prestarter.release_after(item.nodeid)
     module = getattr(item, "module", None)
     if module is not None and (nextitem is None or getattr(nextitem, "module", None) is not module):
-        prestarter = item.config.stash[_PRESTARTER]
-        errors = prestarter.release(module.__name__, everything=nextitem is None)
-        if errors:
-            raise RuntimeError("stopping what was started for the tests failed: " + "; ".join(errors))
+        errors += prestarter.release(module.__name__, everything=nextitem is None)
+    if errors:
+        raise RuntimeError("stopping what was started for the tests failed: " + "; ".join(errors))
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """In two lanes, a quiet test and the other lane's tests take turns (tubespark_testbed/lanes.py)."""
+    turns = item.config.stash.get(_TURNS, None)
+    if turns is None:
+        return (yield)
+    quiet = getattr(getattr(item, "module", None), "PRESTART_QUIET", False) or item.get_closest_marker("quiet")
+    with turns.test(quiet=bool(quiet)):
+        return (yield)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

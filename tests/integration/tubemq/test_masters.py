@@ -55,7 +55,7 @@ def test_group_runs_one_active_master(master_group):
 def test_active_master_killed_mid_stream_loses_nothing(spark, master_group, tmp_path):
     cluster = master_group
     master = cluster.master_address
-    producer = SteadyProducer(master, SOURCE, total=6000, rate=200.0).start()
+    producer = SteadyProducer(master, SOURCE, total=9000, rate=200.0).start()
     query = (spark.readStream.format("tubemq").option("master", master).option("topic", SOURCE)
              .option("group", "mg" + uuid.uuid4().hex[:8]).option("startingOffsets", "earliest")
              .option("heartbeatIntervalMs", "1000").load().select("value")
@@ -63,8 +63,14 @@ def test_active_master_killed_mid_stream_loses_nothing(spark, master_group, tmp_
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="500 milliseconds")
              .start())
     try:
-        time.sleep(8)
-        before = query.lastProgress["batchId"] if query.lastProgress else -1
+        # the master dies mid-stream: once the query has run a batch with data (its first assignment can take
+        # 20 s on a busy machine), with some 25 s of the producer's 45 s still to come
+        started = time.monotonic()
+        while not query.lastProgress or query.lastProgress["batchId"] < 1:
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() - started < 90, "the query ran no batch in 90 s"
+            time.sleep(0.2)
+        before = query.lastProgress["batchId"]
         killed_at = time.monotonic()
         cluster.kill(cluster.active_master() or "master")
         while cluster.active_master() != "master-2":

@@ -80,6 +80,7 @@ def test_the_master_address_names_a_broker_or_a_web_port(spark, tubemq_cluster):
         f"RPC protocol: a web port): {CHECK_MASTER}")
 
 
+@pytest.mark.quiet  # bounds a latency: ./dev test's other lane waits while it runs
 def test_topic_not_deployed(spark, tubemq_cluster, capsys):
     """Every path fails an unknown topic within 3 s with the stream's line (issue 25 item 6: a batch read took
     ~30 s, a write ~20 s, ``backfill export`` ~40 s and ``tubespark lag`` ~60 s, saying "does not accept

@@ -73,6 +73,21 @@ def test_pieces_start_in_order_ahead_of_use_and_stop_with_their_module():
     assert {"stop b", "stop c", "stop cluster"} <= set(log.events)
 
 
+def test_a_session_piece_stops_after_its_last_user_and_the_other_session_pieces_stay():
+    log = Log()
+    starter = Prestarter()
+    starter.plan("session:rocketmq", log.piece("rocketmq"), None, last_user="t.py::test_b")
+    starter.plan("session:tubemq", log.piece("tubemq"), None)
+    starter.start()
+    assert starter.get("session:rocketmq") == "value rocketmq" and starter.get("session:tubemq") == "value tubemq"
+    assert starter.release_after("t.py::test_a") == [] and "stop rocketmq" not in log.events
+    assert starter.release_after("t.py::test_b") == []
+    assert "stop rocketmq" in log.events and not log.tmp["rocketmq"].exists()
+    assert "stop tubemq" not in log.events
+    assert starter.stop() == []
+    assert log.events.count("stop rocketmq") == 1 and "stop tubemq" in log.events
+
+
 def test_a_piece_the_thread_has_not_reached_starts_inline():
     log = Log()
     starter = Prestarter(ahead=1)

@@ -1,0 +1,86 @@
+"""Two lanes of cluster tests on one machine: which lane a test module runs in, and the quiet turns between them.
+
+``./dev test`` runs the cluster tests in two pytest processes at once (``TUBESPARK_LANE=main`` and ``side``),
+each with its own session clusters and Spark session. The side lane takes the modules that spend most of their
+time waiting on a server's fixed timers (a TubeMQ master's hold on a restarted broker, heartbeat timeouts, a
+60 s stall), so their waits overlap the main lane's CPU-bound Spark work instead of adding to the run.
+
+A test that times its triggers, measures recovery or bounds a latency (``PRESTART_QUIET`` on its module, or the
+``quiet`` marker, in ``tests/integration``) must not share the machine with the other lane's tests.
+:class:`QuietTurns` keeps them apart with two ``flock``ed files: every other test holds the turn lock shared; a
+quiet test holds it exclusively (from the first of a run of quiet tests to the next test that is not), so it
+waits for the other lane's test under way and the other lane waits for it. The quiet lane takes the intent lock
+exclusively first, and a shared turn passes through that lock, so the other lane cannot slip one test after
+another past a waiting quiet test. A process that dies lets go of its locks with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+LANE_ENV = "TUBESPARK_LANE"
+LOCK_ENV = "TUBESPARK_LANE_LOCK"
+MAIN, SIDE = "main", "side"
+
+SIDE_MODULES = frozenset({
+    # each has a cluster of its own, killed, stalled or restarted under a query, and waits out the server's timers
+    "tubemq/test_brokers.py", "tubemq/test_faults_driver.py", "tubemq/test_network_faults.py",
+    "tubemq/test_masters.py", "tubemq/test_local_cluster.py", "tubemq/test_data_loss.py", "tubemq/test_tls.py",
+    # on the lane's own session cluster: waits for rebalances, new topics' holds, a killed broker's release
+    "tubemq/test_user_mistakes.py", "tubemq/test_bad_input.py", "tubemq/test_kafka_conventions.py",
+    "tubemq/test_client_rebalance.py", "tubemq/test_client_roundtrip.py", "tubemq/test_lag_cli.py",
+    "tubemq/test_stream_source.py", "tubemq/test_java_client_smoke.py", "tubemq/test_java_interop.py",
+    "tubemq/test_batch_and_sink.py", "tubemq/test_quiet_stop.py",
+})
+"""Paths under ``tests/integration`` of the side lane's modules; every other module runs in the main lane."""
+
+
+def lane() -> str | None:
+    """This process's lane, or ``None`` when one process runs every cluster test."""
+    value = os.environ.get(LANE_ENV, "").strip()
+    if value and value not in (MAIN, SIDE):
+        raise ValueError(f"{LANE_ENV}={value!r}: expected {MAIN!r} or {SIDE!r}")
+    return value or None
+
+
+def in_lane(relative_path: str, which: str) -> bool:
+    """Whether the module at ``relative_path`` (under ``tests/integration``) runs in lane ``which``."""
+    return (relative_path in SIDE_MODULES) == (which == SIDE)
+
+
+class QuietTurns:
+    """The locks between the lanes (module docstring): :meth:`test` around each test of this process."""
+
+    def __init__(self, path: Path) -> None:
+        self._turn = open(path, "a+")  # noqa: SIM115 - held for the whole session, closed by close()
+        self._intent = open(path.with_name(path.name + ".intent"), "a+")  # noqa: SIM115 - the same
+        self._quiet = False
+
+    @contextlib.contextmanager
+    def test(self, *, quiet: bool) -> Iterator[None]:
+        if quiet:
+            if not self._quiet:
+                fcntl.flock(self._intent, fcntl.LOCK_EX)  # the other lane starts no test from now on
+                fcntl.flock(self._turn, fcntl.LOCK_EX)  # and the test it runs ends first
+                self._quiet = True
+            yield
+            return
+        if self._quiet:
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+            fcntl.flock(self._intent, fcntl.LOCK_UN)
+            self._quiet = False
+        fcntl.flock(self._intent, fcntl.LOCK_SH)  # waits while the other lane runs (or waits to run) a quiet test
+        fcntl.flock(self._turn, fcntl.LOCK_SH)
+        fcntl.flock(self._intent, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self._turn.close()  # lets go of any lock
+        self._intent.close()
