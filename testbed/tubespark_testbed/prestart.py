@@ -153,7 +153,7 @@ class Prestarter:
 
     def release_after(self, test: str) -> list[str]:
         """Tear down the session pieces whose last user is ``test`` (a node id): a server idles on CPU the
-        tests after it need (an idle RocketMQ broker costs some 5% of a core)."""
+        tests after it need (an idle RocketMQ broker costs some 10% of a core)."""
         return self._release(lambda piece: piece.last_user == test)
 
     def _release(self, chosen: Callable[[Piece], bool]) -> list[str]:

@@ -66,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     which = lanes.lane()
     kept: list[pytest.Item] = []
-    other_lane: list[pytest.Item] = []  # ./dev test runs the cluster tests in two lanes (tubespark_testbed/lanes.py)
+    other_lane: list[pytest.Item] = []  # TUBESPARK_LANES=2 ./dev test: two lanes (tubespark_testbed/lanes.py)
     for item in items:
         path = Path(str(item.fspath)).resolve()
         if _HERE in path.parents:
@@ -213,7 +213,7 @@ def _plan_and_start(session: pytest.Session) -> None:
     if any("tubemq_cluster" in item.fixturenames for item in mine):
         prestarter.plan("session:tubemq_cluster", _session_cluster(session.config), None)
     rocketmq_users = [item for item in mine if _uses_rocketmq_stack(item)]
-    if rocketmq_users:  # stopped after its last user: an idle RocketMQ broker keeps some 5% of a core busy
+    if rocketmq_users:  # stopped after its last user: an idle RocketMQ broker keeps some 10% of a core busy
         prestarter.plan("session:rocketmq_stack", _rocketmq_stack, None, last_user=rocketmq_users[-1].nodeid)
     modules = list(dict.fromkeys(item.module for item in mine if getattr(item, "module", None) is not None))
     for module in modules:
