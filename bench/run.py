@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                     C.alternate(group, repeats=repeats, warmup=warmup, cpu=env.cpu)
                     all_cases += group
                     group = _write_group(env, wanted, kafka is not None, write_topics[size],
-                                         profile.write_rows[size], size)
+                                         profile.write_rows[size], size, profile.bulk_write_factor)
                     C.alternate(group, repeats=repeats, warmup=warmup, cpu=env.cpu)
                     all_cases += group
                 if index == len(cores_list) - 1:
@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).name, "-m", "bench", *(argv if argv is not None else sys.argv[1:])]),
         "config": {"repeats": repeats, "warmup": warmup, "sizes": sizes, "cores": cores_list, "cases": wanted,
                    "rows_scale": args.rows_scale, "read_rows": read_rows or profile.read_rows,
-                   "write_rows": profile.write_rows, "ceiling_factor": profile.ceiling_factor,
+                   "write_rows": profile.write_rows, "bulk_write_factor": profile.bulk_write_factor,
+                   "ceiling_factor": profile.ceiling_factor,
                    "min_run_s": MIN_RUN_S, "alternation": "A,B,C,A,B,C,... per (size, cores) group"},
         "commit": git_commit(),
         "hot_path": {"tubespark_batch": HOT_PATH, "tubespark_sink": HOT_PATH,
@@ -373,12 +374,14 @@ def _broker_of(system: str) -> str | None:
     return {"tubespark": "tubemq", "java": "tubemq", "kafka": "kafka"}.get(system)
 
 
-def _write_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, rows: int, size: int) -> list[C.Case]:
+def _write_group(env: C.Env, wanted: list[str], have_kafka: bool, topic: str, rows: int, size: int,
+                 bulk_factor: int) -> list[C.Case]:
+    bulk = rows * bulk_factor  # the bundled and Kafka sinks (Profile.bulk_write_factor)
     makers: dict[str, tuple[str, bool, Callable[[], C.Run]]] = {
         "tubespark_sink": ("tubespark", True, lambda: C.tubespark_sink(env, topic, rows, size)),
         "tubespark_sink_pure": ("tubespark", True, lambda: C.tubespark_sink_pure(env, topic, rows, size)),
-        "tubespark_sink_bundled": ("tubespark", True, lambda: C.tubespark_sink_bundled(env, topic, rows, size)),
-        "kafka_sink": ("kafka", True, lambda: C.kafka_sink(env, topic, rows, size)),
+        "tubespark_sink_bundled": ("tubespark", True, lambda: C.tubespark_sink_bundled(env, topic, bulk, size)),
+        "kafka_sink": ("kafka", True, lambda: C.kafka_sink(env, topic, bulk, size)),
         "java_produce": ("java", False, lambda: C.java_produce(env, topic, rows, size)),
     }
     return [C.Case(name, "write", system, size, env.cores, spark, fn, _broker_of(system))
