@@ -97,8 +97,11 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
+from typing import cast
 
 from tubespark.formats.common import (
     DEFAULT_MAX_DECOMPRESSED,
@@ -147,6 +150,8 @@ _BIN_FIXED = _BIN_HEAD.size + 2 + 2  # + attr_len + inner magic = 29
 
 _JAVA_SHORT_MAX = 0x7FFF  # v4 16-bit fields Java reads signed: our writer stays below
 _INT32_MAX = 0x7FFFFFFF
+_INT32 = struct.Struct(">i")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _UTF_MAX = 0xFFFF  # DataOutput.writeUTF
 
 
@@ -354,23 +359,53 @@ def _parse_v4(data: bytes | memoryview, budget: Budget) -> InLongMsgBundle:
 RecordLike = Record | tuple[bytes, Mapping[str, str]]
 
 
-def _normalise(records: Iterable[RecordLike]) -> list[tuple[bytes, dict[str, str]]]:
-    """``(body, attributes)`` pairs; a Record's ``data_time`` becomes a ``dt`` attribute."""
-    out = []
+def _normalise(records: Iterable[RecordLike]) -> list[tuple[bytes, Mapping[str, str]]]:
+    """``(body, attributes)`` pairs; a Record's ``data_time`` becomes a ``dt`` attribute. A record's own
+    attribute mapping is used as it is (nothing here changes it): records that share one mapping, as a sink's
+    bundle does, have its text formatted once (:func:`_text_groups`)."""
+    out: list[tuple[bytes, Mapping[str, str]]] = []
+    attrs: Mapping[str, str]
     for rec in records:
         if isinstance(rec, Record):
-            body, attrs, dt = rec.body, dict(rec.attributes), rec.data_time
+            body, attrs, dt = rec.body, rec.attributes, rec.data_time
         else:
-            body, attrs, dt = rec[0], dict(rec[1]), None
+            body, attrs, dt = rec[0], rec[1], None
         if not isinstance(body, bytes | bytearray | memoryview):
             raise PayloadEncodeError(f"a record body must be bytes, got {type(body).__name__}")
         if dt is not None:
             if "dt" not in attrs:
-                attrs["dt"] = str(dt)
+                attrs = {**attrs, "dt": str(dt)}
             elif data_time_of(attrs) != dt:
                 raise PayloadEncodeError(f"record data_time {dt} disagrees with its dt attribute {attrs['dt']!r}")
-        out.append((bytes(body), attrs))
+        out.append((body if type(body) is bytes else bytes(body), attrs))
     return out
+
+
+def _one_group(records: list[RecordLike]) -> tuple[str, list[bytes]] | None:
+    """v1/v2 written in a few calls: ``(text, bodies)`` when every record is a ``(bytes, attributes)`` pair and
+    all share one attributes object (a sink's bundle), else ``None`` (:func:`_normalise` then, record by record;
+    the same bytes and errors either way). The checks run in C: map, set, itemgetter."""
+    if not records or set(map(type, records)) != {tuple}:
+        return None
+    pairs = cast(list[tuple[bytes, Mapping[str, str]]], records)
+    if len(set(map(id, map(_SECOND, pairs)))) != 1:
+        return None
+    bodies: list[bytes] = list(map(_FIRST, pairs))
+    if set(map(type, bodies)) != {bytes}:
+        return None
+    return format_attributes(pairs[0][1]), bodies
+
+
+def _text_groups(pairs: list[tuple[bytes, Mapping[str, str]]]) -> dict[str, list[bytes]]:
+    """The bodies by attribute text, in first-seen order; each distinct mapping object is formatted once."""
+    texts: dict[int, str] = {}  # id of a mapping in ``pairs`` (alive as long as they are) -> its text
+    grouped: dict[str, list[bytes]] = {}
+    for body, attrs in pairs:
+        text = texts.get(id(attrs))
+        if text is None:
+            text = texts[id(attrs)] = format_attributes(attrs)
+        grouped.setdefault(text, []).append(body)
+    return grouped
 
 
 def _modified_utf(text: str, what: str) -> bytes:
@@ -387,7 +422,12 @@ def _int32_len(n: int, what: str) -> bytes:
 
 
 def _prefixed(bodies: Iterable[bytes], what: str) -> bytes:
-    return b"".join(_int32_len(len(b), what) + b for b in bodies)
+    """Each body after its int32 length, joined (the per-body steps run in C: map, zip, chain)."""
+    bodies = bodies if isinstance(bodies, list) else list(bodies)
+    lengths = list(map(len, bodies))
+    if lengths and max(lengths) > _INT32_MAX:
+        raise PayloadEncodeError(f"{what}: {max(lengths)} bytes do not fit an int32 length")
+    return b"".join(chain.from_iterable(zip(map(_INT32.pack, lengths), bodies, strict=True)))
 
 
 def encode_inlongmsg(
@@ -420,7 +460,9 @@ def encode_inlongmsg(
     """
     if version not in WRITABLE_VERSIONS:
         raise PayloadEncodeError(f"InLongMsg version {version} cannot be written (only 1..4)")
-    pairs = _normalise(records)
+    records = records if isinstance(records, list) else list(records)
+    one = _one_group(records) if version in (1, 2) else None
+    pairs = _normalise(records) if one is None else []
     if version == 4:
         return _encode_v4(pairs, compress, data_time, group_id, stream_id, ext_flags, unique_id, msg_type)
     if create_time is None:
@@ -431,14 +473,12 @@ def encode_inlongmsg(
     if version == 3:
         groups = _v3_groups(pairs)
     else:
-        grouped: dict[str, list[bytes]] = {}
-        for body, attrs in pairs:
-            grouped.setdefault(format_attributes(attrs), []).append(body)
+        grouped = dict([one]) if one is not None else _text_groups(pairs)
         groups = [(text, _prefixed(bodies, "record"), len(bodies)) for text, bodies in grouped.items()]
     out = bytearray(magic)
     out += struct.pack(">q", create_time)
     if version >= 2:
-        out += struct.pack(">i", len(pairs))
+        out += struct.pack(">i", len(records))
     out += struct.pack(">i", len(groups))
     for text, raw, count in groups:
         out += _modified_utf(text, "group attributes")
@@ -450,7 +490,7 @@ def encode_inlongmsg(
     return bytes(out)
 
 
-def _split_common(attr_sets: list[dict[str, str]]) -> tuple[dict[str, str], list[dict[str, str]]]:
+def _split_common(attr_sets: Sequence[Mapping[str, str]]) -> tuple[dict[str, str], list[dict[str, str]]]:
     """Attributes every set shares (same value) and what remains of each set, none left empty when
     possible: a per-record attribute text may not be empty for InLong's v3/v4 parsers."""
     common = dict(attr_sets[0]) if attr_sets else {}
@@ -464,7 +504,7 @@ def _split_common(attr_sets: list[dict[str, str]]) -> tuple[dict[str, str], list
     return common, own
 
 
-def _v3_groups(pairs: list[tuple[bytes, dict[str, str]]]) -> list[tuple[str, bytes, int]]:
+def _v3_groups(pairs: list[tuple[bytes, Mapping[str, str]]]) -> list[tuple[str, bytes, int]]:
     if not pairs:
         return []
     common, own = _split_common([attrs for _body, attrs in pairs])
@@ -481,7 +521,7 @@ def _v3_groups(pairs: list[tuple[bytes, dict[str, str]]]) -> list[tuple[str, byt
 
 
 def _encode_v4(
-    pairs: list[tuple[bytes, dict[str, str]]],
+    pairs: list[tuple[bytes, Mapping[str, str]]],
     compress: bool,
     data_time: int | None,
     group_id: int | str | None,

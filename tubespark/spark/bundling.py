@@ -19,8 +19,10 @@ it in two while the encoded bytes exceed the limit (incompressible records under
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
 from typing import Generic, TypeVar
 
 from tubespark.errors import MessageTooLargeError
@@ -97,6 +99,39 @@ class Bundler(Generic[K, X]):
         bundle.size += cost
         if len(bundle.records) >= self.max_rows or bundle.size >= max_bytes:
             closed.append(self._open.pop(key))
+        return closed
+
+    def add_run(self, key: K, bodies: Sequence[bytes], extra: X, *, overhead: int, open_cost: int, max_bytes: int,
+                first_row: int) -> list[Bundle[K, X]]:
+        """:meth:`add` of each of ``bodies`` in turn under one ``key``, all with the same ``extra``: record ``i``
+        costs ``overhead + len(bodies[i])``, plus ``open_cost`` when ``key`` has no open bundle as it is added,
+        and is row ``first_row + i``. The same bundles as one :meth:`add` per record, a bundle's worth of
+        records at a time (the rows of a sink's Arrow batch mostly share one key)."""
+        closed: list[Bundle[K, X]] = []
+        sums = list(accumulate(len(body) + overhead for body in bodies))  # sums[i]: records 0..i
+        i, n = 0, len(bodies)
+        while i < n:
+            before = sums[i - 1] if i else 0
+            cost = sums[i] - before  # record i, as add() would cost it
+            bundle = self._open.get(key)
+            if bundle is None:
+                cost += open_cost
+            closed += self.add(key, bodies[i], extra, cost=cost, max_bytes=max_bytes, row=first_row + i)
+            i += 1
+            bundle = self._open.get(key)
+            if bundle is None or i == n:
+                continue
+            # the records after it that fit the open bundle whole and leave it open, as add() would take them
+            room_rows = self.max_rows - len(bundle.records)
+            limit = sums[i - 1] + max_bytes - bundle.size  # record j fits while sums[j] <= limit
+            end = min(n, i + room_rows, bisect_right(sums, limit, i, n))
+            if end > i:
+                bundle.records += zip(bodies[i:end], repeat(extra))
+                bundle.rows += range(first_row + i, first_row + end)
+                bundle.size += sums[end - 1] - sums[i - 1]
+                i = end
+                if len(bundle.records) >= self.max_rows or bundle.size >= max_bytes:
+                    closed.append(self._open.pop(key))
         return closed
 
     def expired(self) -> list[Bundle[K, X]]:

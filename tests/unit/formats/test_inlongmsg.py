@@ -446,3 +446,22 @@ def test_random_mutations_raise_only_typed_errors_quickly() -> None:
         slowest = max(slowest, time.thread_time() - started)
     assert slowest < 0.1, slowest
     assert outcomes["error"] > 1000 and outcomes["ok"] > 10, outcomes
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("compress", [False, True])
+def test_records_sharing_one_attributes_object_encode_as_equal_copies_do(version: int, compress: bool) -> None:
+    # the encoder's few-call path (one shared mapping, as a sink's bundle has) against the record-by-record one
+    rng = random.Random(version)
+    shared = {"streamId": "s1", "k": "v"}
+    bodies = [rng.randbytes(rng.randrange(0, 300)) for _ in range(200)]
+    one_object = encode_inlongmsg([(b, shared) for b in bodies], version=version, compress=compress, create_time=7)
+    copies = encode_inlongmsg([(b, dict(shared)) for b in bodies], version=version, compress=compress, create_time=7)
+    assert one_object == copies
+    assert [r.body for r in decode_inlongmsg(one_object)] == bodies
+    assert encode_inlongmsg([], version=version, create_time=7) == encode_inlongmsg(iter([]), version=version,
+                                                                                     create_time=7)
+    with pytest.raises(PayloadEncodeError, match="must be bytes"):
+        encode_inlongmsg([(b"a", shared), ("b", shared)], version=version)  # type: ignore[list-item]
+    with pytest.raises(PayloadEncodeError, match="attribute"):
+        encode_inlongmsg([(b"a", {"k": "a&b"})] * 3, version=version)

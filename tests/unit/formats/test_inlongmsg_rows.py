@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -164,6 +165,54 @@ def test_bundler_closes_by_rows_bytes_age_and_open_count():
     clock.now = 1.6
     assert [x.key for x in b.expired()] == ["c"]
     assert [x.key for x in b.drain()] == ["d"] and b.open_count == 0
+
+
+def _bundles(closed):
+    return [(x.key, x.records, x.rows, x.size) for x in closed]
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_add_run_makes_the_bundles_that_one_add_per_record_makes(seed):
+    rng = random.Random(seed)
+    max_rows, max_bytes = rng.choice([1, 2, 7, 50, 10_000]), rng.choice([40, 300, 2048, 1 << 20])
+    bodies = [os.urandom(rng.choice([0, 1, 30, 120, 400])) for _ in range(rng.randrange(0, 400))]
+    if seed >= 12:  # records of 24 bytes that fill a bundle exactly, or miss by one byte either way
+        max_rows, max_bytes = 10_000, 16 + 9 + 24 * 5 + (seed - 13)
+        bodies = [b"r" * 20] * 37
+    extra = {"streamId": "s"}
+    first = rng.randrange(0, 1000)
+
+    def fresh():
+        b = Bundler(max_rows=max_rows, linger_s=60.0, max_open=1 + seed % 2, clock=Clock())
+        if seed % 3:  # the key already has an open bundle, or another key is open (closed at max_open=1)
+            b.add("k" if seed % 3 == 1 else "other", b"before", extra, cost=11, max_bytes=max_bytes, row=0)
+        return b
+
+    one_by_one, in_runs = fresh(), fresh()
+    expected = []
+    for i, body in enumerate(bodies):
+        cost = 4 + len(body) + (0 if one_by_one.is_open("k") else 9)
+        expected += _bundles(one_by_one.add("k", body, extra, cost=cost, max_bytes=max_bytes, row=first + i))
+    got = _bundles(in_runs.add_run("k", bodies, extra, overhead=4, open_cost=9, max_bytes=max_bytes,
+                                   first_row=first))
+    assert got == expected
+    assert _bundles(in_runs.drain()) == _bundles(one_by_one.drain())
+
+
+def test_rows_with_only_a_value_are_bundled_as_rows_with_empty_columns_are():
+    rows = [{"value": os.urandom(i % 300)} for i in range(500)]
+    value_only = pa.RecordBatch.from_arrays([pa.array([r["value"] for r in rows], pa.binary())], ["value"])
+    sent = {}
+    for name, batches in (("columns", [arrow_rows(rows[:200]), arrow_rows(rows[200:])]),
+                          ("value only", [value_only.slice(0, 200), value_only.slice(200)])):
+        producer = FakeProducer()
+        assert writer.BundledSend(producer, wopts(bundleMaxBytes="9000", bundleMaxRows="40"), "events",
+                                  None).send_all(iter(batches)) == (500, sum(len(r["value"]) for r in rows))
+        sent[name] = [(m.msg_type, m.msg_time, part,
+                       [(r.body, r.attributes) for r in decode_bundle(m.data, m.attributes)])
+                      for _t, m, part in producer.sent]
+    assert sent["value only"] == sent["columns"]
+    assert [body for *_m, records in sent["value only"] for body, _a in records] == [r["value"] for r in rows]
 
 
 def test_encode_bundle_splits_what_does_not_fit_and_names_a_lone_row():

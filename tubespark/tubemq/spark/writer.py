@@ -335,13 +335,20 @@ class BundledSend:
             values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
             stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
             attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
-            for i, value in enumerate(values):
-                data = value.encode() if isinstance(value, str) else (value or b"")
-                self._add(rows, data, self.fixed_topic or (topics[i] if topics else None),
-                          stream_ids[i] if stream_ids else None, times[i] if times else None,
-                          attributes[i] if attributes else None, keys[i] if keys else None)
-                rows += 1
-                sent_bytes += len(data)
+            if self.fixed_topic and not self.dedup_attribute and stream_ids is times is attributes is keys is None:
+                # every row has the same key: only the values differ (the batch's rows in one call)
+                datas = [value.encode() if isinstance(value, str) else (value or b"") for value in values]
+                self._add_run(rows, datas)
+                rows += len(datas)
+                sent_bytes += sum(map(len, datas))
+            else:
+                for i, value in enumerate(values):
+                    data = value.encode() if isinstance(value, str) else (value or b"")
+                    self._add(rows, data, self.fixed_topic or (topics[i] if topics else None),
+                              stream_ids[i] if stream_ids else None, times[i] if times else None,
+                              attributes[i] if attributes else None, keys[i] if keys else None)
+                    rows += 1
+                    sent_bytes += len(data)
             self._ship(self.bundler.expired())
             self.producer.flush()  # bound what is held in memory to about one Arrow batch of rows
         self._ship(self.bundler.drain())
@@ -351,6 +358,23 @@ class BundledSend:
 
     def _add(self, row: int, data: bytes, topic: str | None, stream_id: str | None, when: datetime | str | None,
              user_attributes: list[tuple[str, str]] | None, route: str | None) -> None:
+        key, attrs, own_cost, max_bytes = self._place(row, topic, stream_id, when, user_attributes, route)
+        cost = RECORD_OVERHEAD_BYTES + len(data) + own_cost
+        if not self.bundler.is_open(key):  # the group's attribute text, once per bundle
+            cost += attributes_cost(self.shared[key])
+        self._ship(self.bundler.add(key, data, attrs, cost=cost, max_bytes=max_bytes, row=row))
+
+    def _add_run(self, first_row: int, datas: list[bytes]) -> None:
+        """:meth:`_add` of rows that have only a value (a fixed topic, no other column, no dedup id)."""
+        key, attrs, _own_cost, max_bytes = self._place(first_row, self.fixed_topic, None, None, None, None)
+        self._ship(self.bundler.add_run(key, datas, attrs, overhead=RECORD_OVERHEAD_BYTES,
+                                        open_cost=attributes_cost(attrs), max_bytes=max_bytes, first_row=first_row))
+
+    def _place(self, row: int, topic: str | None, stream_id: str | None, when: datetime | str | None,
+               user_attributes: list[tuple[str, str]] | None,
+               route: str | None) -> tuple[_BundleKey, dict[str, str], int, int]:
+        """A row's bundle key, its record's attributes, what its own attributes add to its cost (a dedup id, a
+        data time its group does not share) and the bundle size limit of its topic."""
         if not topic:
             raise OptionError(f"row {row} has no topic (null 'topic' column and no 'topic' option): set the "
                               f"topic option or fill the topic column")
@@ -380,12 +404,10 @@ class BundledSend:
             self.shared[key] = shared
         if dt is not None and "dt" not in shared:
             record_extra["dt"] = str(dt)
-        attrs = {**shared, **record_extra} if record_extra else shared
-        cost = RECORD_OVERHEAD_BYTES + len(data) + (attributes_cost(attrs) if record_extra else 0)
-        if not self.bundler.is_open(key):  # the group's attribute text, once per bundle
-            cost += attributes_cost(shared)
-        max_bytes = min(self.options.bundle_max_bytes or limit, limit)
-        self._ship(self.bundler.add(key, data, attrs, cost=cost, max_bytes=max_bytes, row=row))
+        if not record_extra:
+            return key, shared, 0, min(self.options.bundle_max_bytes or limit, limit)
+        attrs = {**shared, **record_extra}
+        return key, attrs, attributes_cost(attrs), min(self.options.bundle_max_bytes or limit, limit)
 
     def _shared_attributes(self, row: int, attrs: dict[str, str], stream_id: str | None) -> dict[str, str]:
         """The attributes every record of a key carries, checked once: what InLong's parser reads back."""
