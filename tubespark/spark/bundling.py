@@ -111,11 +111,7 @@ class Bundler(Generic[K, X]):
         sums = list(accumulate(len(body) + overhead for body in bodies))  # sums[i]: records 0..i
         i, n = 0, len(bodies)
         while i < n:
-            before = sums[i - 1] if i else 0
-            cost = sums[i] - before  # record i, as add() would cost it
-            bundle = self._open.get(key)
-            if bundle is None:
-                cost += open_cost
+            cost = overhead + len(bodies[i]) + (open_cost if self._open.get(key) is None else 0)
             closed += self.add(key, bodies[i], extra, cost=cost, max_bytes=max_bytes, row=first_row + i)
             i += 1
             bundle = self._open.get(key)

@@ -404,10 +404,11 @@ class BundledSend:
             self.shared[key] = shared
         if dt is not None and "dt" not in shared:
             record_extra["dt"] = str(dt)
+        max_bytes = min(self.options.bundle_max_bytes or limit, limit)
         if not record_extra:
-            return key, shared, 0, min(self.options.bundle_max_bytes or limit, limit)
+            return key, shared, 0, max_bytes
         attrs = {**shared, **record_extra}
-        return key, attrs, attributes_cost(attrs), min(self.options.bundle_max_bytes or limit, limit)
+        return key, attrs, attributes_cost(attrs), max_bytes
 
     def _shared_attributes(self, row: int, attrs: dict[str, str], stream_id: str | None) -> dict[str, str]:
         """The attributes every record of a key carries, checked once: what InLong's parser reads back."""
