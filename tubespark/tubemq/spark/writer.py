@@ -332,7 +332,8 @@ class BundledSend:
     def send_all(self, batches: Iterator[pa.RecordBatch]) -> tuple[int, int]:
         rows = sent_bytes = 0
         for batch in batches:
-            values, topics = column_values(batch, "value") or [], column_values(batch, "topic")
+            values = column_values(batch, "value") or []
+            topics = None if self.fixed_topic else column_values(batch, "topic")  # the topic option wins
             stream_ids, times = column_values(batch, "streamId"), column_values(batch, "msgTime")
             attributes, keys = column_values(batch, "attributes"), column_values(batch, "partitionKey")
             if self.fixed_topic and not self.dedup_attribute and stream_ids is times is attributes is keys is None:
