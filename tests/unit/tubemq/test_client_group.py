@@ -214,6 +214,20 @@ def test_register_errors_that_will_not_go_away_are_not_retried(master):
     s.close()
 
 
+def test_a_master_elected_moments_ago_is_asked_again_when_it_says_not_deployed(master):
+    """The active master killed: the next one answers 431 for every topic until it has loaded its configuration.
+    A query restarted then stopped on it (rolling soak, master failover); the member must register once the new
+    master has loaded, as a producer's publish already did."""
+    master.inject(Method.CONSUMER_REGISTER, 431, times=2, text="Requested topic [[t]] not deployed!")
+    # the channel tries masters in sorted order: port 1 (nothing listens) sorts before the fake's ephemeral port
+    s = GroupSession(["127.0.0.1:1", master.address], GROUP, [TOPIC], settings=fast_settings(), client_id="member-5")
+    try:
+        s.start()
+        assert len(master.requests_of(Method.CONSUMER_REGISTER)) == 3
+    finally:
+        s.close()
+
+
 def test_register_retries_a_busy_master(master):
     master.inject(Method.CONSUMER_REGISTER, 503)
     s = GroupSession(master.address, GROUP, [TOPIC], settings=fast_settings(), client_id="member-4")

@@ -38,6 +38,17 @@ def not_deployed(topics: Iterable[str], master: str, server_message: str) -> Unk
                              f"(the master says: {server_message}): {CHECK_TOPIC}", broker="TubeMQ")
 
 
+def elected_moments_ago(exc: BaseException, master: MasterChannel, settings: ClientSettings) -> bool:
+    """Retry filter: "not deployed" (431) from a master ``master`` moved to within ``settings.master_election_s``.
+
+    A master elected moments ago answers 431 for every topic until it has loaded the configuration (seen on
+    2.4.0 after the active master's kill -9: a query restarted then stopped on it), so such an answer is asked
+    again until that long after the move; a master that served all along is believed at once.
+    """
+    return (isinstance(exc, UnknownTopicError) and exc.code == ErrCode.TOPIC_NOT_DEPLOYED
+            and master.moved_within(settings.master_election_s))
+
+
 def no_partition_listed(topics: Iterable[str], master: str, timeout_s: float) -> UnknownTopicError:
     """The error for deployed topics the master lists no partition of (the probe found them deployed)."""
     return UnknownTopicError(ErrCode.FORBIDDEN,

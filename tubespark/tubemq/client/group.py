@@ -34,7 +34,7 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
-from tubespark.tubemq.client.deployed import not_deployed
+from tubespark.tubemq.client.deployed import elected_moments_ago, not_deployed
 from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
 from tubespark.tubemq.wire.errcodes import ErrCode
@@ -110,15 +110,17 @@ class GroupSession:
 
         Registration is tried up to ``register_retries`` times, like the Java client does, because a
         master that just started refuses clients for a moment; while only standbys answer (a master
-        group electing its next active master) it waits up to ``settings.master_election_s``. Only
-        retriable errors are retried: a refused login, a group conflict or an unknown topic will not go away.
+        group electing its next active master), or the master it moved to answers "not deployed" (one
+        elected moments ago, still loading its configuration: :func:`elected_moments_ago`), it waits up to
+        ``settings.master_election_s``. Otherwise only retriable errors are retried: a refused login, a
+        group conflict or an unknown topic will not go away.
         """
         what = f"register consumer {self.client_id} in group {self.group}"
         brief = RetryPolicy(attempts=register_retries, backoff_s=0.5, max_backoff_s=2.0,
                             retry_on=lambda exc: bool(getattr(exc, "retriable", False)) and not during_election(exc))
-        # A master group between two active masters answers only as standbys: wait out the election
         election = RetryPolicy(timeout_s=self.settings.master_election_s, backoff_s=0.5, max_backoff_s=2.0,
-                               retry_on=during_election)
+                               retry_on=lambda exc: during_election(exc)
+                               or elected_moments_ago(exc, self._master, self.settings))
         call_with_retry(lambda: call_with_retry(self._register, brief, what=what), election, what=what)
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"tubespark-group-{self.group}")
         self._thread.start()

@@ -51,7 +51,7 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
-from tubespark.tubemq.client.deployed import check_deployed, no_partition_listed
+from tubespark.tubemq.client.deployed import check_deployed, elected_moments_ago, no_partition_listed
 from tubespark.tubemq.errors import NoMasterAvailableError, NotRegisteredError
 from tubespark.tubemq.net.connection import wait
 from tubespark.tubemq.wire.constants import Method
@@ -188,9 +188,7 @@ class Producer:
                     check_deployed(self._master, unlisted, self.settings)
                     doubted.clear()
                 except UnknownTopicError as exc:
-                    if self._master.moved_within(self.settings.master_election_s):
-                        # A master elected moments ago answers "not deployed" for every topic until it has
-                        # loaded the configuration (seen on 2.4.0 after the active master's kill -9): ask again
+                    if elected_moments_ago(exc, self._master, self.settings):
                         log.info("publish of %s: %s; the master group changed its active master in the last "
                                  "%.0f s, so this is asked again until then", unlisted, exc,
                                  self.settings.master_election_s)
