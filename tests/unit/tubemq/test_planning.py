@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, wait_until
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
-from tubespark.errors import DataLossError, ForeignCheckpointError, OptionError
+from tubespark.errors import DataLossError, ForeignCheckpointError, OptionError, UnknownTopicError
 from tubespark.spark.planning import share_by_backlog, split_range
 from tubespark.tubemq.spark import membership
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
@@ -473,6 +473,22 @@ def test_a_healthy_restart_and_an_old_checkpoint_read_on_without_a_loss(make_rea
     old = make_reader()
     assert partitions_of(old.latestOffset({keys[0]: 280, keys[1]: 840}, ReadAllAvailable())) == {
         keys[0]: 336, keys[1]: 840}
+
+
+def test_a_query_restarted_just_after_a_master_failover_waits_for_the_new_master(make_reader, master, broker, keys):
+    """The rolling soak's query, restarted moments after the standby master took over, stopped on the new master's
+    "topic ... not deployed" (431): a master answers so for every topic until it has loaded its configuration. The
+    restarted query's checkpoint holds the topic, so it asks again and plans; a new query believes it at once."""
+    reader = make_reader()
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(20))
+    reader.stop()
+    master.inject(Method.CONSUMER_REGISTER, 431, times=2, text=f"Requested topic [[{TOPIC}]] not deployed!")
+    restarted = make_reader()
+    assert partitions_of(restarted.latestOffset(end, ReadAllAvailable())) == {keys[0]: 280, keys[1]: 840}
+    restarted.stop()
+    master.inject(Method.CONSUMER_REGISTER, 431, text=f"Requested topic [[{TOPIC}]] not deployed!")
+    with pytest.raises(UnknownTopicError, match="not deployed"):
+        make_reader().initialOffset()
 
 
 # --- a checkpoint of another cluster or topic incarnation (issue 25 item 1): the #origin mark --------------

@@ -38,6 +38,11 @@ def not_deployed(topics: Iterable[str], master: str, server_message: str) -> Unk
                              f"(the master says: {server_message}): {CHECK_TOPIC}", broker="TubeMQ")
 
 
+def is_not_deployed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the master's "not deployed" (431) answer."""
+    return isinstance(exc, UnknownTopicError) and exc.code == ErrCode.TOPIC_NOT_DEPLOYED
+
+
 def elected_moments_ago(exc: BaseException, master: MasterChannel, settings: ClientSettings) -> bool:
     """Retry filter: "not deployed" (431) from a master ``master`` moved to within ``settings.master_election_s``.
 
@@ -45,8 +50,7 @@ def elected_moments_ago(exc: BaseException, master: MasterChannel, settings: Cli
     2.4.0 after the active master's kill -9: a query restarted then stopped on it), so such an answer is asked
     again until that long after the move; a master that served all along is believed at once.
     """
-    return (isinstance(exc, UnknownTopicError) and exc.code == ErrCode.TOPIC_NOT_DEPLOYED
-            and master.moved_within(settings.master_election_s))
+    return is_not_deployed(exc) and master.moved_within(settings.master_election_s)
 
 
 def no_partition_listed(topics: Iterable[str], master: str, timeout_s: float) -> UnknownTopicError:

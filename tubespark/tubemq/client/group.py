@@ -34,7 +34,7 @@ from tubespark.tubemq.client.common import (
     local_ip,
     new_client_id,
 )
-from tubespark.tubemq.client.deployed import elected_moments_ago, not_deployed
+from tubespark.tubemq.client.deployed import elected_moments_ago, is_not_deployed, not_deployed
 from tubespark.tubemq.errors import NotRegisteredError, PartitionOccupiedError
 from tubespark.tubemq.wire.constants import EventStatus, EventType, Method, ReadStatus
 from tubespark.tubemq.wire.errcodes import ErrCode
@@ -73,12 +73,15 @@ class GroupSession:
         listener: told about partitions gained and lost.
         release_consumed: when a partition is released, confirm the batch fetched last under this
             group (a pull consumer that handed it to its caller) instead of discarding it.
+        served: topics this member's query read before (its checkpoint holds their offsets): a "not
+            deployed" for all of them at :meth:`start` is asked again, as from a master elected moments ago.
     """
 
     def __init__(self, masters: str | Sequence[str], group: str, topics: Iterable[str], *,
                  settings: ClientSettings | None = None, filters: dict[str, list[str]] | None = None,
                  read_status: ReadStatus = ReadStatus.FROM_STORED_OR_MIN, client_id: str | None = None,
-                 listener: AssignmentListener | None = None, release_consumed: bool = False) -> None:
+                 listener: AssignmentListener | None = None, release_consumed: bool = False,
+                 served: Iterable[str] = ()) -> None:
         self.settings = settings or ClientSettings()
         self.group = group
         self.topics = sorted(set(topics))
@@ -87,6 +90,7 @@ class GroupSession:
         self.client_id = client_id or new_client_id(group)
         self.listener = listener
         self.release_consumed = release_consumed
+        self.served = frozenset(served)
         self.brokers = BrokerClient(self.client_id, self.settings)
         self._master = self.settings.master_channel(masters)
         self._host = local_ip()
@@ -110,8 +114,8 @@ class GroupSession:
 
         Registration is tried up to ``register_retries`` times, like the Java client does, because a
         master that just started refuses clients for a moment; while only standbys answer (a master
-        group electing its next active master), or the master it moved to answers "not deployed" (one
-        elected moments ago, still loading its configuration: :func:`elected_moments_ago`), it waits up to
+        group electing its next active master), or a master answers "not deployed" for topics that exist
+        (one elected moments ago, still loading its configuration: :meth:`_master_loading`), it waits up to
         ``settings.master_election_s``. Otherwise only retriable errors are retried: a refused login, a
         group conflict or an unknown topic will not go away.
         """
@@ -119,12 +123,19 @@ class GroupSession:
         brief = RetryPolicy(attempts=register_retries, backoff_s=0.5, max_backoff_s=2.0,
                             retry_on=lambda exc: bool(getattr(exc, "retriable", False)) and not during_election(exc))
         election = RetryPolicy(timeout_s=self.settings.master_election_s, backoff_s=0.5, max_backoff_s=2.0,
-                               retry_on=lambda exc: during_election(exc)
-                               or elected_moments_ago(exc, self._master, self.settings))
+                               retry_on=lambda exc: during_election(exc) or self._master_loading(exc))
         call_with_retry(lambda: call_with_retry(self._register, brief, what=what), election, what=what)
         self._thread = threading.Thread(target=self._loop, daemon=True, name=f"tubespark-group-{self.group}")
         self._thread.start()
         return self
+
+    def _master_loading(self, exc: BaseException) -> bool:
+        """A "not deployed" from a master this channel moved to moments ago, or for topics this member's query
+        read before: the master that answers may have taken over moments before this process started (a
+        query restarted after a master failover), with its channel never moving."""
+        if elected_moments_ago(exc, self._master, self.settings):
+            return True
+        return is_not_deployed(exc) and bool(self.served) and self.served.issuperset(self.topics)
 
     def held(self) -> dict[str, HeldPartition]:
         """The partitions held right now, by partition key."""

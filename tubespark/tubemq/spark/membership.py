@@ -38,6 +38,8 @@ class GroupMembership:
         self.run_id = run_id
         self.refs: dict[str, PartitionRef] = {}
         """Every partition this member has seen, with its broker (a replayed batch may need one no longer held)."""
+        self.served: set[str] = set()
+        """Topics the query's offsets hold (its checkpoint, after a restart): see :meth:`remember`."""
         self._on_terminate = on_terminate
         self._session: GroupSession | None = None
         self._probe: BrokerClient | None = None  # probe_broker()'s, kept
@@ -59,7 +61,8 @@ class GroupMembership:
                     self._topics, self._topics_at = subscribed_topics(opts), time.monotonic()
                 stream_ids = list(opts.stream_ids)
                 session = GroupSession(list(opts.masters), self.group, self._topics, settings=opts.client_settings(),
-                                       filters=dict.fromkeys(self._topics, stream_ids) if stream_ids else None)
+                                       filters=dict.fromkeys(self._topics, stream_ids) if stream_ids else None,
+                                       served=self.served)
                 session.start()
                 self._session = session
                 if not self._hooks_installed:  # Spark 4.3 ends this process with SIGTERM, never calling stop()
@@ -68,6 +71,12 @@ class GroupMembership:
                 # the master's first rebalance: what it assigns, held on the broker yet or not
                 session.wait_for_assignment(opts.assignment_timeout_ms / 1000)
             return self._session
+
+    def remember(self, offsets: Iterable[str]) -> None:
+        """Note the topics of the query's offsets (partition keys; the reader's ``#`` marks are skipped) before the
+        member joins: a query restarted just after a master failover meets a master that answers "not deployed"
+        for every topic until it has loaded its configuration, and must wait for it rather than stop."""
+        self.served.update(PartitionRef.parse_key(key)[1] for key in offsets if "#" not in key)
 
     def assigned(self) -> dict[str, PartitionRef]:
         assigned = self.session().assigned()

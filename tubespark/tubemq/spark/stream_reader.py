@@ -176,6 +176,7 @@ class TubeStreamReader(StreamEngine):
 
     def survey(self, start: Offsets) -> Survey:
         self._report_skips()
+        self.member.remember(start)
         self.member.refresh_topics()
         session = self.member.session()
         refusal = session.refusal()
@@ -462,6 +463,7 @@ class TubeStreamReader(StreamEngine):
         """Store ``offsets`` as the group's for the partitions held (commitToGroup); never raises. Brokers
         that did not answer plan nothing this trigger."""
         self._down = set()
+        self.member.remember(offsets)
         if not self.options.commit_to_group:
             return
         session = self.member.session()
