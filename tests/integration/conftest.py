@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tubespark_testbed import LocalCluster, lanes, prestart, sparkjvm
+from tubespark_testbed import LocalCluster, lanes, prestart, sparkjvm, sparkpython
 from tubespark_testbed.prestart import Prestarter
 
 _HERE = Path(__file__).resolve().parent
@@ -55,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # process it starts would inherit: the demo's Ctrl-C test would find a demo that ignores Ctrl-C
         signal.signal(signal.SIGINT, signal.default_int_handler)
     sparkjvm.apply_to_environment()  # start-up-speed flags for every Spark driver the tests start (sparkjvm.py)
+    sparkpython.apply_to_environment()  # Spark's Python processes import PySpark with bytecode (sparkpython.py)
     config.stash[_PRESTARTER] = Prestarter(background=prestart.enabled(), ahead=prestart.ahead())
     config.stash[_POOL_PLAN] = TopicPool.plan(_topic_pool_spec())
     config.stash[_SESSION_TOPICS] = []
