@@ -11,6 +11,7 @@ of its topic is down waits for it instead of failing as an unknown topic.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from tests.unit.rocketmq.test_client_ranges import FAST, AnsweringNameServer
 from tubespark.errors import BrokerUnavailableError, PartitionsUnavailableError, UnknownTopicError
 from tubespark.rocketmq.client import client as client_module
-from tubespark.rocketmq.client.client import RocketMQClient, remember
+from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient, remember
 from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.wire import codes
@@ -59,6 +60,7 @@ class GroupsNameServer(AnsweringNameServer):
 @pytest.fixture
 def namesrv(monkeypatch: pytest.MonkeyPatch) -> Iterator[GroupsNameServer]:
     monkeypatch.setattr(client_module, "_seen", {})  # a fresh process: it knows no queue yet
+    monkeypatch.setattr(client_module, "_away", {})
     server = GroupsNameServer()
     yield server
     server.close()
@@ -108,3 +110,27 @@ def test_a_restarted_query_whose_topic_lives_only_on_a_down_group_waits_instead_
         remember([MessageQueue("solo", "broker-b", 0)])  # the restarted query's checkpoint names its queue
         with pytest.raises(BrokerUnavailableError, match="knows its queues on broker-b, not registered now"):
             fresh.route("solo")  # before: UnknownTopicError, and the restarted query failed
+
+
+def test_a_group_registered_again_but_not_routing_its_topic_yet_is_still_down_until_failover_s(namesrv):
+    """Seen in a two-lane CI run: broker-b registered again while the name server had no route yet for the topic
+    that lives on it alone, and the query restarted during the outage took that for a topic removed there and
+    stopped (UnknownTopicError). Found away moments ago, it is still an outage, for ``failover_s``."""
+    namesrv.topics["solo"] = ["broker-b"]
+    namesrv.stop_group("broker-b")
+    remember([MessageQueue("solo", "broker-b", 0)])  # the restarted query's checkpoint
+    settings = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.5, failover_s=1.0)
+    with RocketMQClient([namesrv.address], settings) as client:
+        with pytest.raises(BrokerUnavailableError, match="not registered now"):
+            client.route("solo")
+        namesrv.live.append("broker-b")  # registered again: its topic not routed yet
+        namesrv.topics["solo"] = []
+        with pytest.raises(BrokerUnavailableError, match="registered again moments ago"):
+            client.route("solo")
+        namesrv.topics["solo"] = ["broker-a"]  # a running query's view: broker-b is not down, just not routing
+        assert set(client.down_groups("solo", client.route("solo"))) == {"broker-b"}
+        time.sleep(1.1)  # past failover_s: a registered group that does not route the topic had it removed
+        assert client.down_groups("solo", client.route("solo", refresh=True)) == {}
+    namesrv.topics["solo"] = []
+    with RocketMQClient([namesrv.address], settings) as fresh, pytest.raises(UnknownTopicError):
+        fresh.route("solo")

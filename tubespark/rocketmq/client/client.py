@@ -38,6 +38,11 @@ checkpoint's offsets, offsets a user named). The name server forgets a group the
 stops (its route and its cluster entry go), so this is the only evidence that a group that is down held
 queues of a topic: without it a stopped group looks like one that never had the topic."""
 _seen_lock = threading.Lock()
+_away: dict[str, float] = {}
+"""Process-wide: broker group -> when (monotonic) this process last found it unregistered while it knew queues
+of a topic on it. A group that registers again may route its topics only moments later: seen on the two-group
+stack (tests/integration/rocketmq/test_broker_groups.py), a query restarted while ``broker-b`` was down met
+``broker-b`` registered and its topic still unrouted, took that for a topic removed there, and stopped."""
 
 
 def remember(queues: Iterable[MessageQueue]) -> None:
@@ -52,6 +57,20 @@ def remembered(topic: str) -> dict[str, tuple[MessageQueue, ...]]:
     with _seen_lock:
         groups = {group: sorted(ids) for group, ids in _seen.get(topic, {}).items()}
     return {group: tuple(MessageQueue(topic, group, i) for i in ids) for group, ids in groups.items()}
+
+
+def _saw_away(groups: Iterable[str]) -> None:
+    now = time.monotonic()
+    with _seen_lock:
+        _away.update(dict.fromkeys(groups, now))
+
+
+def _back_within(group: str, seconds: float) -> bool:
+    """Whether this process found ``group`` unregistered within the last ``seconds``: registered again since,
+    it may not route its topics yet."""
+    with _seen_lock:
+        at = _away.get(group)
+    return at is not None and time.monotonic() - at < seconds
 
 
 def forget(topic: str, group: str) -> None:
@@ -195,23 +214,31 @@ class RocketMQClient:
 
     def _groups_away(self, address: str, topic: str) -> str:
         """Why a topic the name server at ``address`` has no route for is an outage rather than unknown: no
-        broker group is registered at all (a restart of the only one), or this process knows queues of the
-        topic on groups that are not registered now (:func:`remember`); ``""`` when neither (brokers run
-        and none of the topic's known groups is away), or when the answer is unreadable."""
+        broker group is registered at all (a restart of the only one), this process knows queues of the
+        topic on groups that are not registered now (:func:`remember`), or on groups it found unregistered
+        within ``failover_s`` (registered again, not routing yet: :data:`_away`); ``""`` when none of these
+        (brokers run and none of the topic's known groups was away), or when the answer is unreadable."""
         groups = self.registered_groups(address)
         if groups is None:
             return ""
+        known = set(remembered(topic))
+        away = sorted(known - groups)
+        _saw_away(away)
         if not groups:
             return "and no broker is registered there at all"
-        away = sorted(set(remembered(topic)) - groups)
-        return f"though this process knows its queues on {', '.join(away)}, not registered now" if away else ""
+        if away:
+            return f"though this process knows its queues on {', '.join(away)}, not registered now"
+        back = sorted(g for g in known if _back_within(g, self.settings.failover_s))
+        return (f"though this process knows its queues on {', '.join(back)}, registered again moments ago and not "
+                f"routing them yet") if back else ""
 
     def down_groups(self, topic: str, route: TopicRoute) -> dict[str, tuple[MessageQueue, ...]]:
         """Queues of ``topic`` this process knows of (:func:`remember`) on broker groups ``route`` does not
         list and the name server does not register now: groups that are down, by name. A known group that
         is registered but no longer routes the topic had the topic removed: forgotten, not down. When the
         name server cannot say which groups are registered, every unrouted known group counts as down (a
-        batch read fails rather than leave its queues out in silence)."""
+        batch read fails rather than leave its queues out in silence), and so does one this process found
+        unregistered within ``failover_s`` (registered again, not routing yet: :data:`_away`)."""
         routed = {mq.broker_name for mq in route.read_queues()}
         unrouted = {group: queues for group, queues in remembered(topic).items() if group not in routed}
         if not unrouted:
@@ -219,12 +246,14 @@ class RocketMQClient:
         registered = self.registered_groups()
         down: dict[str, tuple[MessageQueue, ...]] = {}
         for group, queues in sorted(unrouted.items()):
-            if registered is not None and group in registered:
+            if registered is not None and group in registered and not _back_within(group, self.settings.failover_s):
                 log.info("topic %s: broker group %s is registered but routes none of its queues now (the topic "
                          "was removed there); no longer counted as one of its groups", topic, group)
                 forget(topic, group)
             else:
                 down[group] = queues
+        if registered is not None:
+            _saw_away(group for group in down if group not in registered)
         return down
 
     def read_candidates(self, mq: MessageQueue, *, refresh: bool = False) -> list[str]:
