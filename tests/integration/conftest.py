@@ -67,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     which = lanes.lane()
     kept: list[pytest.Item] = []
-    other_lane: list[pytest.Item] = []  # TUBESPARK_LANES=2 ./dev test: two lanes (tubespark_testbed/lanes.py)
+    other_lane: list[pytest.Item] = []  # ./dev test's two lanes (tubespark_testbed/lanes.py)
     for item in items:
         path = Path(str(item.fspath)).resolve()
         if _HERE in path.parents:

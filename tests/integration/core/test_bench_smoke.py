@@ -4,8 +4,8 @@ Not a timed test: it proves the command runs against a real cluster and real Spa
 the README's Performance section describes (expected keys, positive rates, the broker's JVM flags).
 The bench starts its own TubeMQ cluster (its broker on Java's default flags), so this costs ~40 s of
 cluster start-up plus a minute of Spark; it runs in the background from the start of the integration
-tests (with ``TUBESPARK_LANES=2 ./dev test`` in the side lane, whose other tests mostly wait:
-tubespark_testbed/lanes.py), and the test waits for it.
+tests (in ``./dev test``'s side lane, whose other tests mostly wait: tubespark_testbed/lanes.py), and the test
+waits for it.
 """
 
 from __future__ import annotations
