@@ -1,9 +1,10 @@
 """Two lanes of cluster tests on one machine: which lane a test module runs in, and the quiet turns between them.
 
 ``./dev test`` runs the cluster tests in two pytest processes at once (``TUBESPARK_LANE=main`` and ``side``; with
-``TUBESPARK_LANES=1``, one process runs them all), each with its own session clusters and Spark session. The side lane takes the modules that spend
-most of their time waiting on a server's fixed timers (a TubeMQ master's hold on a restarted broker, heartbeat
-timeouts, a 60 s stall), so their waits overlap the main lane's CPU-bound Spark work instead of adding to the run.
+``TUBESPARK_LANES=1``, one process runs them all), each with its own session clusters and Spark session. The side
+lane takes the modules that spend most of their time waiting on a server's fixed timers (a TubeMQ master's hold on a
+restarted broker, heartbeat timeouts, a 60 s stall), so their waits overlap the main lane's CPU-bound Spark work
+instead of adding to the run.
 
 A test that times its triggers, measures recovery or bounds a latency (``PRESTART_QUIET`` on its module, or the
 ``quiet`` marker, in ``tests/integration``) must not share the machine with the other lane's tests.
