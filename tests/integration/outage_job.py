@@ -40,7 +40,8 @@ def main() -> None:
         return (spark.readStream.format("tubemq").option("master", master).option("topic", topic)
                 .option("masterWebUrl", web).option("group", f"outage-{name}-{os.getpid()}")
                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "5000")
-                .option("heartbeatIntervalMs", "1000").option("failOnDataLoss", fail_on_data_loss).load())
+                .option("heartbeatIntervalMs", "1000").option("failOnDataLoss", fail_on_data_loss)
+                .option("deferredRangesPath", f"{work}/deferred").load())  # one directory for all: each query its own
 
     queries = {}
     for name, fail in (("strict", "true"), ("lenient", "false")):

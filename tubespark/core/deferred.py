@@ -2,26 +2,35 @@
 
 Why: Spark runs one micro-batch at a time, so a read task that waits for a crashed broker
 (:func:`tubespark.core.outage.read_through_outage`, up to ``outageTimeoutMs``) holds every partition of the
-query still for the whole outage. Instead, a streaming task gives up on its broker after the reader's first
-short try (:func:`~tubespark.core.outage.read_attempt_s`), returns the rows it read and leaves a report of
-the unread remainder ``[reached, end)`` here; the driver, planning the next batch, moves that partition's
-offset back to ``reached`` (:class:`tubespark.spark.stream_engine.StreamEngine`), so the remainder is read,
-with whatever came after it, once the broker is back. Spark's offset log holds the moved offset: a restart
-replays exactly what was read.
+query still for the whole outage. With ``deferredRangesPath`` set, a streaming task instead gives up on its
+broker after the reader's first short try (:func:`~tubespark.core.outage.read_attempt_s`), returns the rows it
+read and leaves a report of the unread remainder ``[reached, end)`` here; the driver, planning the next batch,
+moves that partition's offset back to ``reached`` (:class:`tubespark.spark.stream_engine.StreamEngine`), so the
+remainder is read, with whatever came after it, once the broker is back. Spark's offset log holds the moved
+offset: a restart replays exactly what was read.
 
-The reports travel like skipped-bundle reports and pop receipts: small files in a directory the tasks write
-and the driver reads (:class:`~tubespark.core.shared_dir.SharedDir`). One file per partition and planned
-range, so a retried or replayed attempt of the same range overwrites it (the last attempt wins) and an
-attempt that read everything deletes it. The driver publishes a marker file for its run; a task defers only
-when it sees that marker, i.e. when the driver can see its report: an executor on another machine than a
-driver-local directory keeps waiting for its broker, as before, and says how to get the non-blocking
-behaviour (``deferredRangesPath`` on a filesystem both reach).
+A report is the only record that a planned range was not read whole, so it must never be lost, by
+construction:
 
-A query's reports live in a directory named by its *scope*, a key that stays the same when its driver restarts:
-a report written just before the driver died is found by the restarted one (else the unread rest would be lost).
-A consumer group is such a key (TubeMQ's read group; RocketMQ's pull ``group``); a query without
-one (TANK, RocketMQ pull without ``group``) defers only into a ``deferredRangesPath`` the user gave it alone,
-like a checkpoint location (:meth:`tubespark.spark.stream_engine.StreamEngine.deferred_ranges`).
+* **Only its own query sees it.** The reports live in a directory named by the query's *token*, a random number
+  the driver draws at the query's first deferring plan and writes into every batch end (the ``#deferrals`` mark,
+  :data:`tubespark.spark.offsets.DEFER_MARK`): Spark's checkpoint carries it, so a restarted driver finds the same
+  directory, and no other query (another cluster, the same group name, a copy of the job) can name it, read it
+  or clean it. Nothing is keyed by group, cluster or host.
+* **Proof, not absence.** The token's directory holds a ``query`` marker from its first plan on. A driver that
+  plans after a batch whose end carries a token looks there; when the marker is missing (the directory was
+  deleted, or the driver restarted where it is not) it cannot tell a range read whole from one whose report is
+  gone, and says so (:class:`~tubespark.errors.DataLossError`, ``failOnDataLoss``) instead of taking the batch as
+  read.
+* **Only where the reports outlive the driver.** The directory must be one the driver and the executors share and
+  that lasts as long as the checkpoint (like ``checkpointLocation``): nothing tubespark could pick by itself is
+  known to be (a temp dir is gone when a driver is rescheduled on another machine), so a query defers only into a
+  ``deferredRangesPath`` given to it; without one its tasks wait for their broker, which loses nothing either.
+
+One file per partition and planned range, so a retried or replayed attempt of the same range overwrites it (the
+last attempt wins) and an attempt that read everything deletes it. The driver publishes a marker file for its
+run; a task defers only when it sees that marker, i.e. when the driver can see its report: an executor that
+does not see it (a path local to the driver's machine) keeps waiting for its broker and says why.
 """
 
 from __future__ import annotations
@@ -30,18 +39,17 @@ import hashlib
 import json
 import logging
 import re
-import tempfile
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from tubespark.core.shared_dir import SharedDir, SharedDirError
 
 log = logging.getLogger(__name__)
 
 OPTION = "deferredRangesPath"
-DEFAULT_BASE = str(Path(tempfile.gettempdir()) / "tubespark-deferred-ranges")
-"""Where reports go without ``deferredRangesPath``: the driver's temp dir, which executors reach in local mode."""
+QUERY_MARKER = "query"
+"""The file a query's directory holds from its first deferring plan on: the proof that it is that directory."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -61,23 +69,38 @@ class Deferral:
     reached: int
 
 
+def new_token() -> int:
+    """A query's token: random, so no two queries share one; below 2**53, so any JSON reader keeps it exact."""
+    return secrets.randbelow(2**53 - 1) + 1
+
+
 class DeferredRanges:
-    """The reports of one query, under its scope (queries of different scopes never share a directory)."""
+    """The reports of one query, under its token (queries never share a directory)."""
 
-    def __init__(self, location: str | None, scope: str) -> None:
-        self.location = location or DEFAULT_BASE
-        self.scope = scope
-        self.dir = SharedDir(self.location, OPTION, _safe(scope))
+    def __init__(self, location: str, token: int) -> None:
+        self.location = location
+        self.token = token
+        self.scope = f"query-{token}"
+        self.dir = SharedDir(self.location, OPTION, self.scope)
 
-    def where(self, run_id: str) -> tuple[str, str, str]:
+    def where(self, run_id: str) -> tuple[str, int, str]:
         """What a read task of run ``run_id`` needs to find these reports (:class:`TaskDeferral`'s ``where``)."""
-        return self.location, self.scope, run_id
+        return self.location, self.token, run_id
 
     @staticmethod
     def _name(key: str, start: int, end: int) -> str:
         return f"{_safe(key)}-{start}-{end}.json"
 
     # --- the driver -------------------------------------------------------------------------------
+
+    def found(self) -> bool:
+        """Whether this is the directory of the query's earlier plans (it holds their ``query`` marker). Raises
+        :class:`SharedDirError` when it cannot be listed."""
+        return bool(self.dir.names(QUERY_MARKER))
+
+    def establish(self) -> None:
+        """Mark the directory as this query's (its first deferring plan)."""
+        self.dir.publish(QUERY_MARKER, b"{}")
 
     def announce(self, run_id: str) -> None:
         """Publish this run's marker: tasks that see it know the driver sees their reports."""
@@ -94,7 +117,7 @@ class DeferredRanges:
         """The deferrals of the batch that ended at ``positions``: a report counts when its planned end is its
         partition's position (the batch that just completed read up to there); any other report of a partition in
         ``positions`` is stale (an older batch's, already moved into the offsets) and is deleted. Reports of
-        other partitions are left alone: another query of the same group may be reading them. Raises
+        other partitions are left alone (a partition the query no longer holds may come back). Raises
         :class:`SharedDirError` when the directory cannot be listed, read or cleaned."""
         out: dict[str, Deferral] = {}
         for name in self.dir.names("*.json"):
@@ -105,7 +128,7 @@ class DeferredRanges:
                 log.warning("ignoring %s in %r: not a deferred-range report (%s)", name, self.dir, exc)
                 continue
             if found.key not in positions:
-                continue  # another query of the group may read it
+                continue
             if positions[found.key] == found.end and found.start <= found.reached < found.end:
                 out[found.key] = found
             else:
@@ -140,11 +163,11 @@ class TaskDeferral:
     the unread rest of ``key``'s ``[start, end)`` when its broker is down (if the driver can see the report), or,
     once the whole range was read, clear an earlier attempt's report of it (:meth:`finish`).
 
-    ``where`` is the task's ``(location, scope, run_id)``, which the driver's stream reader puts in every task."""
+    ``where`` is the task's ``(location, token, run_id)``, which the driver's stream reader puts in every task."""
 
-    def __init__(self, where: tuple[str, str, str], key: str, start: int, end: int) -> None:
-        location, scope, self.run_id = where
-        self.ranges = DeferredRanges(location, scope)
+    def __init__(self, where: tuple[str, int, str], key: str, start: int, end: int) -> None:
+        location, token, self.run_id = where
+        self.ranges = DeferredRanges(location, token)
         self.key, self.start, self.end = key, start, end
         self.deferred = False
 

@@ -166,10 +166,18 @@ the query with :class:`tubespark.errors.ForeignCheckpointError`. Checkpoints wit
 (their scopes are marked from their next batch on); a scope is never a partition key (it holds ``#``)."""
 
 
+DEFER_MARK = "#deferrals"
+"""``end["#deferrals"]``: the token of the directory where this batch's read tasks may have reported a range they
+left unread (:mod:`tubespark.core.deferred`); absent when they could not (no ``deferredRangesPath``). The next
+plan takes those reports from there, and without the directory it cannot count the batch as read. A query keeps
+one token for life (drawn at its first deferring plan), so a restarted driver finds the same directory and no
+other query finds it. Older checkpoints have none: they never deferred into a directory of this kind."""
+
+
 @dataclass(frozen=True)
 class BatchOffsets:
-    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from``, ``#last`` and ``#origin``
-    marks.
+    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from``, ``#last``, ``#origin``
+    and ``#deferrals`` marks.
 
     ``positions`` holds every partition the query knows (where it stands on each); ``starts`` holds the
     partitions this batch reads from somewhere other than the previous end. :meth:`parse` and
@@ -182,6 +190,8 @@ class BatchOffsets:
     """``{key: fingerprint}`` of the last message below each position (``#last``; see :data:`LAST_MARK`)."""
     origins: Offsets = field(default_factory=dict)
     """``{scope: mark}`` of the partitions' origins (``#origin``; see :data:`ORIGIN_MARK`)."""
+    deferrals: int | None = None
+    """The token of the query's deferred-range reports (``#deferrals``; see :data:`DEFER_MARK`)."""
 
     @classmethod
     def parse(cls, raw: Mapping[str, int] | None) -> BatchOffsets:
@@ -190,8 +200,11 @@ class BatchOffsets:
         skips: Offsets = {}
         fingerprints: Offsets = {}
         origins: Offsets = {}
+        deferrals: int | None = None
         for key, offset in (raw or {}).items():
-            if key.endswith(ORIGIN_MARK):
+            if key == DEFER_MARK:
+                deferrals = offset
+            elif key.endswith(ORIGIN_MARK):
                 origins[key[:-len(ORIGIN_MARK)]] = offset
             elif key.endswith(LAST_MARK):
                 fingerprints[key[:-len(LAST_MARK)]] = offset
@@ -201,12 +214,13 @@ class BatchOffsets:
                 skips[key[:-len(SKIP_MARK)]] = offset
             elif "#" not in key:
                 positions[key] = offset
-        return cls(positions, {**skips, **starts}, fingerprints, origins)
+        return cls(positions, {**skips, **starts}, fingerprints, origins, deferrals)
 
     def to_spark(self) -> Offsets:
         return {**self.positions, **{key + FROM_MARK: offset for key, offset in self.starts.items()},
                 **{key + LAST_MARK: value for key, value in self.fingerprints.items() if key in self.positions},
-                **{scope + ORIGIN_MARK: mark for scope, mark in self.origins.items()}}
+                **{scope + ORIGIN_MARK: mark for scope, mark in self.origins.items()},
+                **({} if self.deferrals is None else {DEFER_MARK: self.deferrals})}
 
     def ranges(self, previous: Mapping[str, int]) -> dict[str, tuple[int, int]]:
         """``{key: (low, high)}`` this batch reads after a batch ending at ``previous`` (positions only):

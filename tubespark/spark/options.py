@@ -204,21 +204,21 @@ OUTAGE_TIMEOUT = SharedOption(
     "partition removed from the configuration is no outage and is never waited for.", applies="both")
 
 DEFER_ON_OUTAGE = SharedOption(
-    "deferOnOutage", "true", parse_bool, "Streaming: a read task whose broker goes down mid-batch returns what it "
-    "read after one short try (2 s; one that does not answer: one `requestTimeoutMs`) and leaves the rest of its "
-    "range to the next micro-batches, which read on from there once the broker is back (reported through "
-    "`deferredRangesPath`), so the other brokers' partitions keep flowing. `false`: the task waits for its "
-    "broker (up to `outageTimeoutMs`), and with it the whole query.")
+    "deferOnOutage", "true", parse_bool, "Streaming, with `deferredRangesPath` set: a read task whose broker goes "
+    "down mid-batch returns what it read after one short try (2 s; one that does not answer: one "
+    "`requestTimeoutMs`) and leaves the rest of its range to the next micro-batches, which read on from there once "
+    "the broker is back, so the other brokers' partitions keep flowing. `false`, or no `deferredRangesPath`: the "
+    "task waits for its broker (up to `outageTimeoutMs`), and with it the whole query. Either way nothing is lost.")
 DEFERRED_RANGES_PATH = SharedOption(
-    "deferredRangesPath", None, parse_shared_directory, "Streaming, with `deferOnOutage=true`: the directory where "
-    "read tasks report the unread rest of a range whose broker is down and the driver reads it (one small file per "
-    "such range): a local path or a URI such as `hdfs://namenode/dir`, `webhdfs://namenode:9870/dir`, "
-    "`s3a://bucket/dir` (extra `tubespark[s3]`), `file:///dir`. A report must outlive its driver (the restarted "
-    "query reads it), so a query with a consumer group keeps its reports under the group's name: such queries may "
-    "share the directory, and unset it is one under the driver's temp dir, which the executors see in local mode "
-    "only (a task that does not see the driver's marker waits for its broker, and says so once). A query without a "
-    "group defers only when this is set, like `checkpointLocation`: a directory of this query's own, never shared "
-    "by two queries; unset, its tasks wait as with `deferOnOutage=false`.")
+    "deferredRangesPath", None, parse_shared_directory, "Streaming: the directory where read tasks report the "
+    "unread rest of a range whose broker is down (`deferOnOutage`) and the driver reads it, one small file per "
+    "such range. Unset (the default), tasks wait for their broker instead. It must outlive the driver as "
+    "`checkpointLocation` does and be reached by the driver and every executor: a local path in local mode, "
+    "else a URI such as `hdfs://namenode/dir`, `webhdfs://namenode:9870/dir`, `s3a://bucket/dir` (extra "
+    "`tubespark[s3]`), `file:///dir` (an executor that cannot see it waits for its broker, and says so once). Each "
+    "query keeps its reports in a directory of its own (`query-<token>`, the token in its checkpoint), so any "
+    "number of queries may share it; a restart must find it there, else the query stops with `DataLossError` "
+    "rather than take its last batch as read.")
 
 EVERY_BROKER: tuple[SharedOption, ...] = (
     TOPIC, STARTING_OFFSETS, ENDING_OFFSETS, MAX_RECORDS_PER_PARTITION, MAX_OFFSETS_PER_TRIGGER,

@@ -5,8 +5,8 @@ A broker's stream reader derives from :class:`StreamEngine` and answers a narrow
 read one on an executor); everything Spark asks goes through the engine, so every broker has the same
 admission options (``maxOffsetsPerTrigger``, ``maxBytesPerTrigger``, ``minOffsetsPerTrigger`` with
 ``maxTriggerDelay``), the same AvailableNow behaviour, the same offset marks and the same handling of a
-range whose broker went down mid-batch (``deferOnOutage``, :meth:`StreamEngine.deferred_ranges`). The rules
-of one plan are the pure :func:`tubespark.spark.planning.plan_batch`.
+range whose broker went down mid-batch (``deferOnOutage`` with ``deferredRangesPath``,
+:meth:`StreamEngine.deferring`). The rules of one plan are the pure :func:`tubespark.spark.planning.plan_batch`.
 
 Spark 4.x runs a Python stream reader in a long-lived driver-side process (``initialOffset``,
 ``latestOffset``, ``partitions``, ``commit``) and calls ``read()`` on executors against a pickled copy
@@ -36,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from tubespark.core.deferred import Deferral, DeferredRanges
+from tubespark.core.deferred import Deferral, DeferredRanges, new_token
 from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
 from tubespark.spark.offsets import BatchOffsets, Offsets
@@ -115,8 +115,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Every remainder a read task handed to a later batch (its broker was down), in this process."""
         self.run_id = uuid.uuid4().hex[:12]
         """This driver run: its marker in the deferred-range reports tells tasks the driver sees them."""
-        self._deferred: DeferredRanges | None = None
-        self._deferral_off = False  # decided once: no deferral for this run (see deferred_ranges)
+        self._deferred: DeferredRanges | None = None  # the reports this run announced itself in
+        self._own_token: int | None = None  # drawn by this run for a query whose offsets carry none yet
+        self._deferral_off = False  # decided once: the directory cannot be written, tasks wait (see _token)
+        self._task_token: int | None = None  # the token of the batch whose tasks are being planned
         self._lock = threading.RLock()  # reentrant: a SIGTERM hook may call stop() in a thread holding it
 
     # --- the broker's hooks ------------------------------------------------------------------------
@@ -145,55 +147,43 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def store_offsets(self, offsets: Offsets) -> None:
         """Store a committed batch's end on the broker (group offsets), best effort; none by default."""
 
-    def deferral_scope(self) -> str | None:
-        """This query's key for its deferred-range reports, the same after a driver restart (its consumer group);
-        ``None`` (the default): the query has none, and defers only into a ``deferredRangesPath`` set for it
-        alone (see :meth:`deferred_ranges`)."""
-        return None
-
     def close(self) -> None:
         """Release the driver's connections."""
 
     # --- deferred ranges: a task whose broker is down leaves the rest to the next batch ------------------
 
-    def deferred_ranges(self) -> DeferredRanges | None:
-        """Where this query's read tasks report the rest of a range they left to the next batch because its
-        broker was down (:mod:`tubespark.core.deferred`), this run's marker published on first use; ``None``:
-        tasks wait for their broker (up to ``outageTimeoutMs``), as with ``deferOnOutage=false``.
-
-        The reports must outlive the driver: a report written just before it died is read by the restarted one.
-        So they are kept under :meth:`deferral_scope` (a group: queries of other groups may share the directory,
-        by default one under the driver's temp dir); a query without one defers only when ``deferredRangesPath``
-        is set, which then is this query's own directory (like its checkpoint location). A directory that cannot
-        be written leaves the tasks waiting, said once."""
+    def deferring(self) -> bool:
+        """Whether this query's read tasks may leave the rest of a range on a down broker to the next batch
+        (:mod:`tubespark.core.deferred`): only into a ``deferredRangesPath`` given to it, the one place known to
+        outlive the driver as its checkpoint does; otherwise tasks wait for their broker (``outageTimeoutMs``)."""
         opts = self.options
-        if not opts.defer_on_outage or self._deferral_off:
-            return None
-        if self._deferred is None:
-            scope = self.deferral_scope()
-            if scope is None:
-                if not opts.deferred_ranges_path:
-                    self._deferral_off = True
-                    log.info("read tasks of this %s stream wait for a broker that is down (up to outageTimeoutMs), "
-                             "holding the query: set deferredRangesPath to a directory of this query's own to have "
-                             "them leave the rest of their range to the next batch instead", self.source)
-                    return None
-                scope = self.source  # the directory is the query's own
-            reports = DeferredRanges(opts.deferred_ranges_path, scope)
-            try:
-                reports.announce(self.run_id)
-            except SharedDirError as exc:
-                self._deferral_off = True
-                log.warning("read tasks of this %s stream wait for a broker that is down (and hold the query): the "
-                            "deferredRangesPath directory cannot be written: %s", self.source, exc)
-                return None
-            self._deferred = reports
-        return self._deferred
+        return bool(opts.defer_on_outage and opts.deferred_ranges_path) and not self._deferral_off
 
-    def task_deferral(self) -> tuple[str, str, str] | None:
-        """What each read task of a batch planned now carries to defer (its ``defer``), or ``None``: it waits."""
-        reports = self.deferred_ranges()
-        return None if reports is None else reports.where(self.run_id)
+    def _reports(self, token: int) -> DeferredRanges:
+        """The reports under ``token``, this run's marker published there first (tasks that see it may defer).
+        Raises :class:`SharedDirError` when the directory cannot be written."""
+        reports = self._deferred
+        if reports is None or reports.token != token:
+            reports = DeferredRanges(str(self.options.deferred_ranges_path), token)
+            reports.announce(self.run_id)
+            if self._deferred is not None:
+                self._deferred.withdraw(self.run_id)
+            self._deferred = reports
+        return reports
+
+    def task_deferral(self) -> tuple[str, int, str] | None:
+        """What each read task of the batch being planned carries to defer (its ``defer``), or ``None``: it
+        waits for its broker. The batch's own token (its end's ``#deferrals`` mark, set by :meth:`partitions`), so
+        a batch Spark replays after a restart reports where the next plan looks."""
+        token = self._task_token
+        if token is None or not self.deferring():
+            return None
+        try:
+            return self._reports(token).where(self.run_id)
+        except SharedDirError as exc:  # the tasks will not see this run's marker: they wait
+            log.warning("read tasks of this %s stream wait for a broker that is down: the deferredRangesPath "
+                        "directory cannot be written: %s", self.source, exc)
+            return None
 
     def task_state(self) -> dict[str, Any]:
         """What executors need besides the options (restored by :meth:`restore_task_state`)."""
@@ -320,7 +310,8 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch = BatchOffsets.parse(end)
         with self._lock:  # a batch Spark replays after a restart must not read another cluster's topic either
             self._origins.check(batch.positions, batch.origins)
-        return list(self.read_tasks(batch.ranges(BatchOffsets.parse(start).positions)))
+            self._task_token = batch.deferrals
+            return list(self.read_tasks(batch.ranges(BatchOffsets.parse(start).positions)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.read_partition(partition)
@@ -352,7 +343,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._recorded_origins = parsed.origins
         self._origins.check(start, parsed.origins)  # a restart's first plan: the checkpoint's cluster and topics
         try:
-            deferred = self._take_deferrals(start, parsed.fingerprints)
+            deferred, token = self._take_deferrals(start, parsed)
         except SharedDirError as exc:  # planning on could pass over a remainder for good: plan no batch now
             log.warning("no batch of the %s stream this trigger: cannot read the deferred ranges (option "
                         "deferredRangesPath): %s", self.source, exc)
@@ -368,28 +359,78 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key, offset in start.items():
                 starts.setdefault(key, offset)
         return BatchOffsets(plan.end, starts, self._fingerprints(start, parsed.fingerprints, plan),
-                            self._origins.marks(plan.end, parsed.origins)).to_spark()
+                            self._origins.marks(plan.end, parsed.origins), token).to_spark()
 
-    def _take_deferrals(self, start: Offsets, fingerprints: Offsets) -> dict[str, Deferral]:
+    def _take_deferrals(self, start: Offsets, parsed: BatchOffsets) -> tuple[dict[str, Deferral], int | None]:
         """Move back, in ``start``, each partition whose read task in the batch that just ended left the rest of
         its range unread (its broker was down): the next batch reads it from there (with what came after) once
         the broker is back. The moved offset goes into the next batch's end, so Spark's offset log replays the
-        same. Its ``#last`` mark (of the message below the old end, unread) is dropped with it."""
+        same. Its ``#last`` mark (of the message below the old end, unread) is dropped with it.
+
+        Also the token the next batch carries (``None``: its tasks wait). A batch that carried one counts as read
+        only where its token's directory is found (:meth:`_unproven`). Raises :class:`SharedDirError` when the
+        directory cannot be read."""
         for key in [key for key, floor in self._floors.items() if start.get(key) != floor]:
             del self._floors[key]  # the remainder was read (or the partition left the query)
-        reports = self.deferred_ranges()
-        if reports is None:
-            return {}
-        found = reports.take(start)  # SharedDirError: see _next_end
+        previous = parsed.deferrals
+        reports = None if previous is None else self._previous_reports(previous)
+        found = {} if reports is None else reports.take(start)
         for key, deferral in sorted(found.items()):
             log.warning("partition %s: the read task of [%d, %d) could not reach its broker and read up to %d; the "
                         "next batches read on from %d once the broker is back", key, deferral.start, deferral.end,
                         deferral.reached, deferral.reached)
             start[key] = self._floors[key] = deferral.reached
-            fingerprints.pop(key, None)
+            parsed.fingerprints.pop(key, None)
             self._checked.pop(key, None)
             self.deferrals.append(deferral)
-        return found
+        return found, self._token(None if reports is None else reports.token)
+
+    def _previous_reports(self, token: int) -> DeferredRanges | None:
+        """The reports of the batch that just ended, planned under ``token``; ``None`` when they cannot be
+        found and failOnDataLoss=false (else :class:`DataLossError`, :meth:`_unproven`)."""
+        location = self.options.deferred_ranges_path
+        if not location:
+            self._unproven(token, "deferredRangesPath is not set now")
+            return None
+        reports = DeferredRanges(location, token)
+        if not reports.found():
+            self._unproven(token, f"{location} holds no directory query-{token}")
+            return None
+        return reports
+
+    def _token(self, previous: int | None) -> int | None:
+        """The token of the next batch (``None``: the query does not defer, its tasks wait): the query's
+        (``previous``, whose directory was found) or, for a query whose offsets carry none yet (a new query, an
+        old checkpoint, deferral newly on), one this run draws and marks once."""
+        if not self.deferring():
+            return None
+        if previous is not None:
+            return previous
+        if self._own_token is None:
+            reports = DeferredRanges(str(self.options.deferred_ranges_path), new_token())
+            try:
+                reports.establish()
+            except SharedDirError as exc:
+                self._deferral_off = True
+                log.warning("read tasks of this %s stream wait for a broker that is down (and hold the query): the "
+                            "deferredRangesPath directory cannot be written: %s", self.source, exc)
+                return None
+            self._own_token = reports.token
+        return self._own_token
+
+    def _unproven(self, token: int, why: str) -> None:
+        """The batch that just ended was planned with deferred-range reports under ``token`` that this driver
+        cannot see (``why``): a task of it may have left the rest of its range unread, and nothing else records
+        it. Taking the batch as read could skip that rest in silence, so it is data loss (``failOnDataLoss``)."""
+        message = (f"the last batch of this {self.source} stream was planned with deferOnOutage into "
+                   f"deferredRangesPath (directory query-{token}), and {why}: a read task of that batch whose broker "
+                   f"was down may have left part of its range unread, and only that directory says which. Restart "
+                   f"with deferredRangesPath set to the same directory as before (where query-{token} is; it must "
+                   f"be one the driver reaches after a restart, like checkpointLocation)")
+        if self.options.fail_on_data_loss:
+            raise DataLossError(f"{message}, or set failOnDataLoss=false to take the batch as read")
+        log.warning("%s; failOnDataLoss=false: the batch is taken as read, and its reports are no longer looked for",
+                    message)
 
     def _plan_until_readable(self, start: Offsets, admission: Admission) -> Plan:
         plan, stuck = self._plan_once(start, admission)

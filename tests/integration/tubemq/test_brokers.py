@@ -396,9 +396,10 @@ def _deferred_starts(checkpoint: Path, prefix: str) -> list[tuple[str, int, int]
 
 def test_a_stream_goes_on_while_a_crashed_broker_holds_a_batch_in_flight(spark, tubemq_brokers, tmp_path):
     """Issue 23 part 2: broker 3 crashes while a micro-batch reads its range. The read task used to wait for it
-    (up to outageTimeoutMs, 15 min) and with it the whole query: nothing committed while it was down. Now the task
-    returns what it read after one short try and leaves the rest to later batches: the stream keeps committing
-    the other brokers' rows while broker 3 is down, and reads the remainder once it is back, each message once."""
+    (up to outageTimeoutMs, 15 min) and with it the whole query: nothing committed while it was down. With a
+    ``deferredRangesPath`` (issue 37: only a directory given to the query defers) the task returns what it read
+    after one short try and leaves the rest to later batches: the stream keeps committing the other brokers' rows
+    while broker 3 is down, and reads the remainder once it is back, each message once."""
     cluster, pool = tubemq_brokers
     topic = pool.take(1, 2)
     # Enough bytes on broker 3 that a read task of its two partitions still has range left when the UDF sees the
@@ -414,7 +415,7 @@ def test_a_stream_goes_on_while_a_crashed_broker_holds_a_batch_in_flight(spark, 
     frame = (spark.readStream.format("tubemq").option("master", cluster.master_address).option("topic", topic)
              .option("masterWebUrl", ",".join(cluster.master_web_urls)).option("heartbeatIntervalMs", "1000")
              .option("group", "g" + uuid.uuid4().hex[:8]).option("startingOffsets", "earliest")
-             .option("requestTimeoutMs", "2000").load())
+             .option("requestTimeoutMs", "2000").option("deferredRangesPath", str(tmp_path / "deferred")).load())
     crash = _crash_on_first_row_of(3, cluster.process("broker-3").pid, flag)
     unpadded = F.expr("CAST(trim(TRAILING '.' FROM CAST(value AS STRING)) AS BINARY)").alias("value")
     query = (frame.where(crash(F.col("brokerId"))).select(unpadded, "brokerId", "partitionKey", "offset")

@@ -157,7 +157,8 @@ def test_a_stream_task_on_a_down_group_returns_its_rows_and_the_next_batches_rea
 
     driver.dead.add("broker-a")
     down = reader.latestOffset(end, ReadAllAvailable())
-    assert down == {KEY: PULL_BATCH, f"{KEY}#from": PULL_BATCH}, "moved back, with where it starts"
+    assert down == {KEY: PULL_BATCH, f"{KEY}#from": PULL_BATCH, "#deferrals": task.defer[1]}, \
+        "moved back, with where it starts"
     assert reader.partitions(end, down) == [], "nothing to read while the group is down"
     driver.dead.clear()
     link.up()
@@ -170,28 +171,27 @@ def test_a_stream_task_on_a_down_group_returns_its_rows_and_the_next_batches_rea
     reader.stop()
 
 
-@pytest.mark.parametrize(("extra", "scope"), [
-    pytest.param({"group": "g"}, "rocketmq:g", id="group: reports under the group, default directory"),
-    pytest.param({}, None, id="no group, no deferredRangesPath: tasks wait"),
-    pytest.param({"deferredRangesPath": "."}, "rocketmq", id="no group: the query's own deferredRangesPath"),
-    pytest.param({"group": "g", "deferOnOutage": "false"}, None, id="deferOnOutage=false: tasks wait"),
+@pytest.mark.parametrize(("extra", "defers"), [
+    pytest.param({"group": "g"}, False, id="a group alone: tasks wait"),
+    pytest.param({}, False, id="no group, no deferredRangesPath: tasks wait"),
+    pytest.param({"deferredRangesPath": "."}, True, id="deferredRangesPath: reports under the query's token"),
+    pytest.param({"group": "g", "deferOnOutage": "false", "deferredRangesPath": "."}, False,
+                 id="deferOnOutage=false: tasks wait"),
 ])
-def test_which_pull_streams_defer(link, driver, monkeypatch, tmp_path, extra, scope):
-    monkeypatch.setattr("tubespark.core.deferred.DEFAULT_BASE", str(tmp_path / "default"))
+def test_which_pull_streams_defer(link, driver, tmp_path, extra, defers):
     if "deferredRangesPath" in extra:
         extra = {**extra, "deferredRangesPath": str(tmp_path / "own")}
     reader = planner(driver, options(link, **extra))
-    (task,) = reader.read_tasks({KEY: (0, N)})
-    if scope is None:
-        assert task.defer is None
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    (task,) = reader.partitions(start, end)
+    if not defers:
+        assert task.defer is None and "#deferrals" not in end
         return
-    assert task.defer is not None
-    location, found, run_id = task.defer
-    assert (found, run_id) == (scope, reader.run_id)
-    assert location == extra.get("deferredRangesPath", str(tmp_path / "default"))
-    assert DeferredRanges(location, found).visible(run_id), "the driver's marker is there"
+    assert task.defer == (str(tmp_path / "own"), end["#deferrals"], reader.run_id)
+    assert DeferredRanges(*task.defer[:2]).visible(reader.run_id), "the driver's marker is there"
     reader.stop()
-    assert not DeferredRanges(location, found).visible(run_id), "and gone when the query stops"
+    assert not DeferredRanges(*task.defer[:2]).visible(reader.run_id), "and gone when the query stops"
 
 
 def test_a_pull_task_without_a_reports_directory_waits_for_its_group(link):

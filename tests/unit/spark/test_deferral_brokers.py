@@ -1,11 +1,10 @@
-"""Which streams leave a down broker's range to the next batch, and where their reports live, for every broker
-(issue 23 parts 2 and 8; the one rule is :meth:`tubespark.spark.stream_engine.StreamEngine.deferred_ranges`).
+"""Which streams leave a down broker's range to the next batch, for every broker (issue 23 parts 2 and 8, issue 37
+part 1; the one rule is :meth:`tubespark.spark.stream_engine.StreamEngine.deferring`).
 
-A report must outlive the driver that planned the range: written just before the driver dies, it is found by the
-restarted one (same options, a new run), else the unread rest of the range is lost. So reports are kept under a
-key that stays the same across restarts, a consumer group; a query without one (TANK, RocketMQ pull without
-``group``) defers only into a ``deferredRangesPath`` set for it alone, and otherwise its tasks wait. The readers
-are built as Spark builds them; none of them connects for this (no broker runs here).
+A report must outlive the driver that planned the range and be seen by no other query: only a ``deferredRangesPath``
+given to the query is known to outlive the driver as its checkpoint does, so every broker's stream defers only into
+one (under its token, tests/unit/spark/test_deferred_ranges.py) and otherwise its tasks wait, whatever group it
+has. The readers are built as Spark builds them; none of them connects for this (no broker runs here).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections.abc import Callable
 
 import pytest
 
-from tubespark.core.deferred import Deferral, DeferredRanges
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.spark.stream_engine import StreamEngine
@@ -23,7 +21,7 @@ from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 
-OWN = "<the query's own directory>"
+OWN = "<a directory given to the query>"
 
 
 def tubemq(**extra: str) -> StreamEngine:
@@ -40,42 +38,31 @@ def tank(**extra: str) -> StreamEngine:
     return TankStreamReader(TankOptions.from_raw({"broker": "127.0.0.1:1", "topic": "events", **extra}, mode="read"))
 
 
-# (reader, options, the reports' scope or None: tasks wait, where: OWN or the default directory)
+# (reader, options, whether its tasks defer)
 CASES = [
-    pytest.param(tubemq, {}, "orders-tubespark-read", "default", id="tubemq: its read group"),
-    pytest.param(tubemq, {"deferredRangesPath": OWN}, "orders-tubespark-read", OWN, id="tubemq: group, given dir"),
-    pytest.param(tubemq, {"deferOnOutage": "false"}, None, None, id="tubemq: deferOnOutage=false"),
-    pytest.param(rocketmq, {"group": "orders"}, "rocketmq:orders", "default", id="rocketmq: its group"),
-    pytest.param(rocketmq, {}, None, None, id="rocketmq without group or dir: waits"),
-    pytest.param(rocketmq, {"deferredRangesPath": OWN}, "rocketmq", OWN, id="rocketmq without group: own dir"),
-    pytest.param(tank, {}, None, None, id="tank without dir: waits"),
-    pytest.param(tank, {"deferredRangesPath": OWN}, "tank", OWN, id="tank: own dir"),
-    pytest.param(tank, {"deferredRangesPath": OWN, "deferOnOutage": "false"}, None, None,
+    pytest.param(tubemq, {}, False, id="tubemq: a group alone: tasks wait"),
+    pytest.param(tubemq, {"deferredRangesPath": OWN}, True, id="tubemq: given dir"),
+    pytest.param(tubemq, {"deferredRangesPath": OWN, "deferOnOutage": "false"}, False,
+                 id="tubemq: deferOnOutage=false"),
+    pytest.param(rocketmq, {"group": "orders"}, False, id="rocketmq: a group alone: tasks wait"),
+    pytest.param(rocketmq, {}, False, id="rocketmq without group or dir: waits"),
+    pytest.param(rocketmq, {"deferredRangesPath": OWN}, True, id="rocketmq: given dir"),
+    pytest.param(tank, {}, False, id="tank without dir: waits"),
+    pytest.param(tank, {"deferredRangesPath": OWN}, True, id="tank: given dir"),
+    pytest.param(tank, {"deferredRangesPath": OWN, "deferOnOutage": "false"}, False,
                  id="tank: deferOnOutage=false"),
 ]
 
 
-@pytest.mark.parametrize(("make", "extra", "scope", "where"), CASES)
-def test_where_a_query_keeps_its_reports_and_a_restarted_driver_finds_them(
-        make: Callable[..., StreamEngine], extra: dict[str, str], scope: str | None, where: str | None,
-        tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr("tubespark.core.deferred.DEFAULT_BASE", str(tmp_path / "default"))
+@pytest.mark.parametrize(("make", "extra", "defers"), CASES)
+def test_a_stream_defers_only_into_a_directory_given_to_it(make: Callable[..., StreamEngine],
+                                                           extra: dict[str, str], defers: bool, tmp_path) -> None:
     options = {k: str(tmp_path / "own") if v == OWN else v for k, v in extra.items()}
-    first = make(**options)
-    defer = first.task_deferral()
-    if scope is None:
+    reader = make(**options)
+    assert reader.deferring() is defers
+    reader._task_token = 7  # what partitions() takes from a batch end's #deferrals mark
+    defer = reader.task_deferral()
+    if not defers:
         assert defer is None, "its tasks wait for their broker"
-        assert first.deferred_ranges() is None
         return
-    assert defer is not None
-    location, found, run_id = defer
-    assert (location, found, run_id) == (str(tmp_path / ("own" if where == OWN else where)), scope, first.run_id)
-    reports = DeferredRanges(location, found)
-    assert reports.visible(run_id), "tasks see the driver's marker"
-    reports.record(Deferral("events:0", 40, 100, 60))  # a task's report, just before the driver dies
-    again = make(**options)  # the restarted driver: same options, another run
-    assert again.run_id != first.run_id
-    taken = again.deferred_ranges()
-    assert taken is not None and taken.take({"events:0": 100}) == {"events:0": Deferral("events:0", 40, 100, 60)}
-    again.stop()
-    assert not reports.visible(again.run_id), "a stopped query withdraws its marker"
+    assert defer == (str(tmp_path / "own"), 7, reader.run_id)

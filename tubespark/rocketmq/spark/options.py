@@ -103,9 +103,8 @@ TERMS = BrokerTerms(
         "minOffsetsPerTrigger": _PULL_ONLY,
         "maxTriggerDelay": _PULL_ONLY,
         "maxBytesPerTrigger": _PULL_ONLY,
-        "deferOnOutage": "Pull mode only (a pop task reads no range). Without `group`: only with "
-                         "`deferredRangesPath` set.",
-        "deferredRangesPath": "Pull mode: with `group`, the reports are kept under the group's name.",
+        "deferOnOutage": "Pull mode only (a pop task reads no range).",
+        "deferredRangesPath": "Pull mode only.",
         "maxInFlight": "Batch sends, per task.",
         "commitToGroup": "Pull mode (pop mode acks what it read instead).",
     },

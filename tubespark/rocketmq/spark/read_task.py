@@ -32,8 +32,8 @@ class PullRange(InputPartition):
     queue_id: int
     start: int
     end: int
-    defer: tuple[str, str, str] | None = None
-    """A streaming task: ``(location, scope, run_id)`` of the deferred-range reports it hands the rest of its
+    defer: tuple[str, int, str] | None = None
+    """A streaming task: ``(location, token, run_id)`` of the deferred-range reports it hands the rest of its
     range to when its broker group is down (:mod:`tubespark.core.deferred`); ``None`` (batch reads, the driver's
     own reads, a query that does not defer): wait for the group."""
 

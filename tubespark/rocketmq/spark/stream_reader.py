@@ -15,8 +15,8 @@ plan nothing until it is back (they are not vanished: the offsets are this proce
 even a query restarted while the group is down takes a topic on that group alone for an outage, not an
 unknown topic). A new query started while a group is down plans the live groups' queues; the down
 group's queues join when it is back, from their min offset, as any queue new to the query does. A read task
-whose group goes down mid-range leaves the rest of its range to the next batch (``deferOnOutage``: with
-``group``, or with ``deferredRangesPath`` set for this query; otherwise it waits for the group).
+whose group goes down mid-range waits for it, or, with ``deferredRangesPath`` set, leaves the rest of its range
+to the next batch (``deferOnOutage``).
 """
 
 from __future__ import annotations
@@ -131,14 +131,6 @@ class PullStreamReader(StreamEngine):
             mq = MessageQueue.parse_key(key)
             tasks.append(PullRange(mq.topic, mq.broker_name, mq.queue_id, low, high, defer))
         return tasks
-
-    def deferral_scope(self) -> str | None:
-        """With ``group``: the group, the same for every run of the query (not its topics: a query restarted with
-        another topic list must still find the reports of its last batch; a report is only ever taken for a
-        queue the query reads); without one, the query has no stable key (reports only into a
-        ``deferredRangesPath`` set for it)."""
-        group = self.options.group
-        return None if not group else f"rocketmq:{group}"
 
     def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, PullRange):

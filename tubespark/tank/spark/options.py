@@ -90,8 +90,6 @@ TERMS = BrokerTerms(
         "connectTimeoutMs": "Until the broker's greeting Ping.",
         "requestTimeoutMs": "A read task retries a failing fetch for 6 times this long.",
         "maxInFlight": "Produce requests, per task.",
-        "deferOnOutage": "Only with `deferredRangesPath` set (TANK has no consumer groups).",
-        "deferredRangesPath": "Set it for each query, or its tasks wait (TANK has no consumer groups).",
         "bundleMaxBytes": "Keys and values count; a larger single message gets a bundle of its own.",
         "bundleCompression": "`auto` (Snappy for more than 512 messages or 1 KiB of keys and values, as TANK's "
                              "own client does, unless it does not shrink the bundle), `snappy` or `none`.",

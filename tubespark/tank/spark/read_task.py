@@ -29,8 +29,8 @@ class SeqRange(InputPartition):
     partition: int
     start: int
     end: int
-    defer: tuple[str, str, str] | None = None
-    """A streaming task: ``(location, scope, run_id)`` of the deferred-range reports it hands the rest of its
+    defer: tuple[str, int, str] | None = None
+    """A streaming task: ``(location, token, run_id)`` of the deferred-range reports it hands the rest of its
     range to when its broker is down (:mod:`tubespark.core.deferred`); ``None`` (batch reads, the driver's own
     reads, a query without a reports directory): wait for the broker."""
 

@@ -57,8 +57,8 @@ class QueueRange(InputPartition):
     end: int
     read_group: str
     client_id: str
-    defer: tuple[str, str, str] | None = None
-    """A streaming task: ``(location, scope, run_id)`` of the :class:`DeferredRanges` it hands the rest of its
+    defer: tuple[str, int, str] | None = None
+    """A streaming task: ``(location, token, run_id)`` of the :class:`DeferredRanges` it hands the rest of its
     range to when its broker is down; ``None`` (batch reads, the driver's own reads): wait for the broker."""
 
     @property

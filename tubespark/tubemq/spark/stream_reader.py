@@ -389,11 +389,6 @@ class TubeStreamReader(StreamEngine):
 
     # --- tasks and offsets ----------------------------------------------------------------------------
 
-    def deferral_scope(self) -> str:
-        """The read group: the same for every run of the query (a group is one query's, or shared by queries
-        that split its partitions, never reading one partition at once)."""
-        return self.read_group
-
     def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
         missing = [key for key in ranges if key not in self.member.refs]
         if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
