@@ -5,7 +5,7 @@ guard against silent skips.
 skipped test is a failure: a test that skips itself (``pytest.skip``, a skipping fixture such as the
 cluster's with ``TUBESPARK_SKIP_INTEGRATION``, ``importorskip`` of Jupyter's packages) is reported as
 failed with the skip's reason, and a run in which anything was skipped (including a whole module at
-collection) exits non-zero. Locally skips stay skips. ``tests/unit/core/test_ci_guard.py`` proves the guard.
+collection) exits non-zero. Locally skips stay skips. ``tests/unit/tooling/test_ci_guard.py`` proves the guard.
 """
 
 from __future__ import annotations
