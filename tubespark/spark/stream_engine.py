@@ -161,11 +161,17 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _reports(self, token: int) -> DeferredRanges:
         """The reports under ``token``, this run's marker published there first (tasks that see it may defer).
-        Raises :class:`SharedDirError` when the directory cannot be written."""
+        Raises :class:`SharedDirError` when the directory cannot be written.
+
+        A batch Spark replays after a restart where the directory is not (another machine) is read again whole
+        by tasks that report here, so this directory holds that batch's proof from now on: it is marked as the
+        query's. (A batch Spark had committed is never replayed: its proof must be the old directory.)"""
         reports = self._deferred
         if reports is None or reports.token != token:
             reports = DeferredRanges(str(self.options.deferred_ranges_path), token)
             reports.announce(self.run_id)
+            if not reports.found():
+                reports.establish()
             if self._deferred is not None:
                 self._deferred.withdraw(self.run_id)
             self._deferred = reports

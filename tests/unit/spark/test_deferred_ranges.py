@@ -219,6 +219,18 @@ def test_a_driver_restarted_where_the_reports_are_not_stops_rather_than_take_the
     assert DeferredRanges(str(elsewhere), BatchOffsets.parse(end).deferrals).found()
 
 
+def test_a_batch_replayed_where_the_reports_are_not_reports_there_and_the_next_plan_takes_it(reports, tmp_path):
+    """A restart on another machine before Spark committed the last batch: Spark replays it whole, its tasks report
+    in the new directory, and that is the batch's proof: the next plan takes the replay's deferral, no error."""
+    start, end = {"a": 40, "b": 40, "#deferrals": TOKEN}, {"a": 100, "b": 100, "#deferrals": TOKEN}
+    elsewhere = _Engine(_options(tmp_path / "another-machine"))
+    _run_task(elsewhere, start, end, "a", reached=70)  # the replay: a's broker is down from 70
+    _run_task(elsewhere, start, end, "b", reached=None)
+    elsewhere.down.add("a")
+    nxt = elsewhere.latestOffset(dict(end), ReadAllAvailable())
+    assert nxt == {"a": 70, "a#from": 70, "b": 100, "#deferrals": TOKEN}
+
+
 def test_a_new_query_draws_its_token_once_and_marks_its_directory(tmp_path):
     engine = _Engine(_options(tmp_path))
     start = {"a": 0, "b": 0}
