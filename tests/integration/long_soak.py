@@ -4,9 +4,13 @@
         [--messages 1000000] [--messages-b N] [--rate R] [--kills 10] [--outage-s 600] [--seed S] [--out FILE]
         [--keep]
 
-The small run that checks the script itself (about 11 minutes on a loaded 2-core machine)::
+The small run that checks the script itself (about 10 minutes on a loaded 2-core machine, 3 more when something
+is lost: the drain retries until ``DRAIN_S``)::
 
     ... python3 -m tests.integration.long_soak --messages 50000 --kills 2 --outage-s 60
+
+The full run takes about 25 minutes: ~1.5 min to start both clusters, 1,000 s of producing (1,000/s, every fault
+inside it), then the catch-up, drains and counts of 1.1 million rows.
 
 Not a pytest test on purpose: CI fails every skipped test (tests/conftest.py), so the long runs exist only
 behind a switch (``TUBESPARK_SOAK=long`` in test_soak.py); this one is never collected at all, and its verdict is
@@ -66,6 +70,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,6 +91,7 @@ from tests.integration.tubemq.test_soak import (
     broker_max_offsets,
     topic_seqs,
 )
+from tubespark.tubemq.client.producer import SendResult
 
 TOPIC = "longsoak"
 B_FIRST = 900_000_000  # cluster B's first sequence number (A's is 0; seq_body holds up to 999,999,999)
@@ -95,7 +101,7 @@ SETTLE_S = 20.0  # both queries reading, before the first fault
 PAUSE_S = 10.0  # between two broker restarts of the rolling restart, and around the outage
 FAULTS_OVERHEAD_S = 400.0  # run time besides the outage: start-up, rolling restart (~45 s a broker), tail
 CATCH_UP_S = 300.0
-DRAIN_S = 300.0
+DRAIN_S = 180.0  # drains repeat until the sink holds what the brokers hold, at most this long
 MAX_DEATHS = 20  # a query that keeps dying at start-up ends the run instead of looping
 
 
@@ -229,10 +235,13 @@ class Query:
         self.start()
 
     def stop_all(self) -> None:
+        """Kill every run (idempotent) and keep the runs' whole log (Spark's errors, the job's lines) beside them."""
         for job in self.jobs:
             self.killed.add(id(job))
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 kill_group(job)
+        with contextlib.suppress(OSError):
+            (self.work / "job.log").write_text("\n".join(self.log) + "\n")
 
 
 class Supervisor(threading.Thread):
@@ -376,6 +385,20 @@ def spark_session() -> Any:
     return session
 
 
+def by_partition(seqs: Iterable[int], acked: dict[int, SendResult]) -> dict[str, dict[str, int]]:
+    """Where messages sat: per partition key, how many and their lowest and highest offset (what a lost stretch
+    is matched against: a broker's restart, a deferred range)."""
+    spans: dict[str, dict[str, int]] = {}
+    for seq in seqs:
+        result = acked.get(seq)
+        key, offset = (result.partition.key, result.append_offset) if result is not None else ("not acknowledged", -1)
+        span = spans.setdefault(key, {"count": 0, "first_offset": offset, "last_offset": offset})
+        span["count"] += 1
+        span["first_offset"] = min(span["first_offset"], offset)
+        span["last_offset"] = max(span["last_offset"], offset)
+    return dict(sorted(spans.items()))
+
+
 def drain_and_count(spark: Any, query: Query, producer: SteadyProducer, timeline: Timeline) -> dict[str, Any]:
     """Drain (AvailableNow, repeated until the sink holds what the brokers hold or DRAIN_S passed: a killed run's
     consumer keeps its partitions until the master times it out) and count against the brokers."""
@@ -406,8 +429,10 @@ def drain_and_count(spark: Any, query: Query, producer: SteadyProducer, timeline
         "held_by_brokers": len(held), "held_distinct": len(held_set), "held_twice": len(held) - len(held_set),
         "sink_rows": sum(got.values()), "sink_distinct": len(got),
         "lost": len(missing), "lost_examples": missing[:10],
+        "lost_by_partition": by_partition(missing, producer.acked),
         "duplicated": len(duplicated), "duplicate_rows": sum(n - 1 for n in duplicated.values()),
         "duplicated_examples": sorted(duplicated)[:10],
+        "duplicated_by_partition": by_partition(duplicated, producer.acked),
         "read_not_held": len(set(got) - held_set), "broker_lost_acknowledged": len(acked - held_set),
         "query_runs": len(query.jobs), "query_kills": query.kills, "query_deaths": len(query.deaths),
         "deaths": query.deaths, "batches": len(progress), "drains": drains, "drain_error": drain_error,
@@ -578,6 +603,9 @@ def report(result: Result, out: Path) -> None:
               f"broker_lost_acknowledged={c['broker_lost_acknowledged']} held_twice={c['held_twice']} | "
               f"query kills={c['query_kills']} deaths={c['query_deaths']} runs={c['query_runs']} "
               f"batches={c['batches']} drains={c['drains']}")
+        for what in ("lost", "duplicated"):
+            if c[f"{what}_by_partition"]:
+                print(f"[long-soak] cluster {name} {what} by partition: {c[f'{what}_by_partition']}")
     if result.outage:
         print(f"[long-soak] outage: {result.outage}")
     print(f"[long-soak] totals: {result.totals}")

@@ -34,6 +34,10 @@ parquet query on the one-broker cluster, 1,000,000 messages at 1,500/s, the quer
 random moments, the broker killed -9 and restarted at once twice and the master once; the same checks and report,
 and the recovery time after each broker restart.
 
+**Two clusters, one group name** (issue 37's long run: cluster A of 3 brokers and 2 masters beside a one-broker
+cluster B, a query of the same group on each, rolling restart, a 10-minute broker outage, a master fail-over, 10
+query kills): ``tests/integration/long_soak.py``, a script run by hand (never collected), built on the pieces here.
+
 ``TUBESPARK_SOAK_FLUSH`` picks the brokers' flush settings for both soaks: ``nomem`` (default: the broker writes
 straight to its segment files, so a kill -9 loses nothing acknowledged, the test asserts it, and the check is
 about the connector alone), ``tight`` (memory cache at the server's minimums) or ``default`` (the server defaults:
