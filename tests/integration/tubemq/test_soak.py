@@ -34,6 +34,10 @@ parquet query on the one-broker cluster, 1,000,000 messages at 1,500/s, the quer
 random moments, the broker killed -9 and restarted at once twice and the master once; the same checks and report,
 and the recovery time after each broker restart.
 
+**Two clusters, one group name** (issue 37's long run: cluster A of 3 brokers and 2 masters beside a one-broker
+cluster B, a query of the same group on each, rolling restart, a 10-minute broker outage, a master fail-over, 10
+query kills): ``tests/integration/long_soak.py``, a script run by hand (never collected), built on the pieces here.
+
 ``TUBESPARK_SOAK_FLUSH`` picks the brokers' flush settings for both soaks: ``nomem`` (default: the broker writes
 straight to its segment files, so a kill -9 loses nothing acknowledged, the test asserts it, and the check is
 about the connector alone), ``tight`` (memory cache at the server's minimums) or ``default`` (the server defaults:
@@ -103,13 +107,16 @@ class SteadyProducer:
     """Sends ``total`` sequence-numbered messages at ``rate``/s, one thread per partition (sync sends).
 
     A send that fails after the producer's own retries (broker down) is counted as produced, not
-    acknowledged, and the sequence moves on: the broker may or may not hold it.
+    acknowledged, and the sequence moves on: the broker may or may not hold it. Sequence numbers start at
+    ``first`` (``acked`` and ``failed`` hold them so): two producers on two clusters with different ``first``
+    tell a row of one cluster in the other's sink apart (tests/integration/long_soak.py).
     """
 
     master: str
     topic: str
     total: int
     rate: float
+    first: int = 0
     acked: dict[int, SendResult] = field(default_factory=dict)
     failed: set[int] = field(default_factory=set)
     errors: collections.Counter = field(default_factory=collections.Counter)
@@ -145,15 +152,16 @@ class SteadyProducer:
             due = self._t0 + seq / self.rate
             if (delay := due - time.monotonic()) > 0:
                 time.sleep(delay)
+            number = self.first + seq
             try:
-                result = self._producer.send(self.topic, OutgoingMessage(seq_body(seq)), partition=part)
+                result = self._producer.send(self.topic, OutgoingMessage(seq_body(number)), partition=part)
             except TubeSparkError as exc:
                 with self._lock:
-                    self.failed.add(seq)
+                    self.failed.add(number)
                     self.errors[type(exc).__name__] += 1
                 continue
             with self._lock:
-                self.acked[seq] = result
+                self.acked[number] = result
 
     def done(self) -> bool:
         return not any(t.is_alive() for t in self._threads)
@@ -268,8 +276,8 @@ class Job:
     def __init__(self, cluster: LocalCluster, group: str, work: Path, mode: str, log: list[str], *,
                  topic: str = TOPIC, sink_topic: str = "", web: bool = False) -> None:
         argv = [sys.executable, str(JOB), cluster.master_address, topic, group, str(work / "ck"),
-                str(work / "out"), mode, "5000"] + ([sink_topic] if sink_topic else [])
-        argv += [",".join(cluster.master_web_urls)] if web else []
+                str(work / "out"), mode, "5000"] + ([sink_topic] if sink_topic or web else [])
+        argv += [",".join(cluster.master_web_urls)] if web else []  # after SINK_TOPIC, "" for none
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         self.progress: list[Progress] = []
