@@ -2,7 +2,7 @@
 
     flock /tmp/tubespark-integration.lock env PYTHONPATH=.:testbed python3 -m tests.integration.long_soak
         [--messages 1000000] [--messages-b N] [--rate R] [--kills 10] [--outage-s 600] [--seed S] [--out FILE]
-        [--keep]
+        [--keep] [--deferral shared|none]
 
 The small run that checks the script itself (about 10 minutes on a loaded 2-core machine, 3 more when something
 is lost: the drain retries until ``DRAIN_S``)::
@@ -17,8 +17,9 @@ behind a switch (``TUBESPARK_SOAK=long`` in test_soak.py); this one is never col
 its exit code (0: every figure below is 0) and the JSON it writes.
 
 **Shape** (the worst defect of issue 37 needed exactly this: two queries of the *same consumer group* on *two
-clusters*, drivers on one host, a broker of one cluster killed under a running batch; the drivers share the
-default deferred-range directory, and the partition keys ``<brokerId>:<topic>:<partition>`` of cluster B's broker
+clusters*, drivers on one host, a broker of one cluster killed under a running batch; the queries share one
+``deferredRangesPath`` (``--deferral shared``, the default; ``none``: neither sets one, tubespark's default, and
+read tasks wait for a down broker), and the partition keys ``<brokerId>:<topic>:<partition>`` of cluster B's broker
 are those of cluster A's first broker):
 
 * cluster A: 3 brokers (127.0.0.1-3, topic ``longsoak`` with 2 stores x 1 partition each), 2 masters (active +
@@ -113,6 +114,9 @@ class Params:
     kills: int
     outage_s: float
     seed: int
+    deferral: str = "shared"
+    """``shared``: both queries defer into one ``deferredRangesPath`` (each under its own token); ``none``: the
+    default, their read tasks wait for a down broker."""
 
     @property
     def rate_b(self) -> float:
@@ -136,6 +140,9 @@ def parse_params(argv: list[str]) -> tuple[Params, Path, bool]:
     parser.add_argument("--seed", type=int, help="of the query kills' moments (default random; printed)")
     parser.add_argument("--out", type=Path, help="the JSON figures (default $TMPDIR/tubespark-long-soak-<time>.json)")
     parser.add_argument("--keep", action="store_true", help="keep the work dir after a passing run too")
+    parser.add_argument("--deferral", choices=("shared", "none"), default="shared",
+                        help="shared (default): both queries set one deferredRangesPath, so a task on a down broker "
+                             "leaves the rest of its range to later batches; none: tubespark's default, tasks wait")
     args = parser.parse_args(argv)
     if args.messages < 1000 or args.kills < 0 or args.outage_s < 2 * MASTER_KILL_AFTER_S:
         parser.error(f"need --messages >= 1000, --kills >= 0 and --outage-s >= {2 * MASTER_KILL_AFTER_S:.0f} "
@@ -147,7 +154,7 @@ def parse_params(argv: list[str]) -> tuple[Params, Path, bool]:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = args.out or Path(tempfile.gettempdir()) / f"tubespark-long-soak-{stamp}.json"
-    return Params(args.messages, messages_b, rate, args.kills, args.outage_s, seed), out, args.keep
+    return Params(args.messages, messages_b, rate, args.kills, args.outage_s, seed, args.deferral), out, args.keep
 
 
 # --- the run's record ------------------------------------------------------------------------------
@@ -516,7 +523,9 @@ class Run:
                         "cluster_a": "3 brokers (127.0.0.1-3, ids 1-3), 2 masters",
                         "cluster_b": "1 broker (127.0.0.1, id 1), 1 master", "partitions_a": 6, "partitions_b": 2,
                         "flush": "nomem (enableMemStore=false)", "outage_broker": f"A {OUTAGE_BROKER} (id 1)",
-                        "deferred_ranges": "the default directory, shared by both drivers",
+                        "deferred_ranges": ("one deferredRangesPath shared by both queries"
+                                            if params.deferral == "shared"
+                                            else "none (the default: read tasks wait for a down broker)"),
                         "kills_planned": params.kills}
         with contextlib.ExitStack() as stack:
             timeline.note("starting cluster A (3 brokers, 2 masters), then cluster B (1 broker)")
@@ -530,6 +539,10 @@ class Run:
                 SteadyProducer(cluster_a.master_address, TOPIC, params.messages, params.rate).start(),
                 SteadyProducer(cluster_b.master_address, TOPIC, params.messages_b, params.rate_b,
                                first=B_FIRST).start()]
+            if params.deferral == "shared":  # soak_job.py reads it: one directory for both queries
+                os.environ["TUBESPARK_SOAK_DEFERRED_RANGES_PATH"] = str(self.work / "deferred-ranges")
+            else:
+                os.environ.pop("TUBESPARK_SOAK_DEFERRED_RANGES_PATH", None)
             self.queries = queries = [Query("A", cluster_a, self.group, self.work / "a", timeline),
                                       Query("B", cluster_b, self.group, self.work / "b", timeline)]
             plan = kill_plan(params, queries)

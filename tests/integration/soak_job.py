@@ -49,6 +49,8 @@ def main() -> None:
     max_per_trigger = sys.argv[7] if len(sys.argv) > 7 else "5000"
     sink_topic = sys.argv[8] if len(sys.argv) > 8 else ""
     web = {"masterWebUrl": sys.argv[9]} if len(sys.argv) > 9 else {}
+    deferred = os.environ.get("TUBESPARK_SOAK_DEFERRED_RANGES_PATH")  # the long soak's: one for every query
+    web.update({"deferredRangesPath": deferred} if deferred else {})
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2]").appName("tubespark-soak-job")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
