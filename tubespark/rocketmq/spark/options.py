@@ -49,6 +49,8 @@ _NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # the server's rule for topic and 
 PULL, POP = "pull", "pop"
 KEY_FORM = "topic:brokerName:queueId"
 KEY_EXAMPLE = '{"mytopic:broker-a:0": 280}'
+QUEUE_LISTING = f"keys are {KEY_FORM}; `mqadmin topicRoute -t <topic>` lists a topic's broker groups and queues"
+"""How a user lists a topic's queues, for an error that names a queue the topic does not have."""
 
 
 def _names(kind: str) -> Callable[[str, str], tuple[str, ...]]:
