@@ -59,12 +59,12 @@ class TubeBatchReader(DataSourceReader):
         served, self.left_out = served_partitions(topics, opts)
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
-        self._check_named([ref.key for ref in served])
         # listed by the master but not answering: a broker that crashed or stalls, not yet released by the
         # master (that takes its heartbeat timeout); the same as one that is down
         silent: dict[int, list[str]] = {}
         why: dict[int, str] = {}
         try:
+            self._check_named([ref.key for ref in served])
             for ref in served:
                 if ref.broker_id in why:
                     silent[ref.broker_id].append(ref.key)
