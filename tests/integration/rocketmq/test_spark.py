@@ -125,7 +125,7 @@ def test_rocketmq_only_options_fail_before_any_network_call(spark):
         ({"namesrv": "127.0.0.1:1", "topic": "t", "consumeMode": "push"}, "pull or pop"),
         ({"namesrv": "127.0.0.1:1", "topic": "t", "consumeMode": "pop"}, "needs option group"),
         ({"namesrv": "127.0.0.1:1", "topic": "t", "startingOffsets": '{"t:b:x": 1}'}, "bad partition key"),
-        ({"namesrv": "127.0.0.1:1", "topic": "t", "popInvisibleTimeMs": "10"}, "1000.."),
+        ({"namesrv": "127.0.0.1:1", "topic": "t", "popInvisibleTimeMs": "10000"}, "at least 30000"),
     ]:
         with pytest.raises(Exception, match=message):
             load(**options).collect()
@@ -180,19 +180,19 @@ def test_pop_batch_read_acks_what_it_read(spark, rocketmq_stack, rocketmq_topic)
     group = "popread" + uuid.uuid4().hex[:8]
     produce(rocketmq_stack, topic, [f"b{i}".encode() for i in range(400)])
     options = {"consumeMode": "pop", "group": group, "popPartitions": "2", "popPollMs": "300",
-               "popInvisibleTimeMs": "1000"}
+               "popInvisibleTimeMs": "30000"}
     rows = batch(spark, rocketmq_stack, topic, **options).select("value", "receiptHandle").collect()
     assert sorted(r.value for r in rows) == sorted(f"b{i}".encode() for i in range(400))
     assert batch(spark, rocketmq_stack, topic, **options).count() == 0  # consumed
-    assert comes_back(rocketmq_stack, group, topic, 1 + REDELIVERY_S if SOAK else 0.5) == []
+    assert comes_back(rocketmq_stack, group, topic, 30 + REDELIVERY_S if SOAK else 0.5) == []
 
 
 def test_pop_batch_longer_than_the_invisible_time_is_delivered_once(spark, rocketmq_stack, rocketmq_topic,
                                                                     tmp_path):
-    """A micro-batch that takes 2.5 invisible times: the driver extends the waiting receipts' invisible time
-    (their files hold new receipts), so nothing is delivered again, while it runs or after its (renewed)
-    receipts were acked; ``TUBESPARK_SOAK=long`` watches long enough for a redelivery to show (the broker
-    revived unrenewed ones more than 8 s after they ran out)."""
+    """A micro-batch that outlasts the invisible time (the shortest one allowed, 30 s): the driver extends the
+    waiting receipts' invisible time (their files hold new receipts), so nothing is delivered again, while it
+    runs or after its (renewed) receipts were acked; ``TUBESPARK_SOAK=long`` watches long enough for a
+    redelivery to show (the broker revived unrenewed ones more than 8 s after they ran out)."""
     topic = rocketmq_topic(4)
     group = "popslow" + uuid.uuid4().hex[:8]
     produce(rocketmq_stack, topic, [f"s{i}".encode() for i in range(300)])
@@ -204,13 +204,13 @@ def test_pop_batch_longer_than_the_invisible_time_is_delivered_once(spark, rocke
         rows = frame.select("value", "receiptHandle").collect()
         seen.extend(r.value for r in rows)
         if batch_id == 0:
-            time.sleep(5.0)  # 2.5 x popInvisibleTimeMs, after the tasks ended: the receipts wait for the commit
+            time.sleep(36.0)  # 1.2 x popInvisibleTimeMs, after the tasks ended: the receipts wait for the commit
             waiting = {item["receipt"] for f in (tmp_path / "receipts").rglob("part-*.json")
                        for item in json.loads(f.read_text())}
             changed.append(len(waiting) == len(rows) and not waiting & {r.receiptHandle for r in rows})
             ended.append(time.monotonic())
 
-    query = (pop_stream(spark, rocketmq_stack, topic, group, tmp_path, popInvisibleTimeMs="2000")
+    query = (pop_stream(spark, rocketmq_stack, topic, group, tmp_path, popInvisibleTimeMs="30000")
              .writeStream.foreachBatch(slow).option("checkpointLocation", str(tmp_path / "ck"))
              .trigger(processingTime="300 milliseconds").start())
     try:

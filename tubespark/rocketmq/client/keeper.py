@@ -10,7 +10,15 @@ When: a receipt is renewed once less than half of ``invisible_ms`` is left (by i
 time, which are the broker's clock: holders' clocks must agree with the brokers' to well within a quarter of
 ``invisible_ms``), and holders look :data:`LOOKS_PER_PERIOD` times per ``invisible_ms``. So a held receipt
 always has more than a quarter of the time left when it changes hands (the task publishes it, the driver's
-keeper picks it up within an eighth).
+keeper picks it up within an eighth), and a renewal starts with at least three eighths left.
+
+That margin must hold on a loaded machine: a holder renews thousands of receipts at once, one change per
+message, each of which the broker answers only once it has written a checkpoint and an ack to its revive
+topic (and gives up after 3 s). With a 10 s invisible time the margin (5 s at the decision, 3.75 s at the
+latest look) was too short: a batch of 8,000 messages on a busy 2-core machine came back 4,000 times; with
+30 s (15 s) it did not. :data:`MIN_INVISIBLE_MS` is therefore twice :data:`RENEW_MARGIN_MS`, the margin
+RocketMQ's own proxy keeps when it renews for its clients (``renewAheadTimeMillis`` 10 s, scanned every 5 s:
+docs/rocketmq/protocol.md, "How much time a renewal needs"), rounded up to what was measured to hold.
 """
 
 from __future__ import annotations
@@ -27,6 +35,12 @@ from tubespark.rocketmq.wire.pop import Receipt
 log = logging.getLogger(__name__)
 
 LOOKS_PER_PERIOD = 8
+
+RENEW_MARGIN_MS = 15_000
+"""The least time a receipt has left when its renewal is decided (half the invisible time, at least this)."""
+
+MIN_INVISIBLE_MS = 2 * RENEW_MARGIN_MS
+"""The shortest invisible time holders renew safely (``popInvisibleTimeMs`` refuses less): renewed at half."""
 
 
 def now_ms() -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -211,10 +211,12 @@ class PopConsumer:
         return total
 
 
-def pop_until(consumer: PopConsumer, limit: int, *, idle_rounds: int = 1,
-              deadline_s: float | None = None) -> list[Popped]:
+def pop_until(consumer: PopConsumer, limit: int, *, idle_rounds: int = 1, deadline_s: float | None = None,
+              on_pop: Callable[[list[Popped]], None] | None = None) -> list[Popped]:
     """Pop from every broker in turn until ``limit`` messages, ``idle_rounds`` rounds in a row gave nothing,
-    or ``deadline_s`` seconds passed."""
+    or ``deadline_s`` seconds passed. ``on_pop`` sees each pop's messages as they arrive: a holder that keeps
+    them hidden (:class:`~tubespark.rocketmq.client.keeper.Keeper`) must hold the first pop's from then on,
+    not once the last pop is in, or their invisible time runs while the rest are popped."""
     out: list[Popped] = []
     idle = 0
     start = time.monotonic()
@@ -232,6 +234,8 @@ def pop_until(consumer: PopConsumer, limit: int, *, idle_rounds: int = 1,
                     raise
                 log.info("pop from %s failed (another broker or the next round goes on): %s", broker, exc)
                 popped = []
+            if popped and on_pop is not None:
+                on_pop(popped)
             out.extend(popped)
             got += len(popped)
         idle = idle + 1 if got == 0 else 0

@@ -20,10 +20,11 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
-from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.options import QUEUE_LISTING, RocketMQOptions
 from tubespark.rocketmq.spark.read_task import READ_GROUP, PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
-from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset
+from tubespark.spark.offset_rules import check_named_partitions, check_range, resolve_checked
+from tubespark.spark.offsets import EARLIEST, LATEST
 from tubespark.spark.planning import split_range
 from tubespark.spark.unavailable import count_keys, settle_unavailable
 
@@ -61,20 +62,20 @@ class RocketMQBatchReader(DataSourceReader):
                 topics, opts.on_unavailable_partitions, down,
                 {g: f"broker group {g} (not registered at the name server: stopped or down)" for g in down},
                 total=len(queues) + count_keys(down), describe="broker group")
+            on_down_groups = {key for keys in down.values() for key in keys}  # known, not routed now
+            for option, spec in (("startingOffsets", opts.starting_offsets), ("endingOffsets", opts.ending_offsets)):
+                check_named_partitions(option, spec, [mq.key for mq in queues], exists=on_down_groups.__contains__,
+                                       listing=QUEUE_LISTING)
             bounds = client.bounds(queues)
             for topic in topics:
                 client.check_filter(topic, opts.group or READ_GROUP, opts.filter)
         tasks: list[InputPartition] = []
         for mq in queues:
             low, high = bounds[mq.key]
-            start = resolve_offset(opts.starting_offsets, mq.key, earliest=low, latest=high, default=EARLIEST)
-            end = resolve_offset(opts.ending_offsets, mq.key, earliest=low, latest=high, default=LATEST)
-            if end < start:
-                raise OptionError(f"for {mq.key} the starting offset {start} is after the ending offset {end}: fix "
-                                  f"startingOffsets or endingOffsets")
-            if end > high:
-                raise OptionError(f"endingOffsets for {mq.key} is {end}, beyond the queue's max offset {high}: use "
-                                  f"latest or an offset up to {high}")
+            start = resolve_checked("startingOffsets", opts.starting_offsets, mq.key, low=low, high=high,
+                                    default=EARLIEST)
+            end = resolve_checked("endingOffsets", opts.ending_offsets, mq.key, low=low, high=high, default=LATEST)
+            check_range(mq.key, start, end)
             tasks.extend(_task(mq, a, b) for a, b in split_range(start, end, opts.max_records_per_partition))
         log.info("rocketmq batch read of %s: %d tasks", ",".join(opts.topics or ()), len(tasks))
         return tasks

@@ -29,6 +29,7 @@ from tubespark.core.options import (
 from tubespark.core.shared_dir import parse_shared_directory
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import ClientSettings
+from tubespark.rocketmq.client.keeper import MIN_INVISIBLE_MS
 from tubespark.rocketmq.wire.acl import Credentials
 from tubespark.rocketmq.wire.filter import SQL92, SUB_ALL, TAG, Filter
 from tubespark.rocketmq.wire.route import MessageQueue
@@ -49,6 +50,9 @@ _NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # the server's rule for topic and 
 PULL, POP = "pull", "pop"
 KEY_FORM = "topic:brokerName:queueId"
 KEY_EXAMPLE = '{"mytopic:broker-a:0": 280}'
+MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ's proxy refuses more (maxInvisibleTimeMills); so do we
+QUEUE_LISTING = f"keys are {KEY_FORM}; `mqadmin topicRoute -t <topic>` lists a topic's broker groups and queues"
+"""How a user lists a topic's queues, for an error that names a queue the topic does not have."""
 
 
 def _names(kind: str) -> Callable[[str, str], tuple[str, ...]]:
@@ -77,6 +81,18 @@ def _expression(name: str, value: str) -> str:
         raise OptionError(f"option {name} is empty: set it to `*` (every message), `TagA || TagB` (some tags), or "
                           f"an SQL92 expression with expressionType=SQL92")
     return value
+
+
+def _invisible_time(name: str, value: str) -> int:
+    """``popInvisibleTimeMs``: at least :data:`MIN_INVISIBLE_MS`, at most RocketMQ's 12 h."""
+    number: int = int_between(1, MAX_INVISIBLE_MS)(name, value)
+    if number < MIN_INVISIBLE_MS:
+        raise OptionError(f"option {name}={value!r} is too short: at least {MIN_INVISIBLE_MS} "
+                          f"({MIN_INVISIBLE_MS // 1000} s). Popped messages are kept hidden by extending their "
+                          f"invisible time once half of it is left, and that half is the margin a renewal of "
+                          f"thousands of messages needs on a busy machine: with less, a batch that runs longer "
+                          f"than {name} is delivered again while it runs")
+    return number
 
 
 def is_queue_key(key: str) -> bool:
@@ -140,7 +156,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "its own."),
     OptionSpec("popMaxMessages", "10000", parse_positive_int, "Pop: most messages one task pops per "
                "micro-batch."),
-    OptionSpec("popInvisibleTimeMs", "120000", int_between(1000, 12 * 3600 * 1000), "Pop: how long popped "
+    OptionSpec("popInvisibleTimeMs", "120000", _invisible_time, "Pop: how long popped "
                "messages stay hidden at a time. Tasks, and the driver while receipts wait for the commit, extend "
                "it (changeInvisibleTime) once half of it is left, so a batch may run longer; it bounds how long "
                "a driver may be down between a batch's commit and its acks without that batch coming back."),

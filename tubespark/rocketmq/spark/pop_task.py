@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -67,10 +67,13 @@ def read_pops(task: PopTask, options: RocketMQOptions, *, ack: bool = False) -> 
                                     verify_crc=options.verify_checksums, flt=options.filter)
                  for topic in options.topics}
     keeper = Keeper(consumers, options.pop_invisible_time_ms).start()
+    def holder(topic: str) -> Callable[[list[Popped]], None]:
+        return lambda got: keeper.hold(topic, [item.receipt for item in got])
+
     try:
         for topic, consumer in consumers.items():
-            popped = pop_until(consumer, per_topic, deadline_s=options.pop_invisible_time_ms / 1000 / 2)
-            keeper.hold(topic, [item.receipt for item in popped])
+            popped = pop_until(consumer, per_topic, deadline_s=options.pop_invisible_time_ms / 1000 / 2,
+                               on_pop=holder(topic))
             by_broker: dict[str, list[Popped]] = {}
             for item in popped:
                 by_broker.setdefault(item.broker_name, []).append(item)

@@ -29,10 +29,11 @@ from pyspark.sql.datasource import InputPartition
 
 from tubespark.errors import BrokerUnavailableError, TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
-from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.spark.options import QUEUE_LISTING, RocketMQOptions
 from tubespark.rocketmq.spark.read_task import READ_GROUP, PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
-from tubespark.spark.offsets import EARLIEST, Offsets, resolve_offset, wanted_offset
+from tubespark.spark.offset_rules import check_named_partitions, resolve_checked
+from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
 from tubespark.spark.stream_engine import StreamEngine, Survey
 
@@ -40,7 +41,10 @@ log = logging.getLogger(__name__)
 
 
 class _NeverBack(BoundsPolicy):
-    """A serving member behind the query's offset is waited for: an acting slave catches up, data returns."""
+    """A serving member behind the query's offset is waited for: an acting slave catches up, data returns.
+
+    Only a running query's own offset (from its checkpoint or an earlier batch) is judged here; a start the user
+    named above a queue's max fails at the start instead (tubespark.spark.offset_rules)."""
 
     def above(self, key: str, start: int, bounds: Bounds) -> Resolution:
         log.warning("queue %s: the broker serving it reports max offset %d, below this query's %d (a slave acting "
@@ -83,6 +87,7 @@ class PullStreamReader(StreamEngine):
         opts = self.options
         self._check_filter()
         queues = self._queues()
+        self._check_named(queues)
         bounds = self.client.bounds(queues)
         offsets: Offsets = {}
         for mq in queues:
@@ -91,10 +96,23 @@ class PullStreamReader(StreamEngine):
             if wanted == "group":
                 stored = self.client.consumer_offset(opts.group or "", mq)
                 offsets[mq.key] = low if stored is None else max(low, min(stored, high))
-            else:
-                offsets[mq.key] = resolve_offset(opts.starting_offsets, mq.key, earliest=low, latest=high,
-                                                 default=EARLIEST)
+            else:  # a number above the max is the user's mistake here, not a lagging slave (see _NeverBack)
+                offsets[mq.key] = resolve_checked("startingOffsets", opts.starting_offsets, mq.key, low=low,
+                                                  high=high, default=EARLIEST)
         return offsets
+
+    def _check_named(self, queues: Sequence[MessageQueue]) -> None:
+        """startingOffsets JSON names only queues of the topics: routed ones, or ones of a broker group that is not
+        registered now (down: they join when it is back, as the batch read's check counts them too)."""
+        spec = self.options.starting_offsets
+        routed = {mq.key for mq in queues}
+        if not isinstance(spec, dict) or set(spec) <= routed:
+            return
+        topics = self.options.topics or ()
+        remember(mq for mq in map(MessageQueue.parse_key, spec) if mq.topic in topics)
+        away = {mq.key for topic in topics
+                for known in self.client.down_groups(topic, self.client.route(topic)).values() for mq in known}
+        check_named_partitions("startingOffsets", spec, routed, exists=away.__contains__, listing=QUEUE_LISTING)
 
     def survey(self, start: Offsets) -> Survey:
         # the offsets are evidence of the queues (a query restarted on its checkpoint while a broker group is

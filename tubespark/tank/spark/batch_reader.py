@@ -14,9 +14,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from tubespark.errors import DataLossError, OptionError
+from tubespark.errors import DataLossError
+from tubespark.spark.offset_rules import check_range
 from tubespark.spark.planning import split_range
-from tubespark.tank.spark.bounds import EARLIEST, LATEST, discover, resolve
+from tubespark.tank.spark.bounds import EARLIEST, LATEST, UNITS, check_named, discover, resolve
 from tubespark.tank.spark.options import TankOptions
 from tubespark.tank.spark.read_task import SeqRange, read_range
 
@@ -30,12 +31,12 @@ class TankBatchReader(DataSourceReader):
     def plan(self) -> list[SeqRange]:
         opts = self.options
         tasks: list[SeqRange] = []
-        for key, bounds in sorted(discover(opts).items()):
+        found = discover(opts)
+        check_named(opts, found, ending=True)
+        for key, bounds in sorted(found.items()):
             start = resolve(opts.starting_offsets, bounds, default=EARLIEST, option="startingOffsets")
             end = resolve(opts.ending_offsets, bounds, default=LATEST, option="endingOffsets")
-            if end < start:
-                raise OptionError(f"for {key} the starting sequence number {start} is after the ending one {end}: fix "
-                                  f"startingOffsets or endingOffsets")
+            check_range(key, start, end, UNITS)
             if start < bounds.first:
                 message = (f"partition {key}: startingOffsets asks for {start} but the first available number is "
                            f"{bounds.first}")

@@ -34,7 +34,7 @@ from tubespark.spark.offsets import Offsets
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
 from tubespark.spark.stream_engine import StreamEngine, Survey
 from tubespark.tank.client.broker import TankClient
-from tubespark.tank.spark.bounds import EARLIEST, discover, resolve
+from tubespark.tank.spark.bounds import EARLIEST, check_named, discover, resolve
 from tubespark.tank.spark.bounds import Bounds as TankBounds
 from tubespark.tank.spark.options import TankOptions, split_key
 from tubespark.tank.spark.read_task import SeqRange, read_range
@@ -86,16 +86,14 @@ class TankStreamReader(StreamEngine):
 
     def start_offsets(self) -> Offsets:
         offsets: Offsets = {}
-        for key, bounds in sorted(self._discover().items()):
+        found = self._discover()
+        check_named(self.options, found, ending=False)
+        for key, bounds in sorted(found.items()):
             offsets[key] = resolve(self.options.starting_offsets, bounds, default=EARLIEST, option="startingOffsets")
             if offsets[key] < bounds.first:
                 raise OptionError(f"option startingOffsets: {key} is at {offsets[key]}, below the partition's first "
                                   f"available number {bounds.first}: use earliest or a number from {bounds.first}")
             self._seen_next[key] = bounds.next
-        spec = self.options.starting_offsets
-        if isinstance(spec, dict) and set(spec) - set(offsets):
-            raise OptionError(f"option startingOffsets names partitions that do not exist: "
-                              f"{', '.join(sorted(set(spec) - set(offsets)))}; remove them from the JSON")
         return offsets
 
     def survey(self, start: Offsets) -> Survey:

@@ -23,12 +23,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from tubespark.errors import BrokerConnectionError, OptionError
-from tubespark.spark.offsets import EARLIEST, LATEST, resolve_offset, wanted_time
+from tubespark.spark.offset_rules import check_named_partitions, check_range, resolve_checked
+from tubespark.spark.offsets import EARLIEST, LATEST, wanted_time
 from tubespark.spark.planning import split_range
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.ranges import Bounds, probe_bounds
 from tubespark.tubemq.spark.availability import served_partitions, settle_unavailable
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
+from tubespark.tubemq.spark.ledger import OFFSET_UNITS, PARTITION_LISTING
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.read_task import QueueRange, read_range
 from tubespark.tubemq.spark.topics import subscribed_topics
@@ -62,6 +64,7 @@ class TubeBatchReader(DataSourceReader):
         silent: dict[int, list[str]] = {}
         why: dict[int, str] = {}
         try:
+            self._check_named([ref.key for ref in served])
             for ref in served:
                 if ref.broker_id in why:
                     silent[ref.broker_id].append(ref.key)
@@ -75,12 +78,7 @@ class TubeBatchReader(DataSourceReader):
                     continue
                 start = self._start(broker, ref, bounds)
                 end = self._end(broker, ref, bounds)
-                if end < start:
-                    raise OptionError(f"for {ref.key} the starting offset {start} is after the ending offset {end}: "
-                                      f"fix startingOffsets or endingOffsets")
-                if end > bounds.max_offset:
-                    raise OptionError(f"endingOffsets for {ref.key} is {end}, beyond the partition's max offset "
-                                      f"{bounds.max_offset}: use latest or an offset up to it")
+                check_range(ref.key, start, end, OFFSET_UNITS)
                 tasks.extend(self._task(ref, low, high, len(tasks))
                              for low, high in split_range(start, end, opts.max_records_per_partition,
                                                           record_size=INDEX_RECORD_SIZE))
@@ -102,8 +100,8 @@ class TubeBatchReader(DataSourceReader):
         when = wanted_time(opts.starting_timestamp, opts.starting_offsets_by_timestamp, ref.key)
         if when is not None:
             return start_at_time(broker, ref, bounds, when, f"{self.base_group}-time", opts)
-        return resolve_offset(opts.starting_offsets, ref.key, earliest=bounds.min_offset, latest=bounds.max_offset,
-                              default=EARLIEST)
+        return resolve_checked("startingOffsets", opts.starting_offsets, ref.key, low=bounds.min_offset,
+                               high=bounds.max_offset, default=EARLIEST, units=OFFSET_UNITS)
 
     def _end(self, broker: BrokerClient, ref: PartitionRef, bounds: Bounds) -> int:
         """An end time (``endingTimestamp``, ``endingOffsetsByTimestamp``) wins over ``endingOffsets``."""
@@ -111,8 +109,16 @@ class TubeBatchReader(DataSourceReader):
         when = wanted_time(opts.ending_timestamp, opts.ending_offsets_by_timestamp, ref.key)
         if when is not None:
             return end_at_time(broker, ref, bounds, when, f"{self.base_group}-time", opts)
-        return resolve_offset(opts.ending_offsets, ref.key, earliest=bounds.min_offset, latest=bounds.max_offset,
-                              default=LATEST)
+        return resolve_checked("endingOffsets", opts.ending_offsets, ref.key, low=bounds.min_offset,
+                               high=bounds.max_offset, default=LATEST, units=OFFSET_UNITS)
+
+    def _check_named(self, served: list[str]) -> None:
+        """startingOffsets/endingOffsets JSON names only partitions of the topics: served ones, or ones left out
+        because their broker does not serve them now (``onUnavailablePartitions=skip``)."""
+        left_out = {key for keys in self.left_out.values() for key in keys}
+        for option, spec in (("startingOffsets", self.options.starting_offsets),
+                             ("endingOffsets", self.options.ending_offsets)):
+            check_named_partitions(option, spec, served, exists=left_out.__contains__, listing=PARTITION_LISTING)
 
     def _task(self, ref: PartitionRef, start: int, end: int, index: int) -> QueueRange:
         # Splits of one partition run at the same time, so each needs its own read group.

@@ -24,9 +24,20 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from tubespark.spark.offset_rules import OffsetUnits
 from tubespark.spark.offsets import Offsets
+from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 
 log = logging.getLogger(__name__)
+
+OFFSET_UNITS = OffsetUnits(INDEX_RECORD_SIZE, "max offset")
+"""TubeMQ offsets are byte positions in the partition's index, one 28-byte record per message: a startingOffsets
+or endingOffsets number must be a multiple of 28 (tubespark.spark.offset_rules)."""
+
+PARTITION_LISTING = ("keys are brokerId:topic:partitionId; the master's web API lists a topic's partitions "
+                     "(admin_query_topic_deploy_info), and a partition of a broker that is down is known only "
+                     "from it, with masterWebUrl set")
+"""How a user lists a TubeMQ topic's partitions, for an error that names a partition the topic does not have."""
 
 
 class PartitionState(enum.Enum):

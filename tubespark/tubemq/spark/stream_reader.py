@@ -36,10 +36,10 @@ from tubespark.errors import (
     AvailableNowIncompleteError,
     BrokerConnectionError,
     DataLossError,
-    OptionError,
     TubeSparkError,
     UnknownTopicError,
 )
+from tubespark.spark.offset_rules import check_named_partitions, check_offset
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_time
 from tubespark.spark.origins import Origin
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
@@ -50,7 +50,7 @@ from tubespark.tubemq.client.placement import configured_partitions
 from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
 from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.spark.by_time import start_at_time
-from tubespark.tubemq.spark.ledger import PartitionLedger, PartitionState
+from tubespark.tubemq.spark.ledger import OFFSET_UNITS, PARTITION_LISTING, PartitionLedger, PartitionState
 from tubespark.tubemq.spark.membership import GroupMembership
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.read_task import QueueRange, read_range, skipped_bundles
@@ -137,12 +137,31 @@ class TubeStreamReader(StreamEngine):
         assigned = self.member.assigned()
         held = self.member.session().held()
         offsets = self.ledger.start_query(assigned, held, lambda key: self._resolve_start(key, held.get(key)))
-        spec = self.options.starting_offsets
-        if isinstance(spec, dict):
-            unknown = sorted(set(spec) - set(assigned))
-            if unknown:
-                log.warning("startingOffsets names partitions not assigned to this query: %s", ", ".join(unknown))
+        self._check_named(assigned)
         return offsets
+
+    def _check_named(self, assigned: Collection[str]) -> None:
+        """startingOffsets JSON names only partitions of the subscribed topics. One not assigned to this member may
+        be another member's (logged); one the topic does not have fails the query (OptionError)."""
+        spec = self.options.starting_offsets
+        if not isinstance(spec, dict) or not set(spec) - set(assigned):
+            return
+        topics = set(self.member.topics)
+        try:
+            listed = {ref.key for refs in self.member.layout(sorted(topics)).values() for ref in refs}
+        except TubeSparkError as exc:  # the master cannot list them now: each key is judged on its own below
+            log.info("cannot list the partitions of %s to check startingOffsets: %s", ", ".join(sorted(topics)), exc)
+            listed = set()
+        listed |= set(assigned)
+
+        def exists(key: str) -> bool:  # not listed: a broker that is down, or no such partition
+            return PartitionRef.parse_key(key)[1] in topics and self._partition_exists(key)
+
+        check_named_partitions("startingOffsets", spec, listed, exists=exists, listing=PARTITION_LISTING)
+        others = sorted(set(spec) - set(assigned))
+        if others:
+            log.warning("startingOffsets names partitions the master assigned to other members of group %s (or not "
+                        "yet): %s; each starts there when it joins this query", self.group, ", ".join(others))
 
     def _resolve_start(self, key: str, held: HeldPartition | None) -> int | None:
         """Where a new query starts ``key`` (a start time, else ``startingOffsets``); ``None`` when that
@@ -167,9 +186,7 @@ class TubeStreamReader(StreamEngine):
             return bounds.min_offset
         if wanted == "latest":
             return bounds.max_offset
-        if int(wanted) > bounds.max_offset:
-            raise OptionError(f"startingOffsets for {key} is {wanted}, beyond the partition's max offset "
-                              f"{bounds.max_offset}: use latest or an offset up to it")
+        check_offset("startingOffsets", key, int(wanted), bounds.max_offset, OFFSET_UNITS)
         return int(wanted)
 
     # --- each trigger ------------------------------------------------------------------------------
