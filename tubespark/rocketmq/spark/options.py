@@ -157,9 +157,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("popMaxMessages", "10000", parse_positive_int, "Pop: most messages one task pops per "
                "micro-batch."),
     OptionSpec("popInvisibleTimeMs", "120000", _invisible_time, "Pop: how long popped "
-               "messages stay hidden at a time. Tasks, and the driver while receipts wait for the commit, extend "
-               "it (changeInvisibleTime) once half of it is left, so a batch may run longer; it bounds how long "
-               "a driver may be down between a batch's commit and its acks without that batch coming back."),
+               "messages stay hidden at a time, 30000 (30 s) to 43200000 (12 h). Tasks, from each pop on, and the "
+               "driver while receipts wait for the commit, extend it (changeInvisibleTime) once half of it is "
+               "left, so a batch may run longer; half of the least value is the margin a renewal of thousands of "
+               "messages needs on a busy machine (less is refused). It bounds how long a driver may be down "
+               "between a batch's commit and its acks without that batch coming back."),
     OptionSpec("popPollMs", "1000", int_between(1, 20000), "Pop: how long one pop waits on the broker for "
                "messages; a task ends after a round of pops returned nothing."),
     OptionSpec("popReceiptsPath", None, parse_shared_directory, "Pop: directory where tasks leave the receipts "
