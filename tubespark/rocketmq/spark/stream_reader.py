@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 class _NeverBack(BoundsPolicy):
     """A serving member behind the query's offset is waited for: an acting slave catches up, data returns."""
 
+    lost_above = False
+
     def above(self, key: str, start: int, bounds: Bounds) -> Resolution:
         log.warning("queue %s: the broker serving it reports max offset %d, below this query's %d (a slave acting "
                     "for its master may lag); waiting, the offset does not move back", key, bounds.high, start)
