@@ -153,6 +153,15 @@ The fingerprint does: :class:`tubespark.spark.stream_engine.StreamEngine` reads 
 a restart and when the broker may have restarted, and a different one means the offsets were reused. Old
 checkpoints have no such mark: their partitions are checked from the first batch that records one."""
 
+HISTORY_MARK = "#last@"
+"""``end["<key>#last@<offset>"]``: an older ``#last`` fingerprint, of the last message below ``offset`` (an earlier
+batch end of ``key``), or ``-1`` where the query began reading ``key`` (:data:`tubespark.spark.marks.START`).
+
+A bounded, logarithmically spaced history (:mod:`tubespark.spark.marks`): after a broker lost acknowledged
+messages and reused their offsets, the highest mark it still holds unchanged is where the query resumes with
+failOnDataLoss=false, so the new messages at the reused offsets are read. Checkpoints written before these marks
+load with none (and get them from their next batch on); code from before them ignores them (keys with ``#``)."""
+
 ORIGIN_MARK = "#origin"
 """``end["<scope>#origin"]``: what identifies the incarnation of the partitions of ``scope`` this query reads
 (TubeMQ: a topic's deployment on one broker, ``"<brokerId>:<topic>"``, marked by its creation time at the
@@ -176,8 +185,8 @@ other query finds it. Older checkpoints have none: they never deferred into a di
 
 @dataclass(frozen=True)
 class BatchOffsets:
-    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from``, ``#last``, ``#origin``
-    and ``#deferrals`` marks.
+    """A batch end as Spark checkpoints it: each partition's offset, plus the ``#from``, ``#last``, ``#last@``,
+    ``#origin`` and ``#deferrals`` marks.
 
     ``positions`` holds every partition the query knows (where it stands on each); ``starts`` holds the
     partitions this batch reads from somewhere other than the previous end. :meth:`parse` and
@@ -190,6 +199,8 @@ class BatchOffsets:
     """``{key: fingerprint}`` of the last message below each position (``#last``; see :data:`LAST_MARK`)."""
     origins: Offsets = field(default_factory=dict)
     """``{scope: mark}`` of the partitions' origins (``#origin``; see :data:`ORIGIN_MARK`)."""
+    history: dict[str, dict[int, int]] = field(default_factory=dict)
+    """``{key: {offset: fingerprint}}``, older marks below each position (``#last@``; see :data:`HISTORY_MARK`)."""
     deferrals: int | None = None
     """The token of the query's deferred-range reports (``#deferrals``; see :data:`DEFER_MARK`)."""
 
@@ -201,9 +212,14 @@ class BatchOffsets:
         fingerprints: Offsets = {}
         origins: Offsets = {}
         deferrals: int | None = None
+        history: dict[str, dict[int, int]] = {}
         for key, offset in (raw or {}).items():
             if key == DEFER_MARK:
                 deferrals = offset
+            elif HISTORY_MARK in key:
+                base, _, at = key.rpartition(HISTORY_MARK)
+                if at.isascii() and at.isdigit():  # anything else is no mark of ours: ignored like other unknown marks
+                    history.setdefault(base, {})[int(at)] = offset
             elif key.endswith(ORIGIN_MARK):
                 origins[key[:-len(ORIGIN_MARK)]] = offset
             elif key.endswith(LAST_MARK):
@@ -214,12 +230,14 @@ class BatchOffsets:
                 skips[key[:-len(SKIP_MARK)]] = offset
             elif "#" not in key:
                 positions[key] = offset
-        return cls(positions, {**skips, **starts}, fingerprints, origins, deferrals)
+        return cls(positions, {**skips, **starts}, fingerprints, origins, history=history, deferrals=deferrals)
 
     def to_spark(self) -> Offsets:
         return {**self.positions, **{key + FROM_MARK: offset for key, offset in self.starts.items()},
                 **{key + LAST_MARK: value for key, value in self.fingerprints.items() if key in self.positions},
                 **{scope + ORIGIN_MARK: mark for scope, mark in self.origins.items()},
+                **{f"{key}{HISTORY_MARK}{offset}": value for key, marks in self.history.items() if key in self.positions
+                   for offset, value in sorted(marks.items())},
                 **({} if self.deferrals is None else {DEFER_MARK: self.deferrals})}
 
     def ranges(self, previous: Mapping[str, int]) -> dict[str, tuple[int, int]]:

@@ -112,6 +112,12 @@ class BoundsPolicy:
     above the end mean the broker lost acknowledged messages; both are data loss, resuming at the bound.
     """
 
+    lost_above: bool = True
+    """Whether a start above the end means the broker lost acknowledged messages. Then the stream engine resumes
+    the partition where the broker's offsets diverge from what the query read (its ``#last@`` marks), at or below
+    the end, so :func:`plan_batch` finds the start within bounds; ``False``: :meth:`above` alone decides (e.g. a
+    replica behind the query is waited for)."""
+
     def below(self, key: str, start: int, bounds: Bounds) -> Resolution:
         low = bounds.low if bounds.low is not None else start
         return Resolution(low, f"offsets [{start}, {low}) are gone (retention removed them before this query "

@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
 from tubespark.core.deferred import Deferral, DeferredRanges, new_token
 from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
+from tubespark.spark.marks import START, Divergence, find_divergence, thin
 from tubespark.spark.offsets import BatchOffsets, Offsets
 from tubespark.spark.origins import Origin, OriginMarks
 from tubespark.spark.planning import Admission, Bounds, BoundsPolicy, Loss, Plan, plan_batch
@@ -105,6 +106,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.data_losses: list[Loss] = []
         """Every loss logged with failOnDataLoss=false."""
         self._last_read: Offsets = {}  # the start's #last marks (fingerprints), for this trigger's check
+        self._history: dict[str, dict[int, int]] = {}  # the start's older marks (#last@): where a loss began
         self._checked: dict[str, object] = {}  # key -> incarnation its #last mark was taken or checked under
         self._origins = OriginMarks(self.origin_scope, self.origins, self.describe_origin, self.scope_name,
                                     self.origin_advice)
@@ -346,6 +348,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parsed = BatchOffsets.parse(raw_start)
         start = parsed.positions
         self._last_read = parsed.fingerprints  # checked by _plan_once (_check_reuse)
+        self._history = parsed.history
         self._recorded_origins = parsed.origins
         self._origins.check(start, parsed.origins)  # a restart's first plan: the checkpoint's cluster and topics
         try:
@@ -364,8 +367,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if raw_start == self._initial:  # batch 0 of a new query carries its start (replays read the same)
             for key, offset in start.items():
                 starts.setdefault(key, offset)
-        return BatchOffsets(plan.end, starts, self._fingerprints(start, parsed.fingerprints, plan),
-                            self._origins.marks(plan.end, parsed.origins), token).to_spark()
+        fingerprints, history = self._fingerprints(start, parsed.fingerprints, parsed.history, plan)
+        return BatchOffsets(plan.end, starts, fingerprints, self._origins.marks(plan.end, parsed.origins),
+                            history=history, deferrals=token).to_spark()
 
     def _take_deferrals(self, start: Offsets, parsed: BatchOffsets) -> tuple[dict[str, Deferral], int | None]:
         """Move back, in ``start``, each partition whose read task in the batch that just ended left the rest of
@@ -507,42 +511,66 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- reused offsets: the #last fingerprints ------------------------------------------------------
 
-    def _fingerprints(self, start: Mapping[str, int], recorded: Mapping[str, int], plan: Plan) -> Offsets:
-        """The ``#last`` marks of a batch end: taken now for each partition the batch moves (the broker still
-        holds the message), carried over for the others. A partition moved back (a loss rule resumed it at
-        the broker's end) is moved too: the mark it had is of a message the broker lost."""
+    def _fingerprints(self, start: Mapping[str, int], recorded: Mapping[str, int],
+                      history: Mapping[str, Mapping[int, int]], plan: Plan
+                      ) -> tuple[Offsets, dict[str, dict[int, int]]]:
+        """The ``#last`` and ``#last@`` marks of a batch end. ``#last``: taken now for each partition the batch moves
+        (the broker still holds the message), carried over for the others; a partition moved elsewhere (a loss
+        rule resumed it) is taken again. ``#last@`` (:mod:`tubespark.spark.marks`): the start's ``#last`` joins the
+        older marks at or below where the batch reads from (a mark above it names a message never read there, or
+        one the broker lost), thinned to a bounded history; a partition's first ``#last`` comes with a start mark
+        where the batch reads from (none where the broker gives no fingerprints: the marks would tell nothing)."""
         out: Offsets = {}
+        marks_out: dict[str, dict[int, int]] = {}
         for key, position in sorted(plan.end.items()):
-            begin = start.get(key)
-            if begin is None or position == begin:  # not read by this batch: a read below it could only wait
-                if key in recorded:  # (a broker behind the query, nothing below a joined partition's start)
-                    out[key] = recorded[key]
+            begin = plan.starts.get(key, start.get(key))
+            marks = dict(history.get(key, {}))
+            if begin is None or (position == begin and key not in plan.starts):  # not read by this batch: a read
+                if key in recorded:  # below it could only wait (a broker behind the query, nothing below a joined
+                    out[key] = recorded[key]  # partition's start)
+                if marks:
+                    marks_out[key] = marks
                 continue
+            marks = {offset: value for offset, value in marks.items() if offset <= begin}
+            if key not in plan.starts and key in recorded:
+                marks.setdefault(begin, recorded[key])  # (a start mark there stays one)
             try:
                 value = self.fingerprint(key, position)
             except TubeSparkError as exc:  # unchecked until a later batch takes one
                 log.info("cannot take the fingerprint of %s below offset %d: %s", key, position, exc)
-                continue
+                value = None
             if value is not None:
                 out[key] = value
                 self._checked[key] = self.incarnation(key)
-        return out
+                if not marks:  # the partition's first fingerprint: no history yet, it begins here
+                    marks[begin] = START
+            if marks:
+                marks_out[key] = thin(marks, position, self.record_size)
+        return out, marks_out
 
     def _check_reuse(self, start: Mapping[str, int], survey: Survey) -> None:
-        """Whether a broker gave offsets this query read to new messages (a crash lost them), checked where a
-        loss can have happened unseen: a partition's first plan in this process (a restart from the
-        checkpoint: the broker may have lost and been refilled in between), after it was unavailable, and
-        when its :meth:`incarnation` changed. One read of the message below the start against the ``#last``
-        fingerprint; a start above the broker's end is the bounds policy's (the loss is plain there).
+        """Whether a broker lost acknowledged messages this query read, and where the partition resumes then.
 
-        A different message there is data loss (``failOnDataLoss``); with failOnDataLoss=false the
-        partition skips to the broker's end, so nothing is taken for what this query read before."""
+        A start above the broker's end shows it plainly (when the :attr:`policy` calls that a loss; checked every
+        trigger). A broker refilled past the start since does not: that is checked where it can have happened
+        unseen, a partition's first plan in this process (a restart from the checkpoint), after it was
+        unavailable, and when its :meth:`incarnation` changed: one read of the message below the start against
+        its ``#last`` fingerprint; a different one means the offsets were reused. Either way the partition moves
+        to where the broker's offsets diverge from what this query read (:meth:`_resume_at_divergence`), and
+        ``failOnDataLoss`` decides whether it may."""
         for key in (*survey.unavailable, *survey.gone):
             self._checked.pop(key, None)
         for key, found in sorted(survey.bounds.items()):
-            recorded = self._last_read.get(key)
             position = start.get(key)
-            if recorded is None or position is None or key in survey.jumps or position > found.high:
+            if position is None or key in survey.jumps:
+                continue
+            if position > found.high:
+                if self.policy.lost_above:
+                    why = self.policy.above(key, position, found).loss
+                    self._resume_at_divergence(key, position, found, survey, why)
+                continue
+            recorded = self._last_read.get(key)
+            if recorded is None:
                 continue
             incarnation = self.incarnation(key)
             if key in self._checked and self._checked[key] == incarnation:
@@ -557,19 +585,57 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if now is None:
                     log.info("%s: no message below offset %d to check against its fingerprint", key, position)
                 continue
-            self._lost(Loss(key, position, found.high, self._reused_why(position, found.high, recorded, now)))
-            survey.jumps[key] = found.high
+            self._resume_at_divergence(key, position, found, survey, self._reused_why(position, recorded, now))
 
-    def _reused_why(self, position: int, high: int, recorded: int, now: int) -> str:
+    def _resume_at_divergence(self, key: str, position: int, found: Bounds, survey: Survey, why: str) -> None:
+        """The broker lost what this query read of ``key`` up to ``position`` from some offset on: find the highest
+        recorded mark it still holds unchanged (:func:`find_divergence`), report the loss (raised with
+        failOnDataLoss=true) and move the partition there. A mark that cannot be read now leaves the partition
+        where it is, planned nothing, until a later trigger finds it."""
+        try:
+            found_at = find_divergence(self._history.get(key, {}), differs=position, held_below=found.high,
+                                       read=lambda offset: self.fingerprint(key, offset))
+        except TubeSparkError as exc:
+            self._checked.pop(key, None)
+            del survey.bounds[key]
+            survey.unavailable[key] = f"cannot read the marks that tell where its broker's loss began yet: {exc}"
+            log.warning("partition %s: %s. Its marks cannot be read yet to tell where the loss began (%s): it plans "
+                        "nothing until they can", key, why, exc)
+            return
+        resume = found.high if found_at.resume is None else found_at.resume
+        self._lost(Loss(key, position, resume, f"{why}. {self._diverged_why(position, found, found_at)}"))
+        survey.jumps[key] = resume
+
+    def _reused_why(self, position: int, recorded: int, now: int) -> str:
         return (f"offsets this query read were reused: the last message below offset {position} is not the one "
                 f"this query read there (fingerprint {now}, recorded {recorded}). The broker lost acknowledged "
                 f"messages (a crash within its durability window: README 'TubeMQ's own durability window') and "
-                f"gave their offsets to new messages, and it has since been refilled past this query's offset. "
-                f"The choice: failOnDataLoss=true stops the query (this error; nothing is skipped in silence: "
-                f"re-read the partition, e.g. a new checkpoint with startingOffsets); failOnDataLoss=false skips "
-                f"to the broker's end {high}: offsets [{position}, {high}) are skipped, and the new messages at "
-                f"the reused offsets below {position} (the broker does not tell where its loss began) are never "
-                f"read")
+                f"gave their offsets to new messages, and it has since been refilled past this query's offset")
+
+    def _diverged_why(self, position: int, found: Bounds, where: Divergence) -> str:
+        """What each ``failOnDataLoss`` does about a loss found at ``where``, and what is read again and lost."""
+        choice = ("The choice: failOnDataLoss=true stops the query (this error; nothing is skipped in silence: "
+                  "re-read the partition, e.g. a new checkpoint with startingOffsets); failOnDataLoss=false reads on")
+        if where.resume is None:
+            return (f"{choice} from the broker's end {found.high}: no mark in this query's offsets names a message "
+                    f"the broker still holds unchanged (a checkpoint from before the #last@ marks, or a broker that "
+                    f"now ends below where this query began reading), so new messages the broker wrote at offsets "
+                    f"below {found.high} since it lost the others are not read")
+        resume = where.resume
+        if where.begins:
+            found_by = (f"where this query began reading the partition (none of the {where.reads} later mark(s) "
+                        f"read matches)")
+        else:
+            found_by = (f"the highest mark in this query's offsets whose message the broker still holds unchanged "
+                        f"({where.reads} mark(s) read to find it)")
+        # the divergence lies below the lowest mark that differs, and at most at the broker's end
+        top = min(where.differs - self.record_size, found.high)
+        return (f"{choice} from offset {resume}, {found_by}. The broker's offsets diverge from "
+                f"what this query read at an offset L in [{resume}, {top}]: the messages this query read in "
+                f"[{resume}, L) are read a second time (at most {top - resume} offsets), every new message written "
+                f"from L on is read; the broker lost the messages at offsets [L, {position}) ({position - top} to "
+                f"{position - resume} offsets, all read by this query before the loss) and whatever it "
+                f"acknowledged above {position} (never read by this query; the broker cannot tell how much)")
 
     def _vanished(self, key: str, offset: int | None, why: str) -> None:
         """A partition this query was reading is gone for good."""

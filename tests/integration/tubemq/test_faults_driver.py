@@ -9,10 +9,12 @@
 * where each partition starts (README "Reading a stream"): initial partitions at startingOffsets
   (``latest``, ``group``), a handed-over / regained partition at the group's committed offset;
 * a broker that comes back below the query's offset (it lost acknowledged, unflushed messages) is
-  detected: failOnDataLoss=true fails naming the partition and both offsets, false continues from
-  the broker's offset and reads the messages written at the reused offsets;
+  detected: failOnDataLoss=true fails naming the partition and both offsets, false resumes where the
+  broker's offsets diverge from what the query read (issue 37 part 5: the ``#last@`` marks) and reads
+  every message written at the reused offsets, also those written before the query's next trigger;
 * a broker refilled past the query's offset after such a loss, before the query restarted from its
-  checkpoint, is detected too (issue 23 part 3: the ``#last`` fingerprint of the last message read).
+  checkpoint, is detected too (issue 23 part 3: the ``#last`` fingerprint of the last message read), and
+  failOnDataLoss=false reads the refill rather than skip to the broker's end (issue 37 part 5).
 
 The module runs its own cluster (topics deployed at start), because it kills and restarts the broker:
 the session cluster's other tests must not see that. Its memory caches flush only once a minute, so a
@@ -384,14 +386,18 @@ def test_broker_losing_acknowledged_messages_is_detected(spark, cluster, tmp_pat
     def run_skipping() -> list[bytes]:
         return read_skipping(spark, master, topic, tmp_path / "ck_skip")
 
-    # failOnDataLoss=false: the loss is logged and counted, the query goes on from the broker's max offset
-    # (what the restarted broker took before this check sits below it: those were written, unseen, over
-    # the lost range and cannot be told apart from it) ...
-    assert run_skipping() == []
+    # failOnDataLoss=false: the loss is logged and counted, the query resumes where the broker's offsets diverge
+    # from what it read (its #last@ marks: here where it began, the broker lost all 80), so the messages the
+    # restarted broker took before this run, over the lost range and below the broker's end, are read (issue 37
+    # part 5: the broker's max offset skipped them) ...
+    resumed = run_skipping()
+    assert sorted(v for v in resumed if v.startswith(b"fresh-")) == sorted(m.data for m in fresh), \
+        "messages at the reused offsets were skipped"
+    assert all(v.startswith(b"lost-") for v in resumed if not v.startswith(b"fresh-"))  # re-read: kept by the broker
     later = messages("later", 40)
     results = produce(master, topic, later)
     assert any(r.append_offset < checkpointed[r.partition.key] for r in results)  # still the reused range
-    # ... so every message written from then on is read, although its offset lies below the checkpoint's
+    # ... and every message written from then on, although its offset lies below the checkpoint's
     assert sorted(run_skipping()) == sorted(m.data for m in later), "messages at the reused offsets were skipped"
 
 
@@ -407,7 +413,8 @@ def test_offsets_reused_past_the_checkpoint_are_detected_when_the_query_restarts
     shutil.copytree(tmp_path / "ck", tmp_path / "ck_skip")
 
     cluster.restart("broker")  # kill -9 before the memory cache was flushed: the 80 are gone ...
-    results = produce(master, topic, messages("refill", 200))  # ... and 50 new ones per partition refill it
+    refill = messages("refill", 200)
+    results = produce(master, topic, refill)  # ... and 50 new ones per partition refill it
     ends: dict[str, int] = {}
     for result in results:
         ends[result.partition.key] = max(ends.get(result.partition.key, 0), result.append_offset + 28)
@@ -422,5 +429,8 @@ def test_offsets_reused_past_the_checkpoint_are_detected_when_the_query_restarts
     assert any(key in error for key in refilled), error
     assert len(values_in(spark, tmp_path / "out")) == 80  # nothing new taken for what was read
 
-    # failOnDataLoss=false: skipped to the broker's end (the log names the offsets)
-    assert read_skipping(spark, master, topic, tmp_path / "ck_skip") == []
+    # failOnDataLoss=false resumes where the broker's offsets diverge from what the query read (the log names the
+    # range): every refill message is read (issue 37 part 5: it skipped to the broker's end, all 200 unread)
+    resumed = read_skipping(spark, master, topic, tmp_path / "ck_skip")
+    assert sorted(v for v in resumed if v.startswith(b"refill-")) == sorted(m.data for m in refill)
+    assert all(v.startswith(b"read-") for v in resumed if not v.startswith(b"refill-"))  # re-read: kept by the broker

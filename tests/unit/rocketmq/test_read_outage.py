@@ -157,7 +157,8 @@ def test_a_stream_task_on_a_down_group_returns_its_rows_and_the_next_batches_rea
 
     driver.dead.add("broker-a")
     down = reader.latestOffset(end, ReadAllAvailable())
-    assert down == {KEY: PULL_BATCH, f"{KEY}#from": PULL_BATCH, "#deferrals": task.defer[1]}, \
+    moved = {key: value for key, value in down.items() if "#last@" not in key}
+    assert moved == {KEY: PULL_BATCH, f"{KEY}#from": PULL_BATCH, "#deferrals": task.defer[1]}, \
         "moved back, with where it starts"
     assert reader.partitions(end, down) == [], "nothing to read while the group is down"
     driver.dead.clear()

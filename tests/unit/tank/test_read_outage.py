@@ -134,7 +134,8 @@ def test_a_stream_task_on_a_down_broker_returns_its_rows_and_the_next_batches_re
             "events:0": Deferral("events:0", task.start, task.end, reached)}
 
         down = reader.latestOffset(end, ReadAllAvailable())  # the broker is still down
-        assert down == {"events:0": reached, "events:0#from": reached, "#deferrals": end["#deferrals"]}, \
+        moved = {key: value for key, value in down.items() if "#last@" not in key}
+        assert moved == {"events:0": reached, "events:0#from": reached, "#deferrals": end["#deferrals"]}, \
             "moved back, with where it starts"
         assert reader.partitions(end, down) == [], "nothing to read while the broker is down"
         broker.start()

@@ -4,7 +4,7 @@ no TANK artifact can be had from this machine's registries, so the double speaks
 from __future__ import annotations
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tests.doubles.tank_broker import TankBroker
 from tubespark.errors import DataLossError
@@ -97,17 +97,41 @@ def test_numbers_a_broker_lost_and_gave_again_are_data_loss_after_a_restart(brok
     broker.lose_after("events", 0, 2)  # numbers 3-5 lost ...
     broker.append_bundle("events", 0, encode_bundle([b"b3", b"b4", b"b5", b"b6"], [2, 2, 2, 2]))  # ... and given again
     restarted = make_reader(broker)
-    with pytest.raises(DataLossError, match=r"events:0: offsets this query read were reused.*offsets \[6, 7\) are "
-                                            r"skipped"):
+    with pytest.raises(DataLossError, match=r"events:0: offsets this query read were reused.*failOnDataLoss=false "
+                                            r"reads on from offset 1, where this query began reading the partition"):
         restarted.latestOffset(end, ReadAllAvailable())
-    skipping = make_reader(broker, failOnDataLoss="false")
-    after = skipping.latestOffset(end, ReadAllAvailable())
-    assert (after["events:0"], after["events:0#from"]) == (7, 7) and rows(skipping, end, after) == 0
+    resuming = make_reader(broker, failOnDataLoss="false")  # read in one batch: only where it began is known
+    after = resuming.latestOffset(end, ReadAllAvailable())
+    assert (after["events:0"], after["events:0#from"]) == (7, 1) and rows(resuming, end, after) == 6
     healthy = make_reader(broker)  # a restart on an untouched partition reads on without a word
     fill(broker, 1, 2)
     assert healthy.latestOffset({**after, "events:1": 1}, ReadAllAvailable())["events:1"] == 3
-    for each in (restarted, skipping, healthy):
+    for each in (restarted, resuming, healthy):
         each.stop()
+
+
+def test_numbers_given_again_after_a_loss_are_read_with_fail_on_data_loss_false(broker: TankBroker) -> None:
+    """Issue 37 part 5 on TANK (the engine's own fingerprints, read through the executors' read path): the query
+    read a1..a5 one a trigger; the broker lost 3-5 and wrote b3..b6 at those numbers before the query restarted.
+    It resumes at 3, the highest batch end whose message the broker still holds, and reads b3..b6, none skipped."""
+    broker.append_bundle("events", 0, encode_bundle([b"a1", b"a2"], [1, 1]))
+    broker.append_bundle("events", 0, encode_bundle([b"a3", b"a4", b"a5"], [1, 1, 1]))
+    reader = make_reader(broker, failOnDataLoss="false")
+    end = reader.initialOffset()
+    for _ in range(5):
+        end = reader.latestOffset(end, ReadMaxRows(1))
+    assert end["events:0"] == 6
+    reader.stop()
+    broker.lose_after("events", 0, 2)
+    broker.append_bundle("events", 0, encode_bundle([b"b3", b"b4", b"b5", b"b6"], [2, 2, 2, 2]))
+    restarted = make_reader(broker, failOnDataLoss="false")
+    after = restarted.latestOffset(end, ReadAllAvailable())
+    assert (after["events:0"], after["events:0#from"]) == (7, 3)
+    values = [row["value"] for task in restarted.partitions(end, after) for batch in restarted.read(task)
+              for row in batch.to_pylist()]
+    assert values == [b"b3", b"b4", b"b5", b"b6"]
+    assert [(loss.key, loss.offset, loss.resumes_at) for loss in restarted.data_losses] == [("events:0", 6, 3)]
+    restarted.stop()
 
 
 def test_a_partition_resumed_below_its_checkpoint_reads_what_comes_after_a_restart(broker: TankBroker) -> None:

@@ -386,20 +386,52 @@ def test_broker_below_the_query_offset_fails_with_fail_on_data_loss(make_reader,
         reader.latestOffset(end, ReadAllAvailable())
 
 
-def test_broker_below_the_query_offset_continues_from_the_broker_offset(make_reader, broker, keys):
+def _read_in_batches(reader: TubeStreamReader, keys: tuple[str, str]) -> dict[str, int]:
+    """p0 read two messages a batch up to 280 (p1 stays at its end): each batch end is a mark; the last end."""
+    end = {keys[0]: 0, keys[1]: 840}
+    for want in (56, 112, 168, 224, 280):
+        end = reader.latestOffset(end, ReadMaxRows(2))
+        assert partitions_of(end)[keys[0]] == want
+    return end
+
+
+def _values(reader: TubeStreamReader, start: dict[str, int], end: dict[str, int]) -> list[bytes]:
+    return [row["value"] for task in reader.partitions(start, end) for batch in reader.read(task)
+            for row in batch.to_pylist()]
+
+
+def test_broker_below_the_query_offset_resumes_where_the_new_messages_begin(make_reader, broker, keys, caplog):
+    """Issue 37 part 5, the broker not yet refilled past the query: it lost a4..a9 (offsets [112, 280)), and took
+    two new messages at 112 and 140 before the query's next trigger. Reading on at the broker's end (168) skipped
+    both; the query resumes at 112, the highest batch end whose message the broker still holds."""
+    p0, _ = broker.partitions(TOPIC)
+    reader = make_reader(failOnDataLoss="false")
+    end = _read_in_batches(reader, keys)
+    broker.lose(p0, keep=4)  # a kill -9 before the flush: max falls from 280 to 112
+    broker.append(p0, b"new-1", b"new-2")  # written at the reused offsets 112 and 140
+    with caplog.at_level("WARNING", logger="tubespark.spark.stream_engine"):
+        end2 = reader.latestOffset(end, ReadAllAvailable())
+    assert partitions_of(end2) == {keys[0]: 168, keys[1]: 840} and end2[keys[0] + "#from"] == 112
+    assert _values(reader, end, end2) == [b"new-1", b"new-2"]  # the new messages, none of them skipped
+    assert [(loss.key, loss.offset, loss.resumes_at) for loss in reader.data_losses] == [(keys[0], 280, 112)]
+    assert "the broker's max offset 168 is below this query's offset 280" in caplog.text
+    assert ("diverge from what this query read at an offset L in [112, 140]: the messages this query read in "
+            "[112, L) are read a second time (at most 28 offsets)") in caplog.text
+    assert "the broker lost the messages at offsets [L, 280) (140 to 168 offsets" in caplog.text
+    assert "continuing from offset 112" in caplog.text
+
+
+def test_broker_below_the_query_offset_after_one_batch_resumes_where_the_query_began(make_reader, broker, keys):
+    """Read in one batch, the only mark below the broker's end is where the query began: it re-reads what the
+    broker kept of that batch (a0..a3) rather than skip what it wrote since (new-1, new-2)."""
     p0, _ = broker.partitions(TOPIC)
     reader = make_reader(failOnDataLoss="false")
     end = reader.latestOffset({keys[0]: 0, keys[1]: 840}, ReadAllAvailable())
     broker.lose(p0, keep=4)
+    broker.append(p0, b"new-1", b"new-2")
     end2 = reader.latestOffset(end, ReadAllAvailable())
-    assert partitions_of(end2) == {keys[0]: 112, keys[1]: 840}  # the next batch starts at the broker's offset
-    assert reader.partitions(end, end2) == []
-    assert [(loss.key, loss.offset, loss.resumes_at) for loss in reader.data_losses] == [(keys[0], 280, 112)]
-    broker.append(p0, b"new-1", b"new-2")  # written at the reused offsets 112 and 140
-    end3 = reader.latestOffset(end2, ReadAllAvailable())
-    [task] = reader.partitions(end2, end3)
-    assert (task.start, task.end) == (112, 168)
-    assert [r["value"] for b in reader.read(task) for r in b.to_pylist()] == [b"new-1", b"new-2"]
+    assert [(loss.key, loss.offset, loss.resumes_at) for loss in reader.data_losses] == [(keys[0], 280, 0)]
+    assert _values(reader, end, end2) == [b"a0", b"a1", b"a2", b"a3", b"new-1", b"new-2"]
 
 
 # --- reused offsets (issue 23 part 3): the #last fingerprint -------------------------------------------
@@ -424,7 +456,9 @@ def test_a_restart_after_the_broker_reused_the_offsets_fails_with_fail_on_data_l
     restarted = make_reader()
     with pytest.raises(DataLossError, match=rf"partition {keys[0]}: offsets this query read were reused: the last "
                                             rf"message below offset 280 is not the one this query read there.*"
-                                            rf"skips to the broker's end 336: offsets \[280, 336\) are skipped"):
+                                            rf"failOnDataLoss=false reads on from offset 0, where this query began "
+                                            rf"reading the partition.*Set failOnDataLoss=false to continue from "
+                                            rf"offset 0\."):
         restarted.latestOffset(end, ReadAllAvailable())
 
 
@@ -438,24 +472,62 @@ def test_a_broker_restart_between_two_triggers_is_checked_by_the_running_query(m
             assert partitions_of(reader.latestOffset(end, ReadAllAvailable()))[keys[0]] == 280
 
 
-def test_reused_offsets_with_fail_on_data_loss_false_skip_to_the_broker_end_and_say_which(make_reader, broker, keys,
-                                                                                        caplog):
+def test_reused_offsets_with_fail_on_data_loss_false_resume_where_the_broker_diverges(make_reader, broker, keys,
+                                                                                      caplog):
+    """Issue 37 part 5, the defect as filed: the broker lost a4..a9 (offsets [112, 280)) and was refilled past the
+    query's 280 before it restarted. failOnDataLoss=false skipped to the broker's end (336), so new0..new7, written
+    at [112, 336) after the broker's restart, were never read. It resumes at 112 and reads them all."""
     reader = make_reader(failOnDataLoss="false")
-    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    end = _read_in_batches(reader, keys)
+    assert {k for k in end if k.startswith(keys[0] + "#last@")} == {
+        f"{keys[0]}#last@{offset}" for offset in (0, 56, 112, 168, 224)}  # batch ends, and where p0 began
     reader.stop()
-    _lose_and_refill(broker, keep=4, refill=8)
+    _lose_and_refill(broker, keep=4, refill=8)  # new0..new7 at offsets [112, 336)
     restarted = make_reader(failOnDataLoss="false")
     with caplog.at_level("WARNING", logger="tubespark.spark.stream_engine"):
         end2 = restarted.latestOffset(end, ReadAllAvailable())
-    assert partitions_of(end2) == {keys[0]: 336, keys[1]: 840}
-    assert end2[keys[0] + "#from"] == 336 and restarted.partitions(end, end2) == []  # nothing read as if old
-    assert [(loss.key, loss.offset, loss.resumes_at) for loss in restarted.data_losses] == [(keys[0], 280, 336)]
-    assert "offsets [280, 336) are skipped" in caplog.text and "continuing from offset 336" in caplog.text
+    assert partitions_of(end2) == {keys[0]: 336, keys[1]: 840} and end2[keys[0] + "#from"] == 112
+    assert _values(restarted, end, end2) == [f"new{i}".encode() for i in range(8)]
+    assert [(loss.key, loss.offset, loss.resumes_at) for loss in restarted.data_losses] == [(keys[0], 280, 112)]
+    assert ("failOnDataLoss=false reads on from offset 112, the highest mark in this query's offsets whose message "
+            "the broker still holds unchanged (3 mark(s) read to find it)") in caplog.text
+    assert "L in [112, 140]" in caplog.text
+    assert "lost the messages at offsets [L, 280) (140 to 168 offsets" in caplog.text
+    assert "continuing from offset 112 (data loss event 1)" in caplog.text
+    assert [k for k in end2 if k.startswith(keys[0] + "#last@")] == [  # the lost batch ends' marks are dropped
+        f"{keys[0]}#last@{offset}" for offset in (0, 56, 112)]
     p0, _ = broker.partitions(TOPIC)
     broker.append(p0, b"after")
     end3 = restarted.latestOffset(end2, ReadAllAvailable())
-    [task] = restarted.partitions(end2, end3)
-    assert (task.start, task.end) == (336, 364)
+    assert _values(restarted, end2, end3) == [b"after"] and len(restarted.data_losses) == 1
+
+
+def test_reused_offsets_with_fail_on_data_loss_true_still_fail_naming_where_false_resumes(make_reader, broker, keys):
+    reader = make_reader()
+    end = _read_in_batches(reader, keys)
+    reader.stop()
+    _lose_and_refill(broker, keep=4, refill=8)
+    for _ in range(2):  # a restart on the same checkpoint keeps failing
+        restarted = make_reader()
+        with pytest.raises(DataLossError, match=rf"^partition {keys[0]}: offsets this query read were reused: .*"
+                                                rf"Set failOnDataLoss=false to continue from offset 112\."):
+            restarted.latestOffset(end, ReadAllAvailable())
+        restarted.stop()  # the query failed: its driver leaves the group
+
+
+def test_an_old_checkpoint_with_one_fingerprint_mark_skips_to_the_broker_end_as_before(make_reader, broker, keys,
+                                                                                       caplog):
+    """A checkpoint written before the #last@ marks holds only the #last of its position: nothing tells where the
+    loss began, so failOnDataLoss=false reads on from the broker's end, as that version did, and says so."""
+    reader = make_reader(failOnDataLoss="false")
+    end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
+    old = {key: value for key, value in end.items() if "#last@" not in key}
+    reader.stop()
+    _lose_and_refill(broker, keep=4, refill=8)
+    with caplog.at_level("WARNING", logger="tubespark.spark.stream_engine"):
+        end2 = make_reader(failOnDataLoss="false").latestOffset(old, ReadAllAvailable())
+    assert partitions_of(end2) == {keys[0]: 336, keys[1]: 840}
+    assert "no mark in this query's offsets names a message the broker still holds unchanged" in caplog.text
 
 
 def test_a_healthy_restart_and_an_old_checkpoint_read_on_without_a_loss(make_reader, broker, keys):
@@ -581,7 +653,7 @@ def test_without_a_web_api_a_partial_loss_notes_that_a_foreign_checkpoint_looks_
     broker.lose(p0, keep=4)
     with pytest.raises(DataLossError, match=rf"^partition {keys[0]}: the broker's max offset 112") as error:
         reader.latestOffset(end, ReadAllAvailable())
-    assert ("Set failOnDataLoss=false to continue from offset 112. A checkpoint written against another cluster "
+    assert ("Set failOnDataLoss=false to continue from offset 0. A checkpoint written against another cluster "
             "or before the topic was deleted and re-created looks the same from here") in str(error.value)
 
 

@@ -46,6 +46,8 @@ class _NeverBack(BoundsPolicy):
     Only a running query's own offset (from its checkpoint or an earlier batch) is judged here; a start the user
     named above a queue's max fails at the start instead (tubespark.spark.offset_rules)."""
 
+    lost_above = False
+
     def above(self, key: str, start: int, bounds: Bounds) -> Resolution:
         log.warning("queue %s: the broker serving it reports max offset %d, below this query's %d (a slave acting "
                     "for its master may lag); waiting, the offset does not move back", key, bounds.high, start)

@@ -91,13 +91,10 @@ class _LostAcknowledged(BoundsPolicy):
                                        f"window: a broker killed before flushing its memory cache loses what it "
                                        f"acknowledged; enableMemStore=false on the broker closes the window, README "
                                        f"'TubeMQ's own durability window'). Offsets [{bounds.high}, {start}) will "
-                                       f"be reused by new messages, and what the broker stored below {bounds.high} "
-                                       f"since its restart cannot be told from what this query read before. "
-                                       f"The choice: failOnDataLoss=true (this error) stops the query until you "
-                                       f"decide, and a restart on this checkpoint keeps failing, also once the "
-                                       f"broker is refilled past {start} (the offsets' #last check); "
-                                       f"failOnDataLoss=false reads on from offset {bounds.high}: the messages "
-                                       f"written at the reused offsets from then on are read, the lost ones never")
+                                       f"be reused by new messages, and the broker may already have written new "
+                                       f"ones below {bounds.high} since its restart. With failOnDataLoss=true a "
+                                       f"restart on this checkpoint keeps failing, also once the broker is refilled "
+                                       f"past {start} (the offsets' #last check)")
 
 
 class TubeStreamReader(StreamEngine):
