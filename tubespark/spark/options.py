@@ -179,7 +179,10 @@ MAX_BYTES_PER_TRIGGER = SharedOption(
     "Estimated from a sample of each partition's next messages; a batch reads at least one message.")
 FAIL_ON_DATA_LOSS = SharedOption(
     "failOnDataLoss", "true", parse_bool, "Fail the query when data it planned to read is gone (retention "
-    "removed it, a partition vanished, a partition's end went back). `false`: log it and read what is left.")
+    "removed it, a partition vanished, a partition's end went back or its offsets were reused). `false`: log it "
+    "and read what is left; after a broker lost acknowledged messages, the query resumes where the broker's "
+    "offsets diverge from what it read (the offsets' `#last@` marks), so every message written at the reused "
+    "offsets is read.")
 CONNECT_TIMEOUT = SharedOption(
     "connectTimeoutMs", None, parse_positive_int, "TCP connect timeout.", applies="both",
     default_from=lambda terms: terms.settings.default_ms("connect_timeout_s"))
