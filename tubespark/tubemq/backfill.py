@@ -211,8 +211,9 @@ def parser() -> argparse.ArgumentParser:
                              help="partitions on brokers that are down: fail (default) or skip them, name them and "
                                   f"exit {EXIT_LEFT_OUT}")
             cmd.add_argument("--master-web-url", help="the masters' web API, http://host:port[,...] (default: port "
-                                                      "8080 of each master host): where the export learns which "
-                                                      "partitions are configured")
+                                                      "8080 of each master host): why a configured partition is "
+                                                      "not served (the export learns which are configured from "
+                                                      "the master itself)")
             cmd.add_argument("--mode", default="errorifexists", choices=("errorifexists", "overwrite"),
                              help="when --output exists: fail (default) or replace it")
         else:
