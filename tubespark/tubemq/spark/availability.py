@@ -78,7 +78,7 @@ def _placement(topics: tuple[str, ...], opts: TubeMQOptions, listed: list[str]) 
     try:
         rpc = configured_by_master(opts.masters, topics, opts.client_settings())
     except TubeSparkError as exc:
-        rpc_failure = f"the master did not give it over RPC ({exc})"
+        rpc_failure = f"the master did not give its configuration over RPC ({exc})"
         log.debug("batch read of %s: %s", ", ".join(topics), rpc_failure)
     else:
         if not rpc.missing_from(listed):
