@@ -12,6 +12,7 @@ from tests.doubles.fakebroker import FakeBroker, FakeMaster
 from tests.doubles.fakepeer import closed_port_address
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
 from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
+from tubespark.tubemq import backfill
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.configured import configured_by_master
 from tubespark.tubemq.client.placement import configured_partitions
@@ -207,6 +208,20 @@ def test_skip_without_the_configuration_reads_what_is_listed_and_warns(cluster, 
     [warning] = _warnings(caplog)
     assert "cannot check that every configured partition is served" in warning
     assert "onUnavailablePartitions=skip" in warning and "set masterWebUrl" in warning
+
+
+def test_an_export_that_could_not_check_fails_or_does_not_claim_to_be_complete(cluster, monkeypatch, capsys):
+    """backfill export plans with the batch reader: without the configuration it fails (exit 2 through main), and
+    with skip it exits 3 ("complete except what it says"), never 0."""
+    _one, _two, master, _web = cluster
+    master.unsupported.update({Method.CONSUMER_REGISTER_V2, Method.CONSUMER_GET_PART_META})
+    _no_web_api_at_the_guess(monkeypatch)
+    argv = ["export", "--master", master.address, "--topic", TOPIC, "--output", "unused", "--starting", "latest"]
+    with pytest.raises(ConfigurationUnknownError, match="Set masterWebUrl"):
+        backfill.export(None, backfill.parser().parse_args(argv))  # type: ignore[arg-type]  # fails before Spark
+    code = backfill.export(None, backfill.parser().parse_args([*argv, "--on-unavailable-partitions", "skip"]))  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert code == backfill.EXIT_LEFT_OUT and "export: COULD NOT CHECK" in err and "--master-web-url" in err, err
 
 
 def test_a_master_without_the_rpc_view_is_checked_through_the_guessed_web_api(cluster, caplog, monkeypatch):

@@ -34,9 +34,10 @@ log = logging.getLogger(__name__)
 
 
 def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
-                      ) -> tuple[list[PartitionRef], dict[int, tuple[str, ...]]]:
-    """``(partitions to plan, left out)``: the served partitions of ``topics``, sorted, and broker id -> the
-    configured partitions that broker does not serve now (empty unless ``onUnavailablePartitions=skip``).
+                      ) -> tuple[list[PartitionRef], dict[int, tuple[str, ...]], bool]:
+    """``(partitions to plan, left out, checked)``: the served partitions of ``topics``, sorted, broker id -> the
+    configured partitions that broker does not serve now (empty unless ``onUnavailablePartitions=skip``), and
+    whether the configuration was known (False only under ``skip``: then what is left out is not known).
 
     Raises :class:`PartitionsUnavailableError` when some are left out and ``onUnavailablePartitions=fail``,
     :class:`ConfigurationUnknownError` when it cannot learn the configuration at all (``fail``),
@@ -55,10 +56,10 @@ def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
                                                    f"cluster of master {','.join(opts.masters)}: it is not "
                                                    f"deployed or was deleted; {CHECK_TOPIC}", broker="TubeMQ")
     if placement is None:
-        return listed, {}
+        return listed, {}, False
     missing = placement.missing_from(p.key for p in listed)
     reasons = {b: placement.describe_broker(b) for b in missing}
-    return listed, settle_unavailable(topics, opts, missing, reasons, total=len(listed) + count_keys(missing))
+    return listed, settle_unavailable(topics, opts, missing, reasons, total=len(listed) + count_keys(missing)), True
 
 
 def settle_unavailable(topics: tuple[str, ...], opts: TubeMQOptions, missing: dict[int, tuple[str, ...]],

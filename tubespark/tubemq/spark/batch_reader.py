@@ -50,13 +50,16 @@ class TubeBatchReader(DataSourceReader):
         self.left_out: dict[int, tuple[str, ...]] = {}
         """After :meth:`plan`: broker id -> partitions left out because that broker does not serve them
         (only with ``onUnavailablePartitions=skip``; otherwise the plan fails instead)."""
+        self.checked = True
+        """After :meth:`plan`: whether the plan was checked against the master's configuration (False only with
+        ``onUnavailablePartitions=skip`` when no source of it answered: a broker that is down may be left out)."""
 
     def plan(self) -> list[QueueRange]:
         opts = self.options
         # an unknown topic, an unreachable master or a broker that is down fails here, on the driver,
         # before any task runs
         topics = subscribed_topics(opts)
-        served, self.left_out = served_partitions(topics, opts)
+        served, self.left_out, self.checked = served_partitions(topics, opts)
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
         # listed by the master but not answering: a broker that crashed or stalls, not yet released by the
