@@ -227,10 +227,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads (and `backfill "
                "export`): partitions the master's configuration puts on a broker that does not serve them now (down, "
                "stopped, offline, closed to consumers). `fail`: fail before reading anything, naming each broker and "
-               "its partitions (`PartitionsUnavailableError`); a read that cannot learn the configuration at all (a "
-               "master without the client-balance calls and no web API at `masterWebUrl`) fails too "
-               "(`ConfigurationUnknownError`). `skip`: read the other partitions and log, as a warning, which were "
-               "left out, or that it could not check."),
+               "its partitions (`PartitionsUnavailableError`); a read that cannot learn the configuration at all (the "
+               "master does not give it over RPC, as on a topic under consumer-group authorization, and no web "
+               "API answers at `masterWebUrl`) fails too, even with every broker up (`ConfigurationUnknownError`). "
+               "`skip`: read the other partitions and log, as a warning, which were left out, or that it could "
+               "not check."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
                "message's attributes."),
     OptionSpec("dedupAttribute", None, parse_attribute_name,
