@@ -119,7 +119,8 @@ class _Link:
 
 
 def _failure(response_cls: type[Message], code: int, text: str) -> Message:
-    response = response_cls(success=False, errCode=code, errMsg=text)
+    fields = response_cls.DESCRIPTOR.fields_by_name
+    response = response_cls(errCode=code, errMsg=text, **({"success": False} if "success" in fields else {}))
     if "brokerCheckSum" in response_cls.DESCRIPTOR.fields_by_name:
         response.brokerCheckSum = -1
     return response
@@ -132,6 +133,8 @@ class _Server:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.unsupported: set[int] = set()
+        """Methods answered FATAL "Unsupported method ID" though handled (a server without them)."""
         self.requests: list[tuple[int, Message]] = []
         self._faults: dict[int, list[tuple[int, str]]] = {}
         self._answer_faults: dict[int, list[tuple[str, float]]] = {}
@@ -218,7 +221,8 @@ class _Server:
             while not self._stopped.is_set():
                 serial, payload = read_frame(link)
                 decoded = decode_request(payload)
-                if decoded.method not in self.handlers:  # as the real server: FATAL, connection stays
+                if decoded.method not in self.handlers or decoded.method in self.unsupported:  # as the real
+                    # server (or an older one): FATAL, connection stays
                     link.send(serial, encode_exception("java.lang.Exception", "Unsupported method ID", fatal=True))
                     continue
                 with self.lock:
@@ -496,7 +500,9 @@ class _Event:
 
 
 class FakeMaster(_Server):
-    """Consumer and producer master calls for the topics of one :class:`FakeBroker`."""
+    """Consumer and producer master calls for the topics of one :class:`FakeBroker` (and ``others``); the
+    client-balance register and partition metadata answer every broker's topics as configured, a released
+    broker's as not served (``unsupported`` turns them off, as on a master without them)."""
 
     handlers: ClassVar[dict[int, tuple[type[Message], type[Message], str]]] = {
         Method.CONSUMER_REGISTER: (mpb.RegisterRequestC2M, mpb.RegisterResponseM2C, "_c_register"),
@@ -505,6 +511,8 @@ class FakeMaster(_Server):
         Method.PRODUCER_REGISTER: (mpb.RegisterRequestP2M, mpb.RegisterResponseM2P, "_p_register"),
         Method.PRODUCER_HEARTBEAT: (mpb.HeartRequestP2M, mpb.HeartResponseM2P, "_p_heartbeat"),
         Method.PRODUCER_CLOSE: (mpb.CloseRequestP2M, mpb.CloseResponseM2P, "_p_close"),
+        Method.CONSUMER_REGISTER_V2: (mpb.RegisterRequestC2MV2, mpb.RegisterResponseM2CV2, "_c_register_v2"),
+        Method.CONSUMER_GET_PART_META: (mpb.GetPartMetaRequestC2M, mpb.GetPartMetaResponseM2C, "_c_part_meta"),
     }
 
     def __init__(self, broker: FakeBroker, *, max_msg_size: int = 1024 * 1024,
@@ -515,6 +523,7 @@ class FakeMaster(_Server):
         self.released: set[int] = set()  # broker ids left out of producer layouts
         self.max_msg_size = max_msg_size
         self.consumers: dict[str, mpb.RegisterRequestC2M] = {}
+        self.consumers_v2: dict[str, mpb.RegisterRequestC2MV2] = {}
         self.acks: list[mpb.EventProto] = []
         self._events: list[_Event] = []
         self._outstanding: _Event | None = None
@@ -555,7 +564,30 @@ class FakeMaster(_Server):
 
     def _c_close(self, req: mpb.CloseRequestC2M) -> mpb.CloseResponseM2C:
         self.consumers.pop(req.clientId, None)
+        self.consumers_v2.pop(req.clientId, None)
         return mpb.CloseResponseM2C(success=True, errCode=200, errMsg="OK")
+
+    # --- client-balance (V2): the configured partitions -------------------------------------------------
+
+    def _c_register_v2(self, req: mpb.RegisterRequestC2MV2) -> mpb.RegisterResponseM2CV2:
+        self.consumers_v2[req.clientId] = req
+        return mpb.RegisterResponseM2CV2(errCode=200, errMsg="OK", brokerConfigId=1,
+                                         brokerConfigList=[b.info for b in self.brokers])
+
+    def _c_part_meta(self, req: mpb.GetPartMetaRequestC2M) -> mpb.GetPartMetaResponseM2C:
+        """Every broker holding the member's topics, released or not (statusId 0 then), as the real master
+        answers from its configuration: ``topic#brokerId:numTopicStores:numPartitions:statusId``."""
+        member = self.consumers_v2.get(req.clientId)
+        if member is None:
+            return _failure(mpb.GetPartMetaResponseM2C, 411, "Not found client in group")  # type: ignore[return-value]
+        infos = []
+        for topic in member.topicList:
+            items = [f"{b.broker_id}:{len(b.partitions(topic))}:1:{0 if b.broker_id in self.released else 1}"
+                     for b in self.brokers if b.partitions(topic)]
+            if items:
+                infos.append(f"{topic}#{','.join(items)}")
+        return mpb.GetPartMetaResponseM2C(errCode=200, errMsg="OK", brokerConfigId=1, topicMetaInfoId=1,
+                                          topicMetaInfoList=infos, brokerConfigList=[b.info for b in self.brokers])
 
     def forget(self, client_id: str) -> None:
         """Drop a consumer as a restarted master would: its next heartbeat gets 411."""

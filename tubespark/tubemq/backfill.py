@@ -8,7 +8,7 @@ arrived: for ``export`` the files hold exactly the messages of the planned range
 the brokers acknowledged every input row. Exit 1 means "ran, but something is missing", 2 a usage or
 connection error (a broker that is down included: ``export`` names it and its partitions). With
 ``--on-unavailable-partitions skip`` an export reads the partitions that are served, names on stderr
-the ones it left out, and exits 3 ("complete except what it says it left out").
+the ones it left out (or says it could not check), and exits 3 ("complete except what it says it left out").
 
     spark-submit --master local[4] scripts/backfill.py export --master 10.0.0.1:8715 --topic events \\
         --starting earliest --ending latest --output /data/events_backfill
@@ -90,7 +90,8 @@ class Progress:
 
 
 EXIT_LEFT_OUT = 3
-"""``export`` exit status when it read everything served but left out partitions of brokers that were down."""
+"""``export`` exit status when it read everything served but left out partitions of brokers that were down, or
+could not check whether it did (``--on-unavailable-partitions skip`` without the master's configuration)."""
 
 DESCRIPTION = """Backfills between TubeMQ and files, run locally or with spark-submit (scripts/backfill.py).
 
@@ -101,7 +102,8 @@ EXIT_CODES = f"""exit codes:
   0  complete: the files hold exactly the range's messages / the brokers acknowledged every row
   1  ran, but something is missing (fewer rows than planned, a failed Spark job)
   2  usage or connection error (bad option, unknown topic, master unreachable, a broker down)
-  {EXIT_LEFT_OUT}  export with --on-unavailable-partitions skip: complete except the partitions it names"""
+  {EXIT_LEFT_OUT}  export with --on-unavailable-partitions skip: complete except the partitions it names, or it
+     could not check that every configured partition is served"""
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
@@ -142,9 +144,14 @@ def export(spark: SparkSession, args: argparse.Namespace) -> int:
     if left_out:
         print(f"export: LEAVES OUT {len(left_out)} partitions, configured on brokers that do not serve them now "
               f"(--on-unavailable-partitions skip): {', '.join(left_out)}", file=sys.stderr)
+    if not reader.checked:
+        print("export: COULD NOT CHECK that every configured partition is served (--on-unavailable-partitions "
+              "skip, and neither the master nor a web API gave the configuration): a broker that is down may be "
+              "left out; set --master-web-url to check", file=sys.stderr)
+    partial = bool(left_out) or not reader.checked
     if not tasks:
         print(f"export: nothing to read in {args.topic} for the given range", file=sys.stderr)
-        return EXIT_LEFT_OUT if left_out else 0
+        return EXIT_LEFT_OUT if partial else 0
     options.update(startingOffsets=json.dumps(starts), endingOffsets=json.dumps(ends))
     frame = spark.read.format("tubemq").options(**options).load()
     with Progress(spark, "export") as progress:
@@ -160,9 +167,9 @@ def export(spark: SparkSession, args: argparse.Namespace) -> int:
     if rows != expected:
         print(f"export: INCOMPLETE, {rows} rows written, {expected} messages in the range", file=sys.stderr)
         return 1
-    if left_out:
-        print(f"export: {rows} messages of {args.topic} in {args.output}, complete except the {len(left_out)} "
-              f"partitions left out above", file=sys.stderr)
+    if partial:
+        what = f"the {len(left_out)} partitions left out above" if reader.checked else "what it could not check"
+        print(f"export: {rows} messages of {args.topic} in {args.output}, complete except {what}", file=sys.stderr)
         return EXIT_LEFT_OUT
     print(f"export: complete, {rows} messages of {args.topic} in {args.output}", file=sys.stderr)
     return 0
@@ -211,8 +218,9 @@ def parser() -> argparse.ArgumentParser:
                              help="partitions on brokers that are down: fail (default) or skip them, name them and "
                                   f"exit {EXIT_LEFT_OUT}")
             cmd.add_argument("--master-web-url", help="the masters' web API, http://host:port[,...] (default: port "
-                                                      "8080 of each master host): where the export learns which "
-                                                      "partitions are configured")
+                                                      "8080 of each master host): why a configured partition is "
+                                                      "not served (the export learns which are configured from "
+                                                      "the master itself)")
             cmd.add_argument("--mode", default="errorifexists", choices=("errorifexists", "overwrite"),
                              help="when --output exists: fail (default) or replace it")
         else:

@@ -110,5 +110,12 @@ class AdminApiError(TubeSparkError):
     """A master's or broker's HTTP admin API failed or refused a call (the answer says why)."""
 
 
+class ConfigurationUnknownError(TubeSparkError):
+    """A batch read could not learn which partitions the master's configuration holds: neither the master's RPC
+    (client-balance partition metadata) nor its web API (``masterWebUrl``) answered. It cannot tell a complete
+    read from one that leaves out a broker that is down, so it reads nothing. Not retriable: it takes the
+    ``masterWebUrl`` option (or ``onUnavailablePartitions=skip``), not waiting."""
+
+
 class BundleParseError(CodecError):
     """A message read with ``payloadFormat=inlongmsg`` is not a valid InLong bundle (``ignoreParseErrors=false``)."""

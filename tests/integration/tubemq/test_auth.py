@@ -53,6 +53,8 @@ from tubespark.tubemq.client.common import ClientSettings, Credentials
 from tubespark.tubemq.client.group import GroupSession
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.producer import Producer
+from tubespark.tubemq.errors import ConfigurationUnknownError
+from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef
@@ -272,6 +274,21 @@ def test_a_group_without_rights_on_a_controlled_topic_is_refused_at_once(cluster
     assert consume(master, CTRL_TOPIC, ALLOWED_GROUP, creds(), set(values)) >= set(values)
 
 
+def test_a_batch_read_of_a_controlled_topic_checks_its_partitions_through_the_web_api(cluster):
+    """The master refuses the batch read's private configuration probe group on a group-controlled topic, so the
+    read cannot check its partitions over RPC: without a web API (none at port 8080 here) it fails naming
+    masterWebUrl instead of reading what happens to be served; with masterWebUrl it reads."""
+    raw = {"master": cluster.master_address, "topic": CTRL_TOPIC, "auth.user": USER, "auth.password": PASSWORD,
+           **FAST}
+    with pytest.raises(ConfigurationUnknownError) as failed:
+        TubeBatchReader(TubeMQOptions.from_raw(raw, mode="read")).plan()
+    text = str(failed.value)
+    assert "not authorized" in text and "Set masterWebUrl" in text and "master.ini" in text, text
+    assert PASSWORD not in text and not failed.value.retriable
+    checked = TubeBatchReader(TubeMQOptions.from_raw({**raw, "masterWebUrl": cluster.master_web_url}, mode="read"))
+    assert all(t.ref.topic == CTRL_TOPIC for t in checked.plan()) and checked.checked  # planned, no error
+
+
 def test_client_logs_objects_and_errors_never_hold_the_password(cluster, caplog):
     """Part 4 for the client: DEBUG logs of a whole produce/consume round, reprs, and a refusal's text."""
     caplog.set_level(logging.DEBUG, logger="tubespark")
@@ -370,10 +387,12 @@ def test_spark_read_and_write_with_credentials_leak_no_password(cluster, tmp_pat
     """Spark source and sink with credentials (batch and stream), and the password marker nowhere.
 
     The job writes rows to the controlled topic, reads them back in batch (no group: the broker does
-    not check group authorization), streams them with the authorized group into another topic
-    through the tubemq sink, and fails a stream with a group without rights. Searched for the
-    marker: DEBUG logs of every Python process, the job's stdout/stderr (``explain()`` output, Spark's
-    log), the exception texts, the query's progress JSON, every checkpoint file, and the servers' logs.
+    not check group authorization; with ``masterWebUrl``: the master refuses the batch read's private
+    configuration probe group on a controlled topic, so the read checks its partitions there), streams
+    them with the authorized group into another topic through the tubemq sink, and fails a stream with a
+    group without rights. Searched for the marker: DEBUG logs of every Python process, the job's
+    stdout/stderr (``explain()`` output, Spark's log), the exception texts, the query's progress JSON,
+    every checkpoint file, and the servers' logs.
     """
     site, logs, work = tmp_path / "site", tmp_path / "logs", tmp_path / "work"
     for d in (site, logs, work):
@@ -384,7 +403,8 @@ def test_spark_read_and_write_with_credentials_leak_no_password(cluster, tmp_pat
            "PYSPARK_DRIVER_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(path)}
     out = tmp_path / "job.out"
     with out.open("w") as sink:
-        job = subprocess.run([sys.executable, str(_HERE), "leak-job", cluster.master_address, str(work)], env=env,
+        job = subprocess.run([sys.executable, str(_HERE), "leak-job", cluster.master_address, str(work),
+                              cluster.master_web_url], env=env,
                              stdout=sink, stderr=subprocess.STDOUT, timeout=200, check=False)
     output = out.read_text(errors="replace")
     assert job.returncode == 0, output[-5000:]
@@ -459,7 +479,7 @@ def test_visit_token_check_refuses_broker_calls_without_the_masters_token(cluste
 # --- the leak job (run as a script) ---------------------------------------------------------------
 
 
-def _leak_job(master: str, work: Path) -> None:
+def _leak_job(master: str, work: Path, web: str) -> None:
     """The Spark side of the leak test; writes ``work/result.json``. See the test's docstring."""
     from pyspark.sql import SparkSession
 
@@ -478,7 +498,8 @@ def _leak_job(master: str, work: Path) -> None:
     (spark.createDataFrame([(r,) for r in rows], "value string").write.format("tubemq").option("master", master)
      .option("topic", SPARK_IN_TOPIC).options(**auth).mode("append").save())
 
-    batch = spark.read.format("tubemq").option("master", master).option("topic", SPARK_IN_TOPIC).options(**auth).load()
+    batch = (spark.read.format("tubemq").option("master", master).option("topic", SPARK_IN_TOPIC)
+             .option("masterWebUrl", web).options(**auth).load())
     batch.explain(True)
     result["batch_read"] = [r.value.decode() for r in batch.select("value").collect()]
 
@@ -508,4 +529,4 @@ def _leak_job(master: str, work: Path) -> None:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["leak-job"]:
-    _leak_job(sys.argv[2], Path(sys.argv[3]))
+    _leak_job(sys.argv[2], Path(sys.argv[3]), sys.argv[4])

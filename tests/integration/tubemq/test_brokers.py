@@ -30,6 +30,7 @@ from tests.integration.helpers import SharedSession, bodies, produce
 from tubespark.errors import PartitionsUnavailableError
 from tubespark.tubemq import backfill
 from tubespark.tubemq.client.common import ClientSettings
+from tubespark.tubemq.client.configured import configured_by_master
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.placement import Placement, configured_partitions
 from tubespark.tubemq.client.producer import Producer
@@ -112,6 +113,11 @@ def test_three_brokers_on_their_own_addresses_serve_every_topic(tubemq_brokers):
     placement = _placement(cluster, topic)
     assert placement.partitions[topic] == {p.key for p in listed}
     assert placement.offline_brokers == frozenset() and placement.missing_from(p.key for p in listed) == {}
+    started = time.monotonic()
+    rpc = configured_by_master(cluster.master_address, [topic], ClientSettings())  # the same over RPC
+    took = time.monotonic() - started
+    print(f"configured_by_master: {took * 1000:.0f} ms")  # what a batch read adds to its planning
+    assert rpc.partitions == placement.partitions and rpc.unserved() == {} and took < 3.0
 
 
 def test_batch_read_is_exact_with_rows_from_every_broker(spark, tubemq_brokers):
@@ -241,6 +247,23 @@ def test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_skipped
         placement = _placement(cluster, topic)  # the helper: configured, on a broker that is not running
         assert placement.offline_brokers == {2} and placement.unserved() == {2: tuple(gone)}
         assert all(placement.is_configured(key) for key in gone) and len(placement.partitions[topic]) == 6
+        rpc = configured_by_master(cluster.master_address, [topic], ClientSettings())  # over RPC: the same
+        assert rpc.partitions == placement.partitions and rpc.unserved() == {2: tuple(gone)}
+
+        # issue 37: without masterWebUrl (the web API is not on the guessed port 8080 here) the read returned the
+        # served two thirds with a warning; the master's RPC view fails it the same way
+        with pytest.raises(Exception, match="PartitionsUnavailableError") as unset:
+            spark.read.format("tubemq").option("master", cluster.master_address).option("topic", topic).load().collect()
+        assert "broker 2 (127.0.0.2:" in str(unset.value) and gone[0] in str(unset.value), str(unset.value)[-3000:]
+        bare = {"master": cluster.master_address, "topic": topic, "startingOffsets": "earliest"}
+        with caplog.at_level(logging.WARNING), pytest.raises(PartitionsUnavailableError) as typed_bare:
+            TubeBatchReader(TubeMQOptions.from_raw(bare, mode="read")).plan()
+        assert typed_bare.value.unavailable == {2: tuple(gone)}
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        code = backfill.main(["export", "--master", cluster.master_address, "--topic", topic, "--format", "json",
+                              "--output", str(tmp_path / "bare")], session_factory=lambda: SharedSession(spark))
+        err = capsys.readouterr().err
+        assert code == 2 and "broker 2" in err and gone[0] in err and not (tmp_path / "bare").exists(), err
 
         with pytest.raises(Exception, match="PartitionsUnavailableError") as failed:
             _read(spark, cluster, topic).collect()
@@ -279,6 +302,13 @@ def test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_skipped
         exported = spark.read.json(str(tmp_path / "partial")).select(F.unbase64("value").alias("v")).collect()
         assert sorted(r.v for r in exported) == sorted(v for v, b in sent.items() if b != 2)
     rows = _read(spark, cluster, topic).select("value").collect()  # back: all of it again, no error
+    assert sorted(r.value for r in rows) == sorted(sent)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # and without masterWebUrl: checked over RPC, nothing to warn about
+        tasks = TubeBatchReader(TubeMQOptions.from_raw(bare, mode="read")).plan()
+    assert {t.ref.broker_id for t in tasks} == {1, 2, 3}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    rows = spark.read.format("tubemq").option("master", cluster.master_address).option("topic", topic).load().collect()
     assert sorted(r.value for r in rows) == sorted(sent)
 
 

@@ -87,7 +87,7 @@ def test_the_shared_module_holds_only_broker_neutral_kinds() -> None:
         assert not shared & set(_classes(module_name)), "a class is defined twice"
     tubemq_only = {"BadTokenError", "ProtobufDecodeError", "RpcError", "StandbyMasterError", "NoMasterAvailableError",
                    "NotAMasterError", "PartitionOccupiedError", "NotRegisteredError", "GroupConflictError",
-                   "AdminApiError", "BundleParseError"}
+                   "AdminApiError", "ConfigurationUnknownError", "BundleParseError"}
     assert tubemq_only <= set(_classes("tubespark.tubemq.errors")) and not tubemq_only & shared
 
 
@@ -95,7 +95,7 @@ def test_the_shared_module_holds_only_broker_neutral_kinds() -> None:
     ("tubemq", {"BadTokenError", "ProtobufDecodeError", "RpcError", "StandbyMasterError", "NoMasterAvailableError",
                 "ServerNotReadyError", "ServiceStoppedError", "NotAMasterError", "PartitionOccupiedError",
                 "NotRegisteredError", "GroupConflictError",
-                "AdminApiError", "BundleParseError"}),
+                "AdminApiError", "ConfigurationUnknownError", "BundleParseError"}),
     ("tank", {"TankProtocolError", "BundleFormatError", "TruncatedFieldError", "LeaderMovedError",
               "BoundaryFaultError"}),
     ("rocketmq", {"NoNameServerAvailableError", "NoPermissionError", "OffsetOutOfRangeError",

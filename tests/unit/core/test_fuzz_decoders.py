@@ -49,6 +49,7 @@ from tubespark.tubemq.wire.envelope import (
 from tubespark.tubemq.wire.formats import (
     MAX_TOPIC_PARTITIONS,
     BrokerInfo,
+    ConfiguredDeployment,
     PartitionRef,
     TopicLayout,
     parse_subscribe_info,
@@ -272,6 +273,7 @@ KEY_SEEDS = [PART.key, "1:a:b:0"]
 WIRE_SEEDS = [PART.wire_string(), "1:h:#t:1"]
 SUBSCRIBE_SEEDS = [subscribe_info("consumer-1", "group", PART), "c@d@g#1:h:1#t:0"]
 TOPIC_SEEDS = ["t#1:2:3,2:1:1#1048576", "my_t#9:1:2#", "t#1:1:1"]
+TOPIC_META_SEEDS = ["t#1:2:1:1,2:2:1:0", "my_t#9:1:4:0"]
 BROKERS = {1: BrokerInfo(1, "10.0.0.1", 8123), 2: BrokerInfo(2, "10.0.0.2", 8123)}
 MSG_TIME_SEEDS = ["202401020304", "000000000000", "209912312359"]
 ATTRIBUTE_SEEDS = ["$msgType$=stream,$msgTime$=202401020304,k=v", "a,=b,,c="]
@@ -304,6 +306,8 @@ def test_every_seed_is_a_valid_input() -> None:
         parse_subscribe_info(text)
     for text in TOPIC_SEEDS:
         TopicLayout.parse(text, BROKERS)
+    for text in TOPIC_META_SEEDS:
+        assert ConfiguredDeployment.parse_all(text)
     assert all(parse_msg_time(text) is not None for text in MSG_TIME_SEEDS[::2])
 
 
@@ -409,6 +413,12 @@ def test_fuzz_topic_layout(text: str) -> None:
         assert len(layout.partitions) <= MAX_TOPIC_PARTITIONS  # the counts multiply: the output is bounded instead
 
     survives(parse, len(text), trace_memory=False)
+
+
+@given(text_inputs(TOPIC_META_SEEDS))
+def test_fuzz_topic_meta_info(text: str) -> None:
+    """A client-balance ``topicMetaInfoList`` entry: the counts only, never expanded here."""
+    survives(lambda: ConfiguredDeployment.parse_all(text), len(text))
 
 
 # ---------------------------------------------------------------------------------- InLong payloads

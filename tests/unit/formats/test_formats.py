@@ -8,6 +8,7 @@ from tubespark.errors import MessageFormatError
 from tubespark.tubemq.wire.formats import (
     MAX_TOPIC_PARTITIONS,
     BrokerInfo,
+    ConfiguredDeployment,
     PartitionRef,
     TopicLayout,
     parse_subscribe_info,
@@ -155,3 +156,27 @@ def test_topic_layout_expanding_past_the_partition_limit_is_refused(text: str) -
 
 def test_topic_layout_at_the_partition_limit_is_accepted() -> None:
     assert len(TopicLayout.parse("t#1:5000:1,2:5000:1#", BROKERS).partitions) == MAX_TOPIC_PARTITIONS
+
+
+# --- client-balance topicMetaInfo: the configured deployments ---------------------------------------
+
+
+def test_topic_meta_info_lists_every_deployment_stores_before_partitions() -> None:
+    items = ConfiguredDeployment.parse_all("t#1:2:3:1,2:1:4:0")
+    assert items == [ConfiguredDeployment("t", 1, 2, 3, True), ConfiguredDeployment("t", 2, 1, 4, False)]
+    assert ConfiguredDeployment.parse_all("t#") == []
+
+
+@pytest.mark.parametrize("text", [
+    "t",                 # no deployment segment
+    "#1:1:1:1",          # no topic
+    "t#1:1:1",           # three numbers instead of four
+    "t#1:a:1:1",         # not a number
+    "t#1:1:-1:1",        # negative partition count
+    "t#1:-1:1:1",        # negative store count
+    "t#1:1:10001:1",     # more partitions per store than ids allow
+    "t#1:10:10000:1",    # expands past the partition limit
+])
+def test_bad_topic_meta_infos(text: str) -> None:
+    with pytest.raises(MessageFormatError):
+        ConfiguredDeployment.parse_all(text)

@@ -41,7 +41,8 @@ def test_generated_modules_match_protos() -> None:
 
 
 # Field tables of docs/tubemq/protocol.md#message-fields: "number label type name", label R required, O optional,
-# * repeated. Message-typed fields give the message name. Client-balance (V2) messages are not in protos/.
+# * repeated. Message-typed fields give the message name. Of the client-balance (V2) messages, only the
+# register and partition-metadata calls, with the fields tubespark uses.
 FACTS = {
     "RpcConnHeader": """
         1 R int32 flag, 2 O int64 traceId, 3 O int64 spanId, 4 O int64 parentId
@@ -172,6 +173,23 @@ FACTS = {
     """,
     "CloseResponseM2C": """
         1 R bool success, 2 R int32 errCode, 3 R string errMsg
+    """,
+    # client-balance (V2): only the fields tubespark sets or reads
+    "RegisterRequestC2MV2": """
+        1 R string clientId, 2 R string groupName, 3 R string hostName, 4 R int32 sourceCount, 5 R int32 nodeId, 6 *
+        string topicList, 10 O MasterCertificateInfo authInfo, 11 O string jdkVersion
+    """,
+    "RegisterResponseM2CV2": """
+        1 R int32 errCode, 2 R string errMsg, 3 O int64 brokerConfigId, 4 * string brokerConfigList, 6 O
+        MasterAuthorizedInfo authorizedInfo
+    """,
+    "GetPartMetaRequestC2M": """
+        1 R string clientId, 2 R string groupName, 3 R int64 brokerConfigId, 4 R int64 topicMetaInfoId, 5 O
+        MasterCertificateInfo authInfo
+    """,
+    "GetPartMetaResponseM2C": """
+        1 R int32 errCode, 2 R string errMsg, 3 O int64 brokerConfigId, 4 O int64 topicMetaInfoId, 5 * string
+        topicMetaInfoList, 6 * string brokerConfigList
     """,
 }
 

@@ -1,10 +1,12 @@
 """Which partitions the master's configuration holds, and which of them a broker serves now.
 
-The RPC views (a producer's ``topicInfos``, a consumer group's assignment) list only the partitions of
-brokers that are registered and serving: a broker that crashed, was stopped, or whose heartbeat timed
-out takes its partitions out of them, exactly as a topic removed from the configuration would. Only the
-master's configuration tells the two apart, and only its web API shows it
-(``docs/tubemq/brokers.md``, "Configured and served partitions"): ``admin_query_topic_deploy_info``
+The RPC views a producer and a server-balance consumer get (a producer's ``topicInfos``, a consumer group's
+assignment) list only the partitions of brokers that are registered and serving: a broker that crashed, was
+stopped, or whose heartbeat timed out takes its partitions out of them, exactly as a topic removed from the
+configuration would. Only the master's configuration tells the two apart. The client-balance partition
+metadata shows it over RPC (:mod:`tubespark.tubemq.client.configured`: every deployment, served or not,
+but not why); the web API shows it with the reasons (``docs/tubemq/brokers.md``, "Configured and served
+partitions"): ``admin_query_topic_deploy_info``
 lists, per topic, every broker the topic is deployed on with its ``numPartitions`` x
 ``numTopicStores`` and its ``topicStatusId``, plus a ``runInfo`` block that holds ``"-"`` while that
 broker has no running registration at the master.
@@ -49,6 +51,9 @@ class Deployment:
     created: str = ""
     """The record's ``createDate`` at the master, ``yyyyMMddHHmmss`` on the master's clock ("" if absent): a
     deployment deleted and added again, or the same topic on another cluster, has another one."""
+    run_known: bool = True
+    """False when the source says only served or not (the master's RPC view,
+    :mod:`tubespark.tubemq.client.configured`): ``running`` then means "served" and the reason is unknown."""
 
     @property
     def created_mark(self) -> int | None:
@@ -70,6 +75,10 @@ class Deployment:
                      for store in range(self.num_stores) for index in range(self.num_partitions))
 
     def why_not_served(self) -> str:
+        if not self.run_known:
+            return ("the master does not offer the topic to consumers there now (the broker is down, stopped, "
+                    "stalled or offline, the topic is closed to consumers there, or its deployment is being "
+                    "deleted)")
         if not self.configured:
             return f"its deployment is deleted (topicStatusId={self.status_id})"
         if not self.running:

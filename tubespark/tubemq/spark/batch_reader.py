@@ -7,10 +7,12 @@ read group and releases every registration when the task ends. Large ranges can 
 
 The master lists only the partitions of brokers that serve now, so a plan made from that list alone
 would leave out a broker that is down without a word. Before planning, the reader compares the list
-with the master's configuration (:mod:`tubespark.spark`-free helper
+with the master's configuration (:mod:`tubespark.tubemq.spark.availability`: over the master's RPC port,
+:func:`~tubespark.tubemq.client.configured.configured_by_master`, and its web API,
 :func:`~tubespark.tubemq.client.placement.configured_partitions`): partitions configured on a broker that
-does not serve them fail the read, naming broker and partitions, unless ``onUnavailablePartitions=skip``,
-which reads the rest and logs what it left out (:attr:`TubeBatchReader.left_out`).
+does not serve them fail the read, naming broker and partitions, and so does a read that cannot learn the
+configuration at all, unless ``onUnavailablePartitions=skip``, which reads the rest and logs what it left
+out (:attr:`TubeBatchReader.left_out`) or that it could not check.
 """
 
 from __future__ import annotations
@@ -50,13 +52,16 @@ class TubeBatchReader(DataSourceReader):
         self.left_out: dict[int, tuple[str, ...]] = {}
         """After :meth:`plan`: broker id -> partitions left out because that broker does not serve them
         (only with ``onUnavailablePartitions=skip``; otherwise the plan fails instead)."""
+        self.checked = True
+        """After :meth:`plan`: whether the plan was checked against the master's configuration (False only with
+        ``onUnavailablePartitions=skip`` when no source of it answered: a broker that is down may be left out)."""
 
     def plan(self) -> list[QueueRange]:
         opts = self.options
         # an unknown topic, an unreachable master or a broker that is down fails here, on the driver,
         # before any task runs
         topics = subscribed_topics(opts)
-        served, self.left_out = served_partitions(topics, opts)
+        served, self.left_out, self.checked = served_partitions(topics, opts)
         broker = BrokerClient(f"{self.base_group}.planner", opts.client_settings())
         tasks: list[QueueRange] = []
         # listed by the master but not answering: a broker that crashed or stalls, not yet released by the

@@ -196,10 +196,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "expression (like Kafka's `subscribePattern`), instead of `topic`. Topics come from the masters' "
                "web API (`masterWebUrl`); a stream picks up a new matching topic within `topicRefreshIntervalMs`, "
                "from its earliest offset."),
-    OptionSpec("masterWebUrl", None, _web_urls, "The masters' web API, `http://host:port[,...]`: where "
-               "`topicPattern` lists topics and where reads and the sink learn which partitions are configured, "
-               "so a broker that is down is told from a partition or topic that is gone "
-               "(`onUnavailablePartitions`, `outageTimeoutMs`). Unset: port 8080 of each `master` host.",
+    OptionSpec("masterWebUrl", None, _web_urls, "The masters' web API, `http://host:port[,...]` (`webPort` in "
+               "the master's master.ini): where `topicPattern` lists topics and where streams and the sink learn "
+               "which partitions are configured, so a broker that is down is told from a partition or topic that "
+               "is gone (`outageTimeoutMs`). Batch reads learn it from the master's RPC port and ask the web API "
+               "only why a partition is not served (`onUnavailablePartitions`); set, they ask it alone. Unset: "
+               "port 8080 of each `master` host.",
                applies="both", attr="master_web_urls"),
     OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
                "lists the topics again."),
@@ -224,10 +226,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "comma separated. Filtered on the broker."),
     OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads (and `backfill "
                "export`): partitions the master's configuration puts on a broker that does not serve them now (down, "
-               "stopped, offline; the web API of `masterWebUrl` says). `fail`: fail before reading anything, naming "
-               "each broker and its partitions. `skip`: read the other partitions and log, as a warning, which were "
-               "left out. When no web API answers and `masterWebUrl` is unset, the read cannot check and logs a "
-               "warning saying so."),
+               "stopped, offline, closed to consumers). `fail`: fail before reading anything, naming each broker and "
+               "its partitions (`PartitionsUnavailableError`); a read that cannot learn the configuration at all (the "
+               "master does not give it over RPC, as on a topic under consumer-group authorization, and no web "
+               "API answers at `masterWebUrl`) fails too, even with every broker up (`ConfigurationUnknownError`). "
+               "`skip`: read the other partitions and log, as a warning, which were left out, or that it could "
+               "not check."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
                "message's attributes."),
     OptionSpec("dedupAttribute", None, parse_attribute_name,

@@ -51,6 +51,8 @@ class Method(enum.IntEnum):
     BROKER_HEARTBEAT = 16
     GET_MESSAGE = 17
     COMMIT_OFFSET = 18
+    CONSUMER_REGISTER_V2 = 20
+    CONSUMER_GET_PART_META = 22
 
 
 class RegisterOp(enum.IntEnum):

@@ -159,3 +159,39 @@ class TopicLayout:
             except ValueError as exc:
                 raise MessageFormatError(f"bad max message size in {text!r}") from exc
         return cls(topic, tuple(sorted(parts)), max_size)
+
+
+@dataclass(frozen=True)
+class ConfiguredDeployment:
+    """One item of a client-balance ``topicMetaInfoList`` entry: a topic's deployment on one broker as the master's
+    configuration holds it, listed whether that broker runs or not (docs/tubemq/brokers.md)."""
+
+    topic: str
+    broker_id: int
+    num_stores: int
+    num_partitions: int
+    subscribable: bool
+    """statusId 1: the broker runs and the topic is open to consumers there now; 0: anything else."""
+
+    @classmethod
+    def parse_all(cls, text: str) -> list[ConfiguredDeployment]:
+        """``topic#brokerId:numTopicStores:numPartitions:statusId,...`` (stores before partitions, unlike a
+        producer's ``topicInfos``)."""
+        topic, sep, items = text.partition("#")
+        if not sep or not topic:
+            raise MessageFormatError(f"bad topic meta info {text[:200]!r}, expected topic#brokerId:stores:parts:status")
+        out: list[ConfiguredDeployment] = []
+        total = 0
+        for item in filter(None, items.split(",")):
+            try:
+                broker_id, stores, parts, status = (int(x) for x in item.split(":"))
+            except ValueError as exc:
+                raise MessageFormatError(f"bad topic meta info item {item!r} in {text[:200]!r}") from exc
+            if not 0 <= parts <= PARTITION_STORE_BASE or stores < 0:
+                raise MessageFormatError(f"bad store/partition count in {item!r} of {text[:200]!r}")
+            total += parts * stores
+            if total > MAX_TOPIC_PARTITIONS:
+                raise MessageFormatError(f"topic meta info {text[:200]!r} expands to more than "
+                                         f"{MAX_TOPIC_PARTITIONS} partitions (at {item!r})")
+            out.append(cls(topic, broker_id, stores, parts, status == 1))
+        return out

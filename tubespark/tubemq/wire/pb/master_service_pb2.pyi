@@ -291,3 +291,67 @@ class CloseResponseM2C(_message.Message):
     errCode: int
     errMsg: str
     def __init__(self, success: _Optional[bool] = ..., errCode: _Optional[int] = ..., errMsg: _Optional[str] = ...) -> None: ...
+
+class RegisterRequestC2MV2(_message.Message):
+    __slots__ = ("clientId", "groupName", "hostName", "sourceCount", "nodeId", "topicList", "authInfo", "jdkVersion")
+    CLIENTID_FIELD_NUMBER: _ClassVar[int]
+    GROUPNAME_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCECOUNT_FIELD_NUMBER: _ClassVar[int]
+    NODEID_FIELD_NUMBER: _ClassVar[int]
+    TOPICLIST_FIELD_NUMBER: _ClassVar[int]
+    AUTHINFO_FIELD_NUMBER: _ClassVar[int]
+    JDKVERSION_FIELD_NUMBER: _ClassVar[int]
+    clientId: str
+    groupName: str
+    hostName: str
+    sourceCount: int
+    nodeId: int
+    topicList: _containers.RepeatedScalarFieldContainer[str]
+    authInfo: MasterCertificateInfo
+    jdkVersion: str
+    def __init__(self, clientId: _Optional[str] = ..., groupName: _Optional[str] = ..., hostName: _Optional[str] = ..., sourceCount: _Optional[int] = ..., nodeId: _Optional[int] = ..., topicList: _Optional[_Iterable[str]] = ..., authInfo: _Optional[_Union[MasterCertificateInfo, _Mapping]] = ..., jdkVersion: _Optional[str] = ...) -> None: ...
+
+class RegisterResponseM2CV2(_message.Message):
+    __slots__ = ("errCode", "errMsg", "brokerConfigId", "brokerConfigList", "authorizedInfo")
+    ERRCODE_FIELD_NUMBER: _ClassVar[int]
+    ERRMSG_FIELD_NUMBER: _ClassVar[int]
+    BROKERCONFIGID_FIELD_NUMBER: _ClassVar[int]
+    BROKERCONFIGLIST_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZEDINFO_FIELD_NUMBER: _ClassVar[int]
+    errCode: int
+    errMsg: str
+    brokerConfigId: int
+    brokerConfigList: _containers.RepeatedScalarFieldContainer[str]
+    authorizedInfo: MasterAuthorizedInfo
+    def __init__(self, errCode: _Optional[int] = ..., errMsg: _Optional[str] = ..., brokerConfigId: _Optional[int] = ..., brokerConfigList: _Optional[_Iterable[str]] = ..., authorizedInfo: _Optional[_Union[MasterAuthorizedInfo, _Mapping]] = ...) -> None: ...
+
+class GetPartMetaRequestC2M(_message.Message):
+    __slots__ = ("clientId", "groupName", "brokerConfigId", "topicMetaInfoId", "authInfo")
+    CLIENTID_FIELD_NUMBER: _ClassVar[int]
+    GROUPNAME_FIELD_NUMBER: _ClassVar[int]
+    BROKERCONFIGID_FIELD_NUMBER: _ClassVar[int]
+    TOPICMETAINFOID_FIELD_NUMBER: _ClassVar[int]
+    AUTHINFO_FIELD_NUMBER: _ClassVar[int]
+    clientId: str
+    groupName: str
+    brokerConfigId: int
+    topicMetaInfoId: int
+    authInfo: MasterCertificateInfo
+    def __init__(self, clientId: _Optional[str] = ..., groupName: _Optional[str] = ..., brokerConfigId: _Optional[int] = ..., topicMetaInfoId: _Optional[int] = ..., authInfo: _Optional[_Union[MasterCertificateInfo, _Mapping]] = ...) -> None: ...
+
+class GetPartMetaResponseM2C(_message.Message):
+    __slots__ = ("errCode", "errMsg", "brokerConfigId", "topicMetaInfoId", "topicMetaInfoList", "brokerConfigList")
+    ERRCODE_FIELD_NUMBER: _ClassVar[int]
+    ERRMSG_FIELD_NUMBER: _ClassVar[int]
+    BROKERCONFIGID_FIELD_NUMBER: _ClassVar[int]
+    TOPICMETAINFOID_FIELD_NUMBER: _ClassVar[int]
+    TOPICMETAINFOLIST_FIELD_NUMBER: _ClassVar[int]
+    BROKERCONFIGLIST_FIELD_NUMBER: _ClassVar[int]
+    errCode: int
+    errMsg: str
+    brokerConfigId: int
+    topicMetaInfoId: int
+    topicMetaInfoList: _containers.RepeatedScalarFieldContainer[str]
+    brokerConfigList: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, errCode: _Optional[int] = ..., errMsg: _Optional[str] = ..., brokerConfigId: _Optional[int] = ..., topicMetaInfoId: _Optional[int] = ..., topicMetaInfoList: _Optional[_Iterable[str]] = ..., brokerConfigList: _Optional[_Iterable[str]] = ...) -> None: ...
