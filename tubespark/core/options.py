@@ -212,7 +212,8 @@ def parse_attribute_name(name: str, value: str) -> str:
 SPARK_OWN_OPTIONS = ("checkpointLocation", "path", "paths", "queryName")
 """Keys Spark itself puts into a Python data source's option map (seen in PySpark 4.3): a streaming
 write's ``checkpointLocation`` and ``queryName``, ``load(path)``/``save(path)``/``start(path)``'s ``path``,
-``load([paths])``'s ``paths``. Not the user's mistake, so never "unknown"."""
+``load([paths])``'s ``paths``. Not the user's mistake, so never "unknown". A stream reader given the query's
+``checkpointLocation`` too reads its commit log when the query stops (``tubespark/spark/commit_log.py``)."""
 _SPARK_OWN = frozenset(name.lower() for name in SPARK_OWN_OPTIONS)
 
 

@@ -27,6 +27,8 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType  # noqa: E402
 
 from tubespark.errors import OptionError  # noqa: E402
+from tubespark.spark.commit_log import OPTION, parse_checkpoint_location  # noqa: E402
+from tubespark.spark.stream_engine import StreamEngine  # noqa: E402
 
 BATCH_READ_DEFAULTS = {"startingOffsets": "earliest"}
 """A backfill starts at the beginning unless told."""
@@ -80,9 +82,19 @@ class BrokerDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         try:
             options = self._options("read", self.read_required + self.stream_required)
+            checkpoint = self._checkpoint_location()
         except OptionError as exc:
             return OptionErrorStreamReader(exc)
-        return self.stream_reader(options)
+        reader = self.stream_reader(options)
+        if isinstance(reader, StreamEngine):
+            reader.checkpoint_location = checkpoint
+        return reader
+
+    def _checkpoint_location(self) -> str | None:
+        """Spark's ``checkpointLocation``, when the query gave it to the reader too (Spark hands a source only its
+        own options): the reader then reads the commit log there when the query stops (:mod:`.commit_log`)."""
+        given = [value for key, value in self.options.items() if key.lower() == OPTION.lower()]
+        return parse_checkpoint_location(str(given[0])) if given else None
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return self.batch_reader(self._options("read", self.read_required, BATCH_READ_DEFAULTS))

@@ -39,6 +39,7 @@ from pyspark.sql.streaming.datasource import (
 from tubespark.core.deferred import Deferral, DeferredRanges, new_token
 from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
+from tubespark.spark.commit_log import newest_committed_offsets
 from tubespark.spark.marks import START, Divergence, find_divergence, thin
 from tubespark.spark.offsets import BatchOffsets, Offsets
 from tubespark.spark.origins import Origin, OriginMarks
@@ -122,6 +123,12 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._deferral_off = False  # decided once: the directory cannot be written, tasks wait (see _token)
         self._task_token: int | None = None  # the token of the batch whose tasks are being planned
         self._lock = threading.RLock()  # reentrant: a SIGTERM hook may call stop() in a thread holding it
+        self.checkpoint_location: str | None = None
+        """The query's ``checkpointLocation`` when the reader was given it too: :meth:`stop` reads the commit log
+        there to learn whether the last batch Spark ran was committed (docs/spark/commit-timing.md)."""
+        self._committed: Offsets | None = None  # the end Spark planned the newest trigger from: committed
+        self._ran: Offsets | None = None  # the end of the newest batch Spark ran (partitions()): committed or not
+        self._stopped = False  # stop() stores once: a later call (atexit, the runner's own) must not join again
 
     # --- the broker's hooks ------------------------------------------------------------------------
 
@@ -302,6 +309,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             admission = Admission(max_rows=max_rows, max_bytes=opts.max_bytes_per_trigger,
                                   min_rows=opts.min_offsets_per_trigger, max_delay_s=opts.max_trigger_delay_ms / 1000)
         with self._lock:
+            self._committed = dict(start)  # Spark plans from a batch's end only once its commit log has it
             return self._next_end(start, admission)
 
     def reportLatestOffset(self) -> Offsets | None:
@@ -318,6 +326,8 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch = BatchOffsets.parse(end)
         with self._lock:  # a batch Spark replays after a restart must not read another cluster's topic either
             self._origins.check(batch.positions, batch.origins)
+            if end != start:
+                self._ran = dict(end)
             self._task_token = batch.deferrals
             return list(self.read_tasks(batch.ranges(BatchOffsets.parse(start).positions)))
 
@@ -336,11 +346,42 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.store_offsets(positions)
 
     def stop(self) -> None:
+        """Store the newest end known committed (:meth:`last_committed_end`), then release the broker side."""
         with self._lock:
-            reports, self._deferred = self._deferred, None
-            if reports is not None:
-                reports.withdraw(self.run_id)
-            self.close()
+            try:
+                if not self._stopped:
+                    self._stopped = True
+                    end = self.last_committed_end()
+                    if end is not None:
+                        self.commit(end)
+            finally:
+                reports, self._deferred = self._deferred, None
+                if reports is not None:
+                    reports.withdraw(self.run_id)
+                self.close()
+
+    def last_committed_end(self) -> Offsets | None:
+        """When the query stops: the end of the newest batch known to be in Spark's commit log, ``None`` when this
+        process planned nothing (it joined nothing on the broker side to store through).
+
+        Spark says so only by planning the next trigger from that end (``latestOffset``), never at a stop, so the
+        last batch it ran (a ``processingTime`` trigger stopped between triggers, ``Trigger.Once``) counts only
+        when the commit log under :attr:`checkpoint_location` has it; without one, or while that batch may still
+        be in flight (not committed, replayed by a restart), the end it was planned from. A batch that may not
+        be committed is never stored: a consumer taking the partitions over would skip its messages."""
+        committed, ran = self._committed, self._ran
+        if committed is None:
+            return None
+        if ran is None or ran == committed or self.checkpoint_location is None:
+            return committed
+        try:
+            confirmed = ran in newest_committed_offsets(self.checkpoint_location)
+        except SharedDirError as exc:
+            log.warning("%s stream stops with the group's offsets at the end its last trigger was planned from, "
+                        "not the end of the batch it ran last: cannot read the query's commit log: %s",
+                        self.source, exc)
+            return committed
+        return ran if confirmed else committed
 
     # --- planning ------------------------------------------------------------------------------------
 
