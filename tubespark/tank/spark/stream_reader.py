@@ -9,9 +9,11 @@ exactly there; each micro-batch reads exact ``[start, end)`` ranges that Spark l
 Each trigger asks DiscoverPartitions: ``earliest`` = first available, ``latest`` = high-water mark + 1. A
 partition that appears later (a topic grew) joins at its first available number. A broker that does not
 answer plans nothing this trigger and the stream goes on (its restart must not stop the query); a
-partition its topic no longer lists is a vanished partition (``failOnDataLoss``). A read task whose broker
-goes down mid-range waits for it, or, with ``deferredRangesPath`` set (this query's own directory: TANK has
-no group to key shared reports by), leaves the rest of its range to the next batch
+partition its topic no longer lists is a vanished partition (``failOnDataLoss``). A new query whose broker is down
+waits for it when this process saw it answer, and fails within seconds naming the ``broker`` option when it never
+did (:mod:`tubespark.core.outage`); a query restarted on its checkpoint plans from the checkpoint and waits. A read
+task whose broker goes down mid-range waits for it, or, with ``deferredRangesPath`` set (this query's own
+directory: TANK has no group to key shared reports by), leaves the rest of its range to the next batch
 (:meth:`~tubespark.spark.stream_engine.StreamEngine.deferred_ranges`).
 
 Numbers that vanish: a start below the partition's first available number (retention) is data loss when
@@ -29,6 +31,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from tubespark.core.outage import ride_out
 from tubespark.errors import OptionError, TubeSparkError
 from tubespark.spark.offsets import Offsets
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
@@ -85,8 +88,14 @@ class TankStreamReader(StreamEngine):
             raise
 
     def start_offsets(self) -> Offsets:
+        """A new query's start. A broker that is down here is waited for (``outageTimeoutMs``) when this process
+        saw it answer, as a running stream waits; one that never answered fails within seconds naming ``broker``
+        (:mod:`tubespark.core.outage`). A query restarted on its checkpoint never comes here (Spark plans from
+        the checkpoint's offsets, :meth:`survey`), so its broker's outage is waited for as a running query's."""
+        found = ride_out(self._discover, outage_s=self.options.outage_timeout_ms / 1000,
+                         what=f"the start of a TANK stream on broker {self.options.broker}")
         offsets: Offsets = {}
-        for key, bounds in sorted(self._discover().items()):
+        for key, bounds in sorted(found.items()):
             offsets[key] = resolve(self.options.starting_offsets, bounds, default=EARLIEST, option="startingOffsets")
             if offsets[key] < bounds.first:
                 raise OptionError(f"option startingOffsets: {key} is at {offsets[key]}, below the partition's first "
