@@ -149,11 +149,12 @@ def never_answered(exc: BaseException) -> Endpoint | None:
 def never_answered_error(endpoint: Endpoint, exc: BaseException, what: str, waited_s: float) -> NeverAnsweredError:
     """The typed error for an entry point that never answered, naming its option and what to do."""
     where = ",".join(endpoint.addresses)
+    tried = f"tried for {waited_s:.0f} s: " if waited_s >= 1 else ""
     error = NeverAnsweredError(
         f"{what}: the {endpoint.role} at {where} (option `{endpoint.option}`) never answered in this process "
-        f"({f'tried for {waited_s:.0f} s: ' if waited_s >= 1 else ''}{type(exc).__name__}: {exc}); check the `{endpoint.option}` option (host and "
-        f"port) and that the {endpoint.role} runs there. Only a {endpoint.role} that answered once is waited for "
-        f"(outageTimeoutMs)", option=endpoint.option, addresses=endpoint.addresses)
+        f"({tried}{type(exc).__name__}: {exc}); check the `{endpoint.option}` option (host and port) and that the "
+        f"{endpoint.role} runs there. Only a {endpoint.role} that answered once is waited for (outageTimeoutMs)",
+        option=endpoint.option, addresses=endpoint.addresses)
     error.__cause__ = exc
     return error
 
@@ -185,7 +186,14 @@ class OutageWindow:
         self.is_outage = is_outage
         self.clock = clock
         self.since: float | None = None
+        self.tried_since: float | None = None  # when the caller's first try began (:meth:`trying`)
         self.first_contact = False  # the last outage error was a connect to an entry point never seen alive
+
+    def trying(self) -> None:
+        """The caller starts its first try now: a first contact's :data:`FIRST_CONTACT_S` counts from here, so a
+        try that spends seconds on its own retries before it fails does not get the whole bound again."""
+        if self.tried_since is None:
+            self.tried_since = self.clock()
 
     def allows(self, exc: BaseException) -> bool:
         """Whether ``exc`` is an outage error and the outage is still within its window."""
@@ -194,24 +202,28 @@ class OutageWindow:
         now = self.clock()
         if self.since is None:
             self.since = now
-        return now - self.since < self._bound(exc)
+        self.first_contact = never_answered(exc) is not None
+        return now < self._start() + self._bound()
 
-    def _bound(self, exc: BaseException) -> float:
-        """The window for ``exc``: ``outage_s``, or :data:`FIRST_CONTACT_S` for an entry point never seen alive."""
-        if never_answered(exc) is not None:
-            self.first_contact = True
-            return min(self.outage_s, FIRST_CONTACT_S)
-        self.first_contact = False
-        return self.outage_s
+    def _start(self) -> float:
+        """Where the window starts: the first outage error, or for a first contact the caller's first try."""
+        since = self.clock() if self.since is None else self.since
+        if self.first_contact and self.tried_since is not None:
+            return min(since, self.tried_since)
+        return since
+
+    def _bound(self) -> float:
+        """The window: ``outage_s``, or :data:`FIRST_CONTACT_S` for an entry point never seen alive."""
+        return min(self.outage_s, FIRST_CONTACT_S) if self.first_contact else self.outage_s
 
     def remaining(self) -> float:
         if self.since is None:
             return 0.0
-        bound = min(self.outage_s, FIRST_CONTACT_S) if self.first_contact else self.outage_s
-        return max(0.0, self.since + bound - self.clock())
+        return max(0.0, self._start() + self._bound() - self.clock())
 
     def clear(self) -> None:
         self.since = None
+        self.tried_since = None
 
     def error(self, exc: BaseException, what: str) -> BaseException:
         """What to raise when ``exc`` ends the tries: an outage waited for becomes :class:`BrokerUnavailableError`
@@ -221,7 +233,7 @@ class OutageWindow:
             return exc  # 0: the caller asked for no wait, so it gets the error as it came
         endpoint = never_answered(exc)
         if endpoint is not None:
-            return never_answered_error(endpoint, exc, what, 0.0 if self.since is None else self.clock() - self.since)
+            return never_answered_error(endpoint, exc, what, self.clock() - self._start())
         error = BrokerUnavailableError(f"{what}: the broker was still unreachable after {self.outage_s:.0f} s; "
                                        f"start it, or raise outageTimeoutMs to wait longer: {exc}")
         error.__cause__ = exc
@@ -241,6 +253,7 @@ def ride_out(fn: Callable[[], T], *, outage_s: float, what: str, is_outage: Outa
     :class:`BrokerUnavailableError` (see :meth:`OutageWindow.error`).
     """
     window = OutageWindow(outage_s, is_outage, clock)
+    window.trying()
     tries = 0
     while True:
         tries += 1

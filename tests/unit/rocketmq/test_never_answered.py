@@ -13,11 +13,13 @@ import pytest
 from tubespark_testbed.faultproxy import FaultProxy
 
 from tests.doubles.fakepeer import closed_port_address
-from tests.unit.rocketmq.test_read_outage import OneGroup
+from tests.unit.rocketmq.test_read_outage import Link, N, OneGroup
 from tubespark.errors import NeverAnsweredError
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.spark.writer import RocketMQBatchWriter, RocketMQStreamWriter, send_batches
+from tubespark.rocketmq.wire import codes
+from tubespark.rocketmq.wire.frame import FLAG_RESPONSE, Command
 
 BOUND_S = 3 * 10.0
 
@@ -82,3 +84,43 @@ def test_a_new_stream_on_a_name_server_that_never_answered_fails_within_seconds_
         reader.initialOffset()
     assert time.monotonic() - started < BOUND_S
     reader.close()
+
+
+class Bounded(OneGroup):
+    """``OneGroup`` that also answers a queue's min and max offsets (0 and ``N``), as the broker does."""
+
+    def answer(self, request: Command) -> Command:
+        if request.code in (codes.GET_MIN_OFFSET, codes.GET_MAX_OFFSET):
+            offset = 0 if request.code == codes.GET_MIN_OFFSET else N
+            return Command(codes.SUCCESS, flag=FLAG_RESPONSE, ext={"offset": str(offset)})
+        return super().answer(request)
+
+
+def test_a_new_stream_whose_name_server_answers_waits_for_its_down_broker_at_its_first_trigger():
+    """Part 6: the name server answered (this deployment has the broker it routes to); the broker is down when
+    a brand-new query asks where to start. It waits, as a running stream does, and starts once it is back."""
+    link = Link(Bounded())
+    try:
+        link.cluster.hold = False
+        link.down()
+        timer = threading.Timer(2.0, link.up)
+        timer.start()
+        reader = PullStreamReader(options(link.cluster.address, "read", outageTimeoutMs="30000",
+                                          failoverTimeoutMs="200", startingOffsets="earliest"))
+        started = time.monotonic()
+        assert reader.initialOffset() == {"events:broker-a:0": 0}
+        assert 1.5 <= time.monotonic() - started < BOUND_S
+        timer.join()
+        reader.close()
+    finally:
+        link.proxy.stop()
+        link.cluster.close()
+
+
+def test_a_batch_read_of_a_name_server_that_never_answered_fails_within_seconds_naming_namesrv():
+    from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
+
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `namesrv`\) never answered"):
+        RocketMQBatchReader(options(closed_port_address(), "read")).partitions()
+    assert time.monotonic() - started < BOUND_S

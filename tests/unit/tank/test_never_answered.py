@@ -114,3 +114,52 @@ def test_a_stream_restarted_on_its_checkpoint_while_its_broker_is_down_waits_for
                                                                                   "partition": [1]})]))
     assert reader.latestOffset(checkpoint, ReadAllAvailable())["events:1"] == checkpoint["events:1"] + 1
     reader.close()
+
+
+def test_a_batch_read_of_a_broker_address_that_never_answered_fails_within_seconds_naming_the_broker_option():
+    from tubespark.tank.spark.batch_reader import TankBatchReader
+
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `broker`\) never answered"):
+        TankBatchReader(options(closed_port_address(), "read")).partitions()
+    assert time.monotonic() - started < BOUND_S
+
+
+def test_a_batch_read_task_rides_an_outage_of_the_broker_its_driver_planned_it_on(broker):
+    """A read task exists only because its driver saw the broker (or a checkpoint): it waits in any process."""
+    from tubespark.tank.spark.batch_reader import TankBatchReader
+
+    TankBatchWriter(options(broker.address, "write")).write(iter([pa.record_batch({"value": [b"a", b"b"],
+                                                                                    "partition": [0, 0]})]))
+    opts = options(broker.address, "read", outageTimeoutMs="30000", startingOffsets="earliest")
+    plan = TankBatchReader(opts).partitions()
+    reader = pickle.loads(pickle.dumps(TankBatchReader(opts)))
+    forget_all()  # the executor's own process
+    back_after(broker, 2.0)
+    started = time.monotonic()
+    rows = [v for task in plan for batch in reader.read(task) for v in batch.column("value").to_pylist()]
+    assert rows == [b"a", b"b"] and time.monotonic() - started >= 1.5
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["new-query", "checkpoint-with-commits"])
+def test_a_sink_streams_checkpoint_with_commits_is_evidence_its_broker_answered(tmp_path, committed):
+    """A sink stream's driver check in a process that saw nothing (Spark replaced its Python worker): with a
+    checkpoint that holds a committed batch, the query wrote through ``broker`` before, so a down broker is waited
+    for (here a short outageTimeoutMs); a new query's checkpoint has no commit, so the address fails fast."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from tubespark.errors import BrokerUnavailableError
+    from tubespark.tank.spark.source import TankDataSource
+
+    (tmp_path / "commits").mkdir()
+    if committed:
+        (tmp_path / "commits" / "0").write_text("v1\n{}")
+    source = TankDataSource({"broker": closed_port_address(), "topic": "events", "connectTimeoutMs": "1000",
+                             "outageTimeoutMs": "6000", "checkpointLocation": str(tmp_path)})
+    schema = StructType([StructField("value", BinaryType())])
+    started = time.monotonic()
+    expected = BrokerUnavailableError if committed else NeverAnsweredError
+    with pytest.raises(expected):
+        source.streamWriter(schema, False)
+    waited = time.monotonic() - started
+    assert (waited >= 5.5) if committed else (waited < BOUND_S)

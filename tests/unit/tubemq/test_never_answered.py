@@ -61,3 +61,29 @@ def test_the_sinks_check_rides_an_outage_of_a_master_this_process_saw(broker):
             timer.join()
             for again in restarted:
                 again.stop()
+
+
+def test_a_new_stream_on_a_master_that_never_answered_fails_within_seconds_naming_the_master_option():
+    from tubespark.tubemq.spark.stream_reader import TubeStreamReader
+
+    options = TubeMQOptions.from_raw({"master": closed_port_address(), "topic": "events", "group": "g_never",
+                                      "requestTimeoutMs": "1000", "connectTimeoutMs": "1000"}, mode="read")
+    reader = TubeStreamReader(options)
+    started = time.monotonic()
+    try:
+        with pytest.raises(NeverAnsweredError, match=r"TubeMQ master at .* \(option `master`\) never answered"):
+            reader.initialOffset()
+        assert time.monotonic() - started < BOUND_S
+    finally:
+        reader.stop()
+
+
+def test_a_batch_read_of_a_master_that_never_answered_fails_within_seconds_naming_the_master_option():
+    from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+
+    options = TubeMQOptions.from_raw({"master": closed_port_address(), "topic": "events", "requestTimeoutMs": "1000",
+                                      "connectTimeoutMs": "1000"}, mode="read")
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `master`\) never answered"):
+        TubeBatchReader(options).partitions()
+    assert time.monotonic() - started < BOUND_S
