@@ -87,3 +87,35 @@ def test_a_batch_read_of_a_master_that_never_answered_fails_within_seconds_namin
     with pytest.raises(NeverAnsweredError, match=r"\(option `master`\) never answered"):
         TubeBatchReader(options).partitions()
     assert time.monotonic() - started < BOUND_S
+
+
+def test_a_new_stream_whose_master_this_process_saw_waits_for_it_at_its_first_trigger(broker, monkeypatch):
+    """Part 6 for TubeMQ: a brand-new query of a driver that saw the master answer (an earlier query) meets the
+    master down at its first trigger: it waits, as a running stream does, and starts once the master is back."""
+    from tubespark.tubemq.spark import membership
+    from tubespark.tubemq.spark.stream_reader import TubeStreamReader
+    from tubespark.tubemq.wire.constants import EventType
+
+    monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)
+    with FakeMaster(broker) as master:
+        proxy = FaultProxy(master.address).start()
+        port = int(proxy.address.rsplit(":", 1)[1])
+        TubeBatchWriter(sink_options(proxy.address))  # an earlier job of this driver: the master answered
+        proxy.stop()
+        restarted: list[FaultProxy] = []
+        timer = threading.Timer(2.0, lambda: restarted.append(FaultProxy(master.address, port=port).start()))
+        timer.start()
+        master.push_event(EventType.CONNECT, broker.partitions("events"))
+        reader = TubeStreamReader(TubeMQOptions.from_raw(
+            {"master": proxy.address, "topic": "events", "group": "g_seen", "connectTimeoutMs": "1000",
+             "requestTimeoutMs": "2000", "heartbeatIntervalMs": "50", "outageTimeoutMs": "30000",
+             "startingOffsets": "earliest"}, mode="read"))
+        started = time.monotonic()
+        try:
+            assert reader.initialOffset() == {ref.key: 0 for ref in broker.partitions("events")}
+            assert 1.5 <= time.monotonic() - started < BOUND_S
+        finally:
+            reader.stop()
+            timer.join()
+            for again in restarted:
+                again.stop()
