@@ -163,3 +163,12 @@ def test_a_sink_streams_checkpoint_with_commits_is_evidence_its_broker_answered(
         source.streamWriter(schema, False)
     waited = time.monotonic() - started
     assert (waited >= 5.5) if committed else (waited < BOUND_S)
+
+
+def test_an_available_now_run_on_a_broker_address_that_never_answered_fails_within_seconds_naming_broker():
+    """Spark asks an AvailableNow query for its target before its start: the same rule (the shared engine)."""
+    reader = TankStreamReader(options(closed_port_address(), "read", outageTimeoutMs="60000"))
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `broker`\) never answered"):
+        reader.prepareForTriggerAvailableNow()
+    assert time.monotonic() - started < BOUND_S

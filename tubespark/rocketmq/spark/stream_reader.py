@@ -27,7 +27,6 @@ from collections.abc import Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.core.outage import ride_out
 from tubespark.errors import BrokerUnavailableError, TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
 from tubespark.rocketmq.spark.options import RocketMQOptions
@@ -81,14 +80,9 @@ class PullStreamReader(StreamEngine):
         return all_queues(self.client, self.options.topics or (), refresh=True)
 
     def start_offsets(self) -> Offsets:
-        """A new query's start. Its brokers down while a name server answers (this process saw it, or the name
-        server says no broker of the topic is registered) are waited for (``outageTimeoutMs``), as a running
-        stream waits; a ``namesrv`` that never answered in this process fails within seconds naming the option
-        (:mod:`tubespark.core.outage`). A query restarted on its checkpoint plans from it (:meth:`survey`)."""
-        return ride_out(self._start_offsets, outage_s=self.options.outage_timeout_ms / 1000,
-                        what=f"the start of a RocketMQ stream of {', '.join(self.options.topics or ())}")
-
-    def _start_offsets(self) -> Offsets:
+        """A new query's start. Its brokers down while a name server answers are waited for by the engine
+        (:meth:`StreamEngine.initialOffset`), as a running stream waits; a ``namesrv`` that never answered in this
+        process fails within seconds naming the option."""
         opts = self.options
         self._check_filter()
         queues = self._queues()

@@ -31,7 +31,6 @@ from collections.abc import Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.core.outage import ride_out
 from tubespark.errors import OptionError, TubeSparkError
 from tubespark.spark.offsets import Offsets
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
@@ -88,14 +87,10 @@ class TankStreamReader(StreamEngine):
             raise
 
     def start_offsets(self) -> Offsets:
-        """A new query's start. A broker that is down here is waited for (``outageTimeoutMs``) when this process
-        saw it answer, as a running stream waits; one that never answered fails within seconds naming ``broker``
-        (:mod:`tubespark.core.outage`). A query restarted on its checkpoint never comes here (Spark plans from
-        the checkpoint's offsets, :meth:`survey`), so its broker's outage is waited for as a running query's."""
-        found = ride_out(self._discover, outage_s=self.options.outage_timeout_ms / 1000,
-                         what=f"the start of a TANK stream on broker {self.options.broker}")
+        """A new query's start (the engine waits for a broker this process saw, and fails within seconds naming
+        ``broker`` for one that never answered: :meth:`StreamEngine.initialOffset`)."""
         offsets: Offsets = {}
-        for key, bounds in sorted(found.items()):
+        for key, bounds in sorted(self._discover().items()):
             offsets[key] = resolve(self.options.starting_offsets, bounds, default=EARLIEST, option="startingOffsets")
             if offsets[key] < bounds.first:
                 raise OptionError(f"option startingOffsets: {key} is at {offsets[key]}, below the partition's first "

@@ -31,7 +31,6 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.core.outage import ride_out
 from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import (
     AvailableNowIncompleteError,
@@ -135,13 +134,9 @@ class TubeStreamReader(StreamEngine):
 
     def start_offsets(self) -> Offsets:
         """A new query: its initial partitions (the master's first assignment) start at startingOffsets. A master
-        that is down here is waited for (``outageTimeoutMs``) when this process saw it answer; one that never
-        answered fails within seconds naming ``master`` (:mod:`tubespark.core.outage`). A broker the master lists
-        that does not answer is the ledger's (its start is resolved at a later trigger)."""
-        return ride_out(self._start_offsets, outage_s=self.options.outage_timeout_ms / 1000,
-                        what="the start of a TubeMQ stream at its master")
-
-    def _start_offsets(self) -> Offsets:
+        that is down is waited for by the engine when this process saw it answer, and fails within seconds naming
+        ``master`` when it never did (:meth:`StreamEngine.initialOffset`); a broker the master lists that does not
+        answer is the ledger's (its start is resolved at a later trigger)."""
         assigned = self.member.assigned()
         held = self.member.session().held()
         offsets = self.ledger.start_query(assigned, held, lambda key: self._resolve_start(key, held.get(key)))
