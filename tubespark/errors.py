@@ -81,6 +81,10 @@ class BrokerConnectionError(TubeSparkError):
     """The TCP connection could not be opened, broke, or was closed while a call was pending."""
 
     retriable = True
+    address: str = ""
+    """The ``host:port`` a connection to it could not be opened (set by :func:`tubespark.core.framed_io.open_socket`;
+    empty for a connection that broke after it opened): how :mod:`tubespark.core.outage` tells an address that
+    never answered from one that went down."""
 
 
 class RpcTimeoutError(BrokerConnectionError):
@@ -108,6 +112,23 @@ class TlsError(TubeSparkError):
     instead of retrying until their deadlines. Not a :class:`BrokerConnectionError` on purpose: code
     that treats those as "the server is unreachable for now" must not swallow it.
     """
+
+
+class NeverAnsweredError(TubeSparkError):
+    """The address a user gave (a TANK ``broker``, TubeMQ ``master``, RocketMQ ``namesrv``) never accepted a
+    connection in this process: the option most likely names the wrong host or port, or nothing runs there.
+
+    :mod:`tubespark.core.outage` raises it after a few seconds of tries (``FIRST_CONTACT_S``) instead of waiting
+    ``outageTimeoutMs`` for it: that wait is for a broker that was serving and went down, and spending it on a
+    typo hid the mistake for fifteen minutes. ``option`` names the option to check, ``addresses`` its value.
+    Not retriable, and not a :class:`BrokerConnectionError` on purpose (like :class:`TlsError`): the layers that
+    treat those as "down for now" must not wait for it again. Start the broker first, or fix the option.
+    """
+
+    def __init__(self, message: str, *, option: str = "", addresses: tuple[str, ...] = ()) -> None:
+        super().__init__(message)  # keyword defaults: the error pickles (tasks send it to the driver)
+        self.option = option
+        self.addresses = addresses
 
 
 # --- broker business errors ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Protocol, TypeAlias, overload
 
+from tubespark.core.outage import saw_alive
 from tubespark.core.tls import TlsChannel, handshake_timeout, tls_failure
 from tubespark.errors import BrokerConnectionError, FrameTooLargeError, TruncatedFrameError
 
@@ -245,6 +246,7 @@ def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
             channel.handshake(connect_timeout_s)  # connect and handshake share one budget, roughly
             handshaking = False
             channel.settimeout(io_timeout_s)
+            saw_alive(address)
             return channel
         sock.settimeout(io_timeout_s)
     except OSError as exc:  # ssl.SSLError is an OSError too
@@ -256,5 +258,9 @@ def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
         if tls is not None:
             raise tls from exc
         during = " during the TLS handshake" if handshaking else ""
-        raise BrokerConnectionError(f"cannot connect to {address}{during}: {exc}") from exc
+        error = BrokerConnectionError(f"cannot connect to {address}{during}: {exc}")
+        if not handshaking:
+            error.address = address  # never opened: core.outage asks whether this address ever answered
+        raise error from exc
+    saw_alive(address)  # core.outage: an outage of this address is waited for from now on
     return sock

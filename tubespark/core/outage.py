@@ -19,17 +19,43 @@ this module only counts the time. :class:`OutageWindow` is the bookkeeping a pro
 uses; :func:`ride_out` wraps a call that can simply be made again; :func:`read_through_outage` is the same
 rule for a read task's exact range (a micro-batch planned before its broker went down), where "again" means
 "from where the read stood".
+
+**Never answered is not down** (issue 37 part 4). ``outageTimeoutMs`` is for a broker that was serving and went
+down; an address that never answered is most often a wrong option, and waiting fifteen minutes for it hides the
+mistake. So the window depends on what this process knows of the address the user gave (the *entry point*:
+TANK's ``broker``, TubeMQ's ``master``, RocketMQ's ``namesrv``; each broker's client declares it,
+:func:`declare`):
+
+* **seen alive**: some address of the entry point accepted a connection in this process
+  (:func:`~tubespark.core.framed_io.open_socket` tells :func:`saw_alive`), or evidence from elsewhere vouches for
+  it (:func:`vouch`: a sink's driver passes what it saw to its write tasks, :mod:`tubespark.spark.writers`);
+  then an outage is waited for ``outage_s``, as above;
+* **never seen alive**: a connection to it that cannot be opened (the error's ``address``) is tried for
+  :data:`FIRST_CONTACT_S` only, then fails as :class:`~tubespark.errors.NeverAnsweredError` naming the option
+  (not retriable, not a connection error: nothing above waits for it again);
+* addresses the entry point led to (TubeMQ brokers the master lists, RocketMQ brokers of a route, a TANK leader
+  a broker named) are known to the deployment, because something that answered named them: they are always
+  waited for.
+
+The rule reads only the error (:func:`never_answered`) and this process's record, so every caller of
+:class:`OutageWindow` and :func:`ride_out` (sink checks, producers, a stream's start) follows it without
+knowing it. A range read (:func:`read_through_outage`) never fails fast: a read task exists only because its
+driver planned it from a broker that answered, or from a checkpoint whose offsets name the partition, which is
+evidence the endpoint served this query before.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TypeVar
 
-from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, RangeReadError
+from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, NeverAnsweredError, RangeReadError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +68,109 @@ def is_unreachable(exc: BaseException) -> bool:
     """The default outage test: the connection failed, broke or timed out, or a broker says its topic is
     unserved for now (all :class:`~tubespark.errors.BrokerConnectionError`)."""
     return isinstance(exc, BrokerConnectionError)
+
+
+FIRST_CONTACT_S = 3.0
+"""How long an entry point never seen alive is tried before :class:`NeverAnsweredError`: a broker started a moment
+after the query (a compose file's order) still makes it; with the 3 s connect timeout of the last try, and a
+caller's few quick retries, the error comes within 10 s."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An address option the user gave: ``option`` (its name), ``addresses`` (its ``host:port`` values, any of
+    which may answer) and ``role`` (what runs there, for the message: "TANK broker", "TubeMQ master")."""
+
+    option: str
+    addresses: tuple[str, ...]
+    role: str
+
+
+_lock = threading.Lock()
+_alive: set[str] = set()
+_entry_points: dict[str, Endpoint] = {}
+
+
+def declare(option: str, addresses: Iterable[str], role: str) -> Endpoint:
+    """Record that ``addresses`` are the value of the user's ``option`` (a client calls it when it is made)."""
+    endpoint = Endpoint(option, tuple(addresses), role)
+    with _lock:
+        for address in endpoint.addresses:
+            _entry_points[address] = endpoint
+    return endpoint
+
+
+def saw_alive(address: str) -> None:
+    """``address`` accepted a connection in this process."""
+    with _lock:
+        _alive.add(address)
+
+
+def vouch(addresses: Iterable[str]) -> None:
+    """Evidence from elsewhere (the driver that planned this task saw them answer): count them as seen alive."""
+    with _lock:
+        _alive.update(addresses)
+
+
+def alive_addresses() -> frozenset[str]:
+    """Every address seen alive (or vouched for) in this process: what a driver hands to its tasks."""
+    with _lock:
+        return frozenset(_alive)
+
+
+def forget_all() -> None:
+    """Forget every address seen alive and every entry point (tests: each starts as a new process would)."""
+    with _lock:
+        _alive.clear()
+        _entry_points.clear()
+
+
+def never_answered(exc: BaseException) -> Endpoint | None:
+    """The entry point ``exc`` could not connect to, when no address of it was ever seen alive in this process;
+    ``None`` otherwise (not a failed connect, an address the entry point led to, or one seen alive).
+
+    Looks along ``exc``'s causes: a broker's "no master answers" or "no name server answered" is raised from the
+    last failed connect."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        address = getattr(current, "address", "") if isinstance(current, BrokerConnectionError) else ""
+        if address:
+            with _lock:
+                endpoint = _entry_points.get(address)
+                if endpoint is None or any(a in _alive for a in endpoint.addresses):
+                    return None
+            return endpoint
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def never_answered_error(endpoint: Endpoint, exc: BaseException, what: str, waited_s: float) -> NeverAnsweredError:
+    """The typed error for an entry point that never answered, naming its option and what to do."""
+    where = ",".join(endpoint.addresses)
+    tried = f"tried for {waited_s:.0f} s: " if waited_s >= 1 else ""
+    error = NeverAnsweredError(
+        f"{what}: the {endpoint.role} at {where} (option `{endpoint.option}`) never answered in this process "
+        f"({tried}{type(exc).__name__}: {exc}); check the `{endpoint.option}` option (host and port) and that the "
+        f"{endpoint.role} runs there. Only a {endpoint.role} that answered once is waited for (outageTimeoutMs)",
+        option=endpoint.option, addresses=endpoint.addresses)
+    error.__cause__ = exc
+    return error
+
+
+@contextmanager
+def named_if_never_answered(what: str) -> Iterator[None]:
+    """Raise :class:`NeverAnsweredError` in place of a connection error to an entry point never seen alive, for a
+    call that does not wait for outages (a batch read's plan on the driver fails after its own short retries): the
+    same typed error, naming the option, as every waiting path gives."""
+    try:
+        yield
+    except BrokerConnectionError as exc:
+        endpoint = never_answered(exc)
+        if endpoint is None:
+            raise
+        raise never_answered_error(endpoint, exc, what, 0.0) from exc
 
 
 class OutageWindow:
@@ -57,6 +186,14 @@ class OutageWindow:
         self.is_outage = is_outage
         self.clock = clock
         self.since: float | None = None
+        self.tried_since: float | None = None  # when the caller's first try began (:meth:`trying`)
+        self.first_contact = False  # the last outage error was a connect to an entry point never seen alive
+
+    def trying(self) -> None:
+        """The caller starts its first try now: a first contact's :data:`FIRST_CONTACT_S` counts from here, so a
+        try that spends seconds on its own retries before it fails does not get the whole bound again."""
+        if self.tried_since is None:
+            self.tried_since = self.clock()
 
     def allows(self, exc: BaseException) -> bool:
         """Whether ``exc`` is an outage error and the outage is still within its window."""
@@ -65,19 +202,38 @@ class OutageWindow:
         now = self.clock()
         if self.since is None:
             self.since = now
-        return now - self.since < self.outage_s
+        self.first_contact = never_answered(exc) is not None
+        return now < self._start() + self._bound()
+
+    def _start(self) -> float:
+        """Where the window starts: the first outage error, or for a first contact the caller's first try."""
+        since = self.clock() if self.since is None else self.since
+        if self.first_contact and self.tried_since is not None:
+            return min(since, self.tried_since)
+        return since
+
+    def _bound(self) -> float:
+        """The window: ``outage_s``, or :data:`FIRST_CONTACT_S` for an entry point never seen alive."""
+        return min(self.outage_s, FIRST_CONTACT_S) if self.first_contact else self.outage_s
 
     def remaining(self) -> float:
-        return 0.0 if self.since is None else max(0.0, self.since + self.outage_s - self.clock())
+        if self.since is None:
+            return 0.0
+        return max(0.0, self._start() + self._bound() - self.clock())
 
     def clear(self) -> None:
         self.since = None
+        self.tried_since = None
 
     def error(self, exc: BaseException, what: str) -> BaseException:
         """What to raise when ``exc`` ends the tries: an outage waited for becomes :class:`BrokerUnavailableError`
-        saying how long; anything else (and any error when ``outage_s`` is 0) is ``exc`` itself."""
+        saying how long, an entry point never seen alive :class:`NeverAnsweredError` naming its option; anything
+        else (and any error when ``outage_s`` is 0) is ``exc`` itself."""
         if not self.is_outage(exc) or self.outage_s == 0:
             return exc  # 0: the caller asked for no wait, so it gets the error as it came
+        endpoint = never_answered(exc)
+        if endpoint is not None:
+            return never_answered_error(endpoint, exc, what, self.clock() - self._start())
         error = BrokerUnavailableError(f"{what}: the broker was still unreachable after {self.outage_s:.0f} s; "
                                        f"start it, or raise outageTimeoutMs to wait longer: {exc}")
         error.__cause__ = exc
@@ -97,6 +253,7 @@ def ride_out(fn: Callable[[], T], *, outage_s: float, what: str, is_outage: Outa
     :class:`BrokerUnavailableError` (see :meth:`OutageWindow.error`).
     """
     window = OutageWindow(outage_s, is_outage, clock)
+    window.trying()
     tries = 0
     while True:
         tries += 1

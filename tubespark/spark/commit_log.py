@@ -32,14 +32,19 @@ def parse_checkpoint_location(value: str) -> str:
     return parse_shared_directory(OPTION, value)
 
 
+def committed_batches(location: str) -> list[int]:
+    """The ids of the batches in the commit log at ``location``, in order. Raises :class:`SharedDirError` when the
+    checkpoint cannot be read."""
+    return sorted(int(name) for name in SharedDir(location, OPTION).child("commits").names() if name.isdigit())
+
+
 def newest_committed_offsets(location: str) -> list[dict[str, Any]]:
     """The source offsets of the newest batch in the commit log at ``location`` (one per source that had one);
     none before the first commit. Raises :class:`SharedDirError` when the checkpoint cannot be read."""
-    checkpoint = SharedDir(location, OPTION)
-    batches = [int(name) for name in checkpoint.child("commits").names() if name.isdigit()]
+    batches = committed_batches(location)
     if not batches:
         return []
-    text = checkpoint.child("offsets").read(str(max(batches))).decode("utf-8", "replace")
+    text = SharedDir(location, OPTION).child("offsets").read(str(batches[-1])).decode("utf-8", "replace")
     found: list[dict[str, Any]] = []
     for line in text.splitlines()[2:]:  # the version and the batch's metadata come first
         try:

@@ -8,6 +8,7 @@ Spark through :class:`OptionErrorStreamReader`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -26,9 +27,12 @@ from pyspark.sql.datasource import (  # noqa: E402
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
-from tubespark.errors import OptionError  # noqa: E402
-from tubespark.spark.commit_log import OPTION, parse_checkpoint_location  # noqa: E402
+from tubespark.core.outage import vouch  # noqa: E402
+from tubespark.errors import OptionError, SharedDirError  # noqa: E402
+from tubespark.spark.commit_log import OPTION, committed_batches, parse_checkpoint_location  # noqa: E402
 from tubespark.spark.stream_engine import StreamEngine  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 BATCH_READ_DEFAULTS = {"startingOffsets": "earliest"}
 """A backfill starts at the beginning unless told."""
@@ -44,6 +48,9 @@ class BrokerDataSource(DataSource):
     """Options a stream needs beyond a batch read (``load()`` cannot check them: Spark calls ``schema()``
     for both)."""
     read_required: ClassVar[tuple[str, ...]] = ()
+    entry_point: ClassVar[str] = ""
+    """The parsed options' attribute holding the address option the user gave (TANK ``broker``, TubeMQ ``masters``,
+    RocketMQ ``namesrvs``): what a sink stream's checkpoint vouches for (:meth:`streamWriter`)."""
 
     # --- what each broker declares: the classes serving Spark's calls, given parsed options -------------
 
@@ -112,7 +119,27 @@ class BrokerDataSource(DataSource):
         return self.batch_writer(self._write_options(schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return self.stream_writer(self._write_options(schema))
+        options = self._write_options(schema)
+        self._vouch_from_checkpoint(options)
+        return self.stream_writer(options)
+
+    def _vouch_from_checkpoint(self, options: Any) -> None:
+        """A sink stream whose checkpoint holds a committed batch wrote through its address option before: that is
+        evidence it answered (as a read's checkpoint offsets are), so a driver process Spark started since (its
+        Python workers end after a minute idle) waits for it when it is down, instead of failing the query as for
+        an address that never answered (:mod:`tubespark.core.outage`). Spark hands ``checkpointLocation`` to the
+        source when the query sets it as an option; without it the driver's own record decides."""
+        if not self.entry_point:
+            return
+        try:
+            location = self._checkpoint_location()
+            committed = bool(location) and bool(committed_batches(str(location)))
+        except (OptionError, SharedDirError) as exc:
+            log.info("cannot list the checkpoint's commits (%s): the driver's own record decides", exc)
+            return
+        if committed:
+            value = getattr(options, self.entry_point, ())
+            vouch((value,) if isinstance(value, str) else tuple(value))
 
 
 class OptionErrorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -20,9 +20,9 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from tubespark.core.deferred import Deferral, DeferredRanges, new_token
+from tubespark.core.outage import ride_out
 from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
 from tubespark.spark.commit_log import newest_committed_offsets
@@ -46,6 +47,8 @@ from tubespark.spark.origins import Origin, OriginMarks
 from tubespark.spark.planning import Admission, Bounds, BoundsPolicy, Loss, Plan, plan_batch
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SIZE_SAMPLE = 16
 """Messages read at a partition's next offset to estimate its message size (``maxBytesPerTrigger``)."""
@@ -280,11 +283,20 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- Spark's calls -------------------------------------------------------------------------------
 
+    def _ride_out(self, call: Callable[[], T], what: str) -> T:
+        """``call()`` under the one rule for a broker that is down (:mod:`tubespark.core.outage`): a new query's
+        first questions to its broker wait for an entry point this process saw answer, as a running stream does
+        (issue 37 part 6), and fail within seconds naming the address option when it never answered. A query
+        restarted on its checkpoint is planned from it (:meth:`latestOffset`, whose survey plans nothing on a
+        broker that does not answer), so its broker's outage is waited for whatever this process saw."""
+        return ride_out(call, outage_s=getattr(self.options, "outage_timeout_ms", 0) / 1000,
+                        what=f"{what} of the {self.source} stream")
+
     def initialOffset(self) -> Offsets:
         """A new query's start, worked out once per process: Spark asks on every trigger until the first
         batch has data, and data arriving in between must not be skipped (``latest``)."""
         if self._initial is None:
-            self._initial = dict(self.start_offsets())
+            self._initial = dict(self._ride_out(self.start_offsets, "the start"))
             log.info("%s stream starts at %s", self.source, self._initial)
         return dict(self._initial)
 
@@ -319,7 +331,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Fix the end of an AvailableNow run: what the partitions hold now, nothing after. A partition
         without a target yet (its broker did not answer) gets one when it first answers."""
         with self._lock:
-            self._target = dict(self.available_now_target())
+            self._target = dict(self._ride_out(self.available_now_target, "the AvailableNow target"))
         log.info("AvailableNow run of the %s stream reads up to %s", self.source, self._target)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:

@@ -19,7 +19,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import DataType, MapType, StringType, StructType
 
-from tubespark.core.outage import is_unreachable, ride_out
+from tubespark.core.outage import alive_addresses, is_unreachable, ride_out, vouch
 from tubespark.errors import OptionError
 from tubespark.spark.worker_heap import freeze_worker_heap
 
@@ -87,6 +87,13 @@ class StampedWriter:
         outage_ms = getattr(options, "outage_timeout_ms", 0)  # every broker's options have it (shared spec)
         ride_out(self.check_reachable, outage_s=outage_ms / 1000, is_outage=self.is_outage,
                  what=f"the {self.broker} sink's check of its broker")
+        # what the check saw answer goes with the writer to the tasks (other processes, which have seen nothing):
+        # a broker that answered here and is down when a task starts is waited for there, not failed fast
+        self.seen_alive = alive_addresses()
+
+    def vouch_for_tasks(self) -> None:
+        """In a write task: count what the driver's check saw answer as seen alive in this process too."""
+        vouch(getattr(self, "seen_alive", ()))
 
     def check_reachable(self) -> None:
         """On the driver, before any task: the broker answers and the ``topic`` option's topic exists, so a
@@ -109,6 +116,7 @@ class StampedBatchWriter(StampedWriter, DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
         freeze_worker_heap()
+        self.vouch_for_tasks()
         return self.send(iterator, f"{self.write_id}-{task_index()}")
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -123,6 +131,7 @@ class StampedStreamWriter(StampedWriter, DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentCommitMessage:
         freeze_worker_heap()
+        self.vouch_for_tasks()
         context = TaskContext.get()
         query = context.getLocalProperty("sql.streaming.queryId") if context else None
         batch = context.getLocalProperty("streaming.sql.batchId") if context else None

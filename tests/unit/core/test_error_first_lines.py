@@ -49,7 +49,7 @@ USER_FACING = frozenset({
     "OptionError", "DataLossError", "ForeignCheckpointError", "UnknownTopicError", "AuthError", "BrokerError",
     "BrokerUnavailableError", "NoMasterAvailableError", "NotAMasterError", "NoNameServerAvailableError", "TlsError",
     "PartitionsUnavailableError", "AvailableNowIncompleteError", "UnsupportedSparkError", "RangeReadError",
-    "MessageTooLargeError", "GroupConflictError",
+    "MessageTooLargeError", "GroupConflictError", "NeverAnsweredError",
 })
 """Errors a user meets and can act on. Not here: the codec's (bytes that do not decode: a bug or a broken
 peer, nothing to set), the retriable ones the layers retry themselves (busy, not registered, no data), the

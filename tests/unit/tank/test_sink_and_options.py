@@ -212,6 +212,7 @@ def test_the_sink_waits_for_a_restarting_broker_at_init_and_in_its_tasks(broker)
 def test_a_broker_that_stays_down_fails_the_sink_retriable_after_the_outage_timeout(broker):
     options = TankOptions.from_raw({"broker": broker.address, "topic": "events", "outageTimeoutMs": "1500"},
                                    mode="write")
+    TankStreamWriter(options)  # this process saw the broker answer: its outage is waited for (core/outage.py)
     broker.stop()
     started = time.monotonic()
     with pytest.raises(BrokerUnavailableError,

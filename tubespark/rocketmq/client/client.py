@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from tubespark.core.outage import declare
 from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.core.settings import ConnectionSettings
 from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, TubeSparkError, UnknownTopicError
@@ -106,6 +107,7 @@ class RocketMQClient:
         if not namesrv:
             raise ValueError("at least one name server address is needed")
         self.namesrv = list(namesrv)
+        declare("namesrv", self.namesrv, "RocketMQ name server")  # core.outage: never answered is not down
         self.settings = settings or ClientSettings()
         self._pool = connection_pool(connect_timeout_s=self.settings.connect_timeout_s,
                                      io_timeout_s=self.settings.request_timeout_s,
@@ -199,7 +201,8 @@ class RocketMQClient:
                 self._routes[topic] = (time.monotonic(), route)
             return route
         raise NoNameServerAvailableError(f"no name server of {self.namesrv} answered: {last}; check the `namesrv` "
-                                         f"option (host:port, 9876 by default) and that a name server runs there")
+                                         f"option (host:port, 9876 by default) and that a name server runs "
+                                         f"there") from last  # core.outage: was it ever seen alive?
 
     def registered_groups(self, address: str | None = None) -> frozenset[str] | None:
         """The broker groups registered at a name server (``address``, else the first that answers) now;

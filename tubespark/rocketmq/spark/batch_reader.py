@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from tubespark.core.outage import named_if_never_answered
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
 from tubespark.rocketmq.spark.options import QUEUE_LISTING, RocketMQOptions
@@ -48,6 +49,10 @@ class RocketMQBatchReader(DataSourceReader):
         ``onUnavailablePartitions=skip``; otherwise the plan fails instead)."""
 
     def partitions(self) -> list[InputPartition]:
+        with named_if_never_answered("the batch read's plan at the RocketMQ name server"):
+            return self._partitions()
+
+    def _partitions(self) -> list[InputPartition]:
         opts = self.options
         topics = opts.topics or ()
         remember(MessageQueue.parse_key(key) for spec in (opts.starting_offsets, opts.ending_offsets)

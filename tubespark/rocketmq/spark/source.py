@@ -24,6 +24,7 @@ class RocketMQDataSource(BrokerDataSource):
 
     format = "rocketmq"
     options_class = RocketMQOptions
+    entry_point = "namesrvs"
 
     def read_schema(self, options: RocketMQOptions) -> StructType:
         return schema.read_schema(options.include_properties, options.pop)

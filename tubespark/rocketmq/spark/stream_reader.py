@@ -86,6 +86,9 @@ class PullStreamReader(StreamEngine):
         return all_queues(self.client, self.options.topics or (), refresh=True)
 
     def start_offsets(self) -> Offsets:
+        """A new query's start. Its brokers down while a name server answers are waited for by the engine
+        (:meth:`StreamEngine.initialOffset`), as a running stream waits; a ``namesrv`` that never answered in this
+        process fails within seconds naming the option."""
         opts = self.options
         self._check_filter()
         queues = self._queues()

@@ -20,10 +20,11 @@ import pyarrow as pa
 from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from tubespark.core.outage import ride_out
-from tubespark.errors import OptionError
+from tubespark.errors import BrokerConnectionError, OptionError, TubeSparkError
 from tubespark.rocketmq.client.producer import BatchProducer
 from tubespark.rocketmq.spark.clients import shared_client
 from tubespark.rocketmq.spark.options import RocketMQOptions
+from tubespark.rocketmq.wire.headers import cluster_info_request
 from tubespark.rocketmq.wire.message import KEYS, TAGS
 from tubespark.spark.arrow import column_values
 from tubespark.spark.writers import (
@@ -89,8 +90,27 @@ def send_batches(batches: Iterator[pa.RecordBatch], options: RocketMQOptions) ->
     return SentCommitMessage(task_index(), rows, producer.sent_bytes)
 
 
+def check_name_server(options: RocketMQOptions) -> None:
+    """On the driver: some name server of ``namesrv`` answers (its cluster info). What the driver saw answer goes
+    to the tasks (:class:`~tubespark.spark.writers.StampedWriter`), so a task that starts while the name server
+    is down waits for it; a ``namesrv`` that never answered fails here within seconds (:mod:`tubespark.core.outage`)."""
+    client = shared_client(options)
+    last: TubeSparkError | None = None
+    for address in client.namesrv:
+        try:
+            client.call_address(address, cluster_info_request(), "cluster info")
+            return
+        except BrokerConnectionError as exc:
+            last = exc
+    if last is not None:
+        raise last
+
+
 class RocketMQBatchWriter(StampedBatchWriter):
     broker = "RocketMQ"
+
+    def check_reachable(self) -> None:
+        check_name_server(self.options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         return send_batches(batches, self.options)
@@ -98,6 +118,9 @@ class RocketMQBatchWriter(StampedBatchWriter):
 
 class RocketMQStreamWriter(StampedStreamWriter):
     broker = "RocketMQ"
+
+    def check_reachable(self) -> None:
+        check_name_server(self.options)
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         return send_batches(batches, self.options)

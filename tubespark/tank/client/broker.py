@@ -13,6 +13,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from tubespark.core.outage import declare
 from tubespark.core.settings import ConnectionSettings
 from tubespark.errors import BadRequestError, ServerBusyError, UnknownTopicError
 from tubespark.tank.errors import BoundaryFaultError, TankProtocolError
@@ -48,8 +49,12 @@ class ClientSettings(ConnectionSettings):
 class TankClient:
     """One broker (``host:port``). Thread-safe: calls from several threads pipeline on one connection."""
 
-    def __init__(self, address: str, settings: ClientSettings | None = None) -> None:
+    def __init__(self, address: str, settings: ClientSettings | None = None, *, entry_point: bool = True) -> None:
+        """``entry_point``: ``address`` is the user's ``broker`` option (:func:`tubespark.core.outage.declare`: if it
+        never answered in this process, an outage of it is not waited for); false for a leader a broker named."""
         self.address = address
+        if entry_point:
+            declare("broker", (address,), "TANK broker")
         self.settings = settings or ClientSettings()
         self._pool = ConnectionPool(connect_timeout_s=self.settings.connect_timeout_s,
                                     io_timeout_s=self.settings.request_timeout_s)

@@ -116,7 +116,7 @@ class Producer:
             if isinstance(error, LeaderMovedError):
                 log.info("%s: following the leader to %s", topic, error.address)
                 self.client.close()
-                self.client = TankClient(error.address, self.settings)
+                self.client = TankClient(error.address, self.settings, entry_point=False)
             failed.append(by_partition[result.partition])
             last_error = error
         if failed and last_error is not None:

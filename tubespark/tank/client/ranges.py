@@ -111,7 +111,7 @@ class RangeReader:
             except LeaderMovedError as exc:
                 log.info("%s: following the leader to %s", where, exc.address)
                 self.client.close()
-                self.client = TankClient(exc.address, self.settings)
+                self.client = TankClient(exc.address, self.settings, entry_point=False)
                 raise
             except BrokerConnectionError:
                 self.client.reset()

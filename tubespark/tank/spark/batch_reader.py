@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from tubespark.core.outage import named_if_never_answered
 from tubespark.errors import DataLossError
 from tubespark.spark.offset_rules import check_range
 from tubespark.spark.planning import split_range
@@ -50,7 +51,8 @@ class TankBatchReader(DataSourceReader):
         return tasks
 
     def partitions(self) -> list[InputPartition]:
-        return list(self.plan())
+        with named_if_never_answered(f"the batch read of TANK broker {self.options.broker}"):
+            return list(self.plan())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SeqRange):  # an empty plan: Spark runs one task, bare partition

@@ -20,6 +20,7 @@ class TankDataSource(BrokerDataSource):
 
     format = "tank"
     options_class = TankOptions
+    entry_point = "broker"
     read_required = ("topic",)
 
     def read_schema(self, options: TankOptions) -> StructType:

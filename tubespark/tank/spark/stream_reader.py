@@ -9,9 +9,11 @@ exactly there; each micro-batch reads exact ``[start, end)`` ranges that Spark l
 Each trigger asks DiscoverPartitions: ``earliest`` = first available, ``latest`` = high-water mark + 1. A
 partition that appears later (a topic grew) joins at its first available number. A broker that does not
 answer plans nothing this trigger and the stream goes on (its restart must not stop the query); a
-partition its topic no longer lists is a vanished partition (``failOnDataLoss``). A read task whose broker
-goes down mid-range waits for it, or, with ``deferredRangesPath`` set (this query's own directory: TANK has
-no group to key shared reports by), leaves the rest of its range to the next batch
+partition its topic no longer lists is a vanished partition (``failOnDataLoss``). A new query whose broker is down
+waits for it when this process saw it answer, and fails within seconds naming the ``broker`` option when it never
+did (:mod:`tubespark.core.outage`); a query restarted on its checkpoint plans from the checkpoint and waits. A read
+task whose broker goes down mid-range waits for it, or, with ``deferredRangesPath`` set (this query's own
+directory: TANK has no group to key shared reports by), leaves the rest of its range to the next batch
 (:meth:`~tubespark.spark.stream_engine.StreamEngine.deferred_ranges`).
 
 Numbers that vanish: a start below the partition's first available number (retention) is data loss when
@@ -85,6 +87,8 @@ class TankStreamReader(StreamEngine):
             raise
 
     def start_offsets(self) -> Offsets:
+        """A new query's start (the engine waits for a broker this process saw, and fails within seconds naming
+        ``broker`` for one that never answered: :meth:`StreamEngine.initialOffset`)."""
         offsets: Offsets = {}
         found = self._discover()
         check_named(self.options, found, ending=False)

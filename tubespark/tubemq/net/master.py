@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from tubespark.core.outage import declare
 from tubespark.errors import BrokerConnectionError, CodecError, RpcTimeoutError, TlsError, TruncatedFrameError
 from tubespark.tubemq.errors import (
     BadTokenError,
@@ -97,6 +98,7 @@ class MasterChannel:
                  request_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  ssl_context: ssl.SSLContext | None = None) -> None:
         self.addresses = parse_master_list(masters)
+        declare("master", self.addresses, "TubeMQ master")  # core.outage: never answered is not down
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self._ssl = ssl_context
@@ -116,6 +118,7 @@ class MasterChannel:
 
     def call(self, method: int, request: Message, response_cls: type[M]) -> M:
         errors: list[str] = []
+        unreached: BrokerConnectionError | None = None  # the last connect that failed: what core.outage looks at
         standby = False
         wrong_peers = 0  # addresses where something other than a master answered
         tls: TlsError | None = None
@@ -136,6 +139,8 @@ class MasterChannel:
                     why, wrong = explain_failure(exc)
                     wrong_peers += wrong
                     errors.append(f"{address} ({why})")
+                    if isinstance(exc, BrokerConnectionError) and exc.address:
+                        unreached = exc
                 except TlsError as exc:
                     tls = tls or exc
                     errors.append(str(exc))  # the message starts with the address already
@@ -157,7 +162,7 @@ class MasterChannel:
             raise NoMasterAvailableError(f"no active TubeMQ master at {where}: the master group is electing its "
                                          f"next active master, or a master is starting; wait a few seconds and try "
                                          f"again", electing=True)
-        raise NoMasterAvailableError(f"no TubeMQ master answers at {where}: {CHECK_MASTER}")
+        raise NoMasterAvailableError(f"no TubeMQ master answers at {where}: {CHECK_MASTER}") from unreached
 
     def _drop_connection(self) -> None:
         if self._conn is not None:

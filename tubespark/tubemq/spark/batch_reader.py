@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from tubespark.core.outage import named_if_never_answered
 from tubespark.errors import BrokerConnectionError, OptionError
 from tubespark.spark.offset_rules import check_named_partitions, check_range, resolve_checked
 from tubespark.spark.offsets import EARLIEST, LATEST, wanted_time
@@ -131,7 +132,8 @@ class TubeBatchReader(DataSourceReader):
                           f"{self.base_group}-r{index}", f"{self.base_group}.{index}")
 
     def partitions(self) -> list[InputPartition]:
-        return list(self.plan())
+        with named_if_never_answered("the batch read's plan at the TubeMQ master"):
+            return list(self.plan())
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(partition, self.options)

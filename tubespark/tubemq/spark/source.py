@@ -22,6 +22,7 @@ class TubeMQDataSource(BrokerDataSource):
 
     format = "tubemq"
     options_class = TubeMQOptions
+    entry_point = "masters"
     stream_required = ("group",)  # topic or topicPattern: TubeMQOptions.check()
 
     def read_schema(self, options: TubeMQOptions) -> StructType:

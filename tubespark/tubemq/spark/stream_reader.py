@@ -130,7 +130,10 @@ class TubeStreamReader(StreamEngine):
     # --- where partitions start -------------------------------------------------------------------
 
     def start_offsets(self) -> Offsets:
-        """A new query: its initial partitions (the master's first assignment) start at startingOffsets."""
+        """A new query: its initial partitions (the master's first assignment) start at startingOffsets. A master
+        that is down is waited for by the engine when this process saw it answer, and fails within seconds naming
+        ``master`` when it never did (:meth:`StreamEngine.initialOffset`); a broker the master lists that does not
+        answer is the ledger's (its start is resolved at a later trigger)."""
         assigned = self.member.assigned()
         held = self.member.session().held()
         offsets = self.ledger.start_query(assigned, held, lambda key: self._resolve_start(key, held.get(key)))

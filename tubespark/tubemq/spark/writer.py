@@ -494,10 +494,9 @@ class _TubeSink(StampedWriter):
     def check_reachable(self) -> None:
         check_sink_reachable(self.options)
 
-    def is_outage(self, exc: BaseException) -> bool:
-        """Only brokers known to be away: a master address where nothing answers is far more often a
-        mistake than a restart, and fails at once naming the address (``NoMasterAvailableError``)."""
-        return isinstance(exc, BrokerUnavailableError)
+    # what is an outage: the shared rule (core/outage.py). A ``master`` that never answered in this process fails
+    # within seconds naming the option (a mistake far more often than a restart); one that answered before, and
+    # brokers the master's configuration holds (BrokerUnavailableError), are waited for.
 
     def send(self, batches: Iterator[pa.RecordBatch], stamp: str) -> SentCommitMessage:
         return send_batches(batches, self.options, stamp)
