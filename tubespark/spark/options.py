@@ -204,7 +204,10 @@ OUTAGE_TIMEOUT = SharedOption(
     "30 s, and reads on from where it stood once the broker is back. Writing: sends are retried within it, "
     "`sendRetries` counts the other retriable errors. `0`: reads fail after 6 times `requestTimeoutMs` of retries "
     "(RocketMQ: `failoverTimeoutMs`) with `RangeReadError`, writes at the first such error. A topic or "
-    "partition removed from the configuration is no outage and is never waited for.", applies="both")
+    "partition removed from the configuration is no outage and is never waited for. Only an address that "
+    "answered once in this process (or that the driver or the checkpoint vouches for) is waited for: an address "
+    "option (`master`, `broker`, `namesrv`) that never answered fails within seconds with `NeverAnsweredError` "
+    "naming it.", applies="both")
 
 DEFER_ON_OUTAGE = SharedOption(
     "deferOnOutage", "true", parse_bool, "Streaming, with `deferredRangesPath` set: a read task whose broker goes "
