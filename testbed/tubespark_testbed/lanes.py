@@ -35,7 +35,9 @@ SIDE_MODULES = frozenset({
     "tubemq/test_user_mistakes.py", "tubemq/test_bad_input.py", "tubemq/test_kafka_conventions.py",
     "tubemq/test_client_rebalance.py", "tubemq/test_client_roundtrip.py", "tubemq/test_lag_cli.py",
     "tubemq/test_stream_source.py", "tubemq/test_java_client_smoke.py", "tubemq/test_java_interop.py",
-    "tubemq/test_batch_and_sink.py", "tubemq/test_quiet_stop.py",
+    "tubemq/test_batch_and_sink.py", "tubemq/test_quiet_stop.py", "tubemq/test_offset_boundary.py",
+    # waits for a processing-time trigger's interval boundary, then for a Java consumer of the group
+    "tubemq/test_group_handover.py",
     # the bench at smoke size with its own TubeMQ cluster and Kafka broker, in the background from the lane's start:
     # beside the main lane's Spark work and the side lane's waits (not both lanes' work), in the side lane's slack
     "core/test_bench_smoke.py",
