@@ -308,6 +308,8 @@ def _drain(spark, cluster: LocalCluster, group: str, work: Path, topic: str = TO
     """What ``soak_job.py ... drain`` runs (Trigger.AvailableNow from the killed runs' checkpoint, same options
     and sink), in the test's own Spark session: one Spark start less per drain."""
     options = {"masterWebUrl": ",".join(cluster.master_web_urls)} if web else {}
+    deferred = os.environ.get("TUBESPARK_SOAK_DEFERRED_RANGES_PATH")  # the runs' own (soak_job.py), if any
+    options.update({"deferredRangesPath": deferred} if deferred else {})
     query = (spark.readStream.format("tubemq").option("master", cluster.master_address).option("topic", topic)
              .options(**options)
              .option("group", group).option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "5000")
