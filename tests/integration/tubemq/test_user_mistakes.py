@@ -151,7 +151,9 @@ def test_stream_without_group(spark, tubemq_cluster, topic_factory):
 
 
 def test_broker_down(spark, tubemq_cluster, topic_factory):
-    """The topic's only broker is down: the master lists none of its partitions, and reads and writes say so."""
+    """The topic's only broker is down: the master lists none of its partitions, and reads and writes say so. A
+    batch read learns the configured partitions from the master's RPC port (issue 37 part 2), so it names the
+    broker and its partition."""
     master = tubemq_cluster.master_address
     topic = topic_factory(1, 1)
     tubemq_cluster.kill("broker")
@@ -164,7 +166,10 @@ def test_broker_down(spark, tubemq_cluster, topic_factory):
                 break
             assert time.monotonic() < deadline, "the master kept listing the dead broker's partitions"
             time.sleep(1)
-        assert_no_partition(last_line(batch_failure(spark, master, topic)), topic, master)
+        batch = last_line(batch_failure(spark, master, topic))
+        assert batch.startswith(f"tubespark.errors.PartitionsUnavailableError: batch read of {topic}: 1 of its 1 "
+                                f"partitions are on brokers that do not serve them now"), batch
+        assert "broker 1 (" in batch and f"1:{topic}:0" in batch and "onUnavailablePartitions=skip" in batch, batch
         assert_no_partition(last_line(write_failure(spark, master, topic)), topic, master)
         # an AvailableNow stream gets no partition from the master: it must not end "successfully" unread
         text = stream_failure(spark, master, topic, group="g" + uuid.uuid4().hex[:8], assignmentTimeoutMs="3000")
