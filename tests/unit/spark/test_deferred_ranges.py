@@ -165,7 +165,7 @@ def test_by_default_read_tasks_wait_for_their_broker_and_nothing_is_reported(tmp
     dir is gone when the driver is rescheduled elsewhere), so tasks wait for their broker and lose nothing; the
     offsets carry no token."""
     engine = _Engine(_options())
-    engine.deferral_scope = lambda: "orders-tubespark-read"  # type: ignore[attr-defined]  # a group, as before
+    engine.deferral_scope = lambda: "orders-tubespark-read"  # type: ignore[attr-defined]  # the old group key
     start = {"a": 0, "b": 0}
     end = engine.latestOffset(dict(start), ReadAllAvailable())
     assert end == {"a": 100, "b": 100}, "no #deferrals token"
@@ -177,11 +177,13 @@ def test_two_queries_with_one_group_name_on_two_clusters_lose_nothing_through_on
     drivers on one host and one reports directory. Cluster A's broker dies under a batch and A's task reports the
     unread rest of its range; B, planning while its own partition of the same key stands elsewhere, must neither
     take nor delete A's report. Before, both were keyed by the group name and the partition key, B deleted A's
-    report as stale, and A's remainder [60, 100) was never read, with no error."""
+    report as stale, and A's remainder [60, 100) was never read, with no error. (``deferral_scope`` was the engine's
+    hook that keyed the reports by group; set here, this test shows that loss on the code before the fix. The engine
+    has no such hook now.)"""
     shared = tmp_path / "shared"
     query_a, query_b = _Engine(_options(shared)), _Engine(_options(shared))
     for engine in (query_a, query_b):
-        engine.deferral_scope = lambda: "orders-tubespark-read"  # type: ignore[attr-defined]  # what a group gave
+        engine.deferral_scope = lambda: "orders-tubespark-read"  # type: ignore[attr-defined]  # the old group key
     query_b.high = {"a": 70, "b": 70}  # the same partition keys ("1:soak:0" on any default install)
     a_start, b_start = {"a": 0, "b": 0}, {"a": 0, "b": 0}
     a_end = query_a.latestOffset(dict(a_start), ReadAllAvailable())
