@@ -162,8 +162,9 @@ def driver_child(args: argparse.Namespace) -> int:
     rpcs = RpcCounter()
     import tracemalloc
 
-    from tubespark.tubemq.spark.source import TubeMQDataSource
     from tubespark.tubemq.spark.stream_reader import TubeStreamReader
+
+    from tubespark.tubemq.spark.source import TubeMQDataSource
 
     rss_base = status_kib("VmRSS")
     if args.tracemalloc:  # the memory run: Python's allocations from here on (it slows every call: not timed)

@@ -15,16 +15,22 @@ anything is read, naming the option, the partition and what would be valid:
 * a number between two messages (TubeMQ's offsets count bytes of 28-byte index records; TANK's sequence
   numbers and RocketMQ's queue offsets count messages, so every number is a boundary) would be rounded to
   the next record and lose the message the user meant to start at;
+* a number below the partition's first available offset names messages that are gone (retention removed
+  them): data loss, so ``failOnDataLoss`` decides (:func:`resolve_start`) whether the read fails or starts at
+  the first offset there is;
 * an end before its start.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from tubespark.errors import OptionError
+from tubespark.errors import DataLossError, OptionError
 from tubespark.spark.offsets import OffsetSpec, wanted_offset
+
+log = logging.getLogger(__name__)
 
 SHOWN = 12
 """Most existing partitions an error lists (a topic of hundreds would drown the message)."""
@@ -98,3 +104,21 @@ def check_range(key: str, start: int, end: int, units: OffsetUnits = MESSAGES) -
     if end < start:
         raise OptionError(f"for {key} the starting {units.noun} {start} is after the ending one {end}: fix "
                           f"startingOffsets or endingOffsets")
+
+
+def resolve_start(option: str, spec: OffsetSpec, key: str, *, low: int | None, high: int, default: int,
+                  units: OffsetUnits = MESSAGES, fail_on_data_loss: bool = True) -> int:
+    """Where ``spec`` starts ``key`` (batch read or a new stream), the partition spanning ``[low, high)`` (``low``
+    ``None``: the broker does not tell). :func:`resolve_checked`, and a number below ``low`` is data loss: raised
+    as :class:`DataLossError` with ``fail_on_data_loss``, else logged, the read starting at ``low``."""
+    first = 0 if low is None else low
+    offset = resolve_checked(option, spec, key, low=first, high=high, default=default, units=units)
+    if low is None or offset >= low:
+        return offset
+    message = (f"option {option}: {key} is at {offset}, below the partition's first available {units.noun} {low}: "
+               f"the messages before it are gone (retention removed them)")
+    if fail_on_data_loss:
+        raise DataLossError(f"{message}. Use earliest or {'an offset' if units.noun == 'offset' else 'a number'} "
+                            f"from {low}, or set failOnDataLoss=false to read from {low}")
+    log.warning("%s; failOnDataLoss=false: reading from %d", message, low)
+    return low

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from tubespark.errors import ForeignCheckpointError, TubeSparkError
 from tubespark.spark.offsets import Offsets
@@ -44,23 +45,56 @@ class Origin:
     """When this incarnation was created, in words (``2026-11-25 07:40:12 (the master's clock)``)."""
 
 
+class OriginSource(Protocol):
+    """What a broker whose topics have incarnations tells the :class:`OriginMarks` (TubeMQ: a topic's deployment
+    on one broker, created at the master at a known time)."""
+
+    advice: str
+    """How a user tells a foreign checkpoint from a loss when the marks cannot (what to set, what to compare)."""
+
+    def scope(self, key: str) -> str | None:
+        """A partition key's scope (what is created and deleted as one), ``None`` when it keeps no marks."""
+
+    def ask(self, scopes: Collection[str]) -> Mapping[str, Origin]:
+        """The current :class:`Origin` of each of ``scopes`` it can tell (one left out: unknown, e.g. not
+        configured); raises a :class:`TubeSparkError` when it cannot ask now."""
+
+    def describe(self, mark: int) -> str:
+        """A recorded mark in words."""
+
+    def name(self, scope: str) -> str:
+        """A scope in words (``topic demo_events on broker 1``)."""
+
+
+class _NoOrigins:
+    """A broker without origins: no scope, so no marks and no checks."""
+
+    advice = ""
+
+    def scope(self, key: str) -> str | None:
+        return None
+
+    def ask(self, scopes: Collection[str]) -> Mapping[str, Origin]:
+        return {}
+
+    def describe(self, mark: int) -> str:
+        return str(mark)
+
+    def name(self, scope: str) -> str:
+        return scope
+
+
 class OriginMarks:
-    """A stream's origin marks: which it records, and the checks that raise :class:`ForeignCheckpointError`.
+    """A stream's origin marks: which it records, and the checks that raise :class:`ForeignCheckpointError`,
+    over a broker's :class:`OriginSource` (``None``: the broker keeps no marks)."""
 
-    ``scope_of``: a partition key's scope, ``None`` when its broker keeps no marks. ``ask``: the current
-    :class:`Origin` of each scope it can tell (a scope left out: unknown, e.g. not configured); raises a
-    :class:`TubeSparkError` when it cannot ask now. ``describe``: a recorded mark in words; ``name``: a scope in
-    words (``topic demo_events on broker 1``). ``advice``: how a user tells a foreign checkpoint from a loss
-    when the marks cannot (what to set, what to compare).
-    """
-
-    def __init__(self, scope_of: Callable[[str], str | None], ask: Callable[[Collection[str]], Mapping[str, Origin]],
-                 describe: Callable[[int], str], name: Callable[[str], str], advice: str) -> None:
-        self.scope_of = scope_of
-        self.ask = ask
-        self.describe = describe
-        self.name = name
-        self.advice = advice
+    def __init__(self, source: OriginSource | None) -> None:
+        source = source or _NoOrigins()
+        self.scope_of = source.scope
+        self.ask = source.ask
+        self.describe = source.describe
+        self.name = source.name
+        self.advice = source.advice
         self.known: dict[str, Origin] = {}  # origins learnt in this process
         self.verified: set[str] = set()  # scopes whose recorded mark matched the origin now
         self._failed: dict[str, tuple[float, str]] = {}  # scope -> (when, why) its origin could not be learnt

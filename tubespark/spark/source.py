@@ -29,6 +29,8 @@ from pyspark.sql.types import StructType  # noqa: E402
 
 from tubespark.core.outage import vouch  # noqa: E402
 from tubespark.errors import OptionError, SharedDirError  # noqa: E402
+from tubespark.spark.batch_engine import BatchEngine  # noqa: E402
+from tubespark.spark.broker import Broker  # noqa: E402
 from tubespark.spark.commit_log import OPTION, committed_batches, parse_checkpoint_location  # noqa: E402
 from tubespark.spark.stream_engine import StreamEngine  # noqa: E402
 
@@ -57,11 +59,14 @@ class BrokerDataSource(DataSource):
     def read_schema(self, options: Any) -> StructType:
         raise NotImplementedError
 
+    adapter: ClassVar[type[Broker]]
+    """The broker's object (:mod:`tubespark.spark.broker`) both planners hold."""
+
     def stream_reader(self, options: Any) -> DataSourceStreamReader:
-        raise NotImplementedError
+        return StreamEngine(self.adapter(options))
 
     def batch_reader(self, options: Any) -> DataSourceReader:
-        raise NotImplementedError
+        return BatchEngine(self.adapter(options, batch=True))
 
     def batch_writer(self, options: Any) -> DataSourceWriter:
         raise NotImplementedError

@@ -1,16 +1,17 @@
 """The one stream reader of every broker: read limits, Trigger.AvailableNow, offsets, pickling, tasks.
 
-A broker's stream reader derives from :class:`StreamEngine` and answers a narrow set of questions (the
-``survey`` of its partitions each trigger, where a new query starts, the read tasks of a range, how to
-read one on an executor); everything Spark asks goes through the engine, so every broker has the same
-admission options (``maxOffsetsPerTrigger``, ``maxBytesPerTrigger``, ``minOffsetsPerTrigger`` with
-``maxTriggerDelay``), the same AvailableNow behaviour, the same offset marks and the same handling of a
-range whose broker went down mid-batch (``deferOnOutage`` with ``deferredRangesPath``,
-:meth:`StreamEngine.deferring`). The rules of one plan are the pure :func:`tubespark.spark.planning.plan_batch`.
+:class:`StreamEngine` holds one broker's :class:`~tubespark.spark.broker.Broker` and asks it facts only (the
+``survey`` of its partitions each trigger, where a new query starts, the read tasks of a range, how to read
+one on an executor); everything Spark asks goes through the engine, so every broker has the same admission
+options (``maxOffsetsPerTrigger``, ``maxBytesPerTrigger``, ``minOffsetsPerTrigger`` with ``maxTriggerDelay``),
+the same AvailableNow behaviour, the same offset marks and the same handling of a range whose broker went
+down mid-batch (``deferOnOutage`` with ``deferredRangesPath``, :meth:`StreamEngine.deferring`). What it knows of
+each partition is one :class:`~tubespark.spark.partition_state.PartitionState`. The rules of one plan are the
+pure :func:`tubespark.spark.planning.plan_batch`.
 
 Spark 4.x runs a Python stream reader in a long-lived driver-side process (``initialOffset``,
 ``latestOffset``, ``partitions``, ``commit``) and calls ``read()`` on executors against a pickled copy
-made at query start: the copy carries the options and :meth:`StreamEngine.task_state`, never a socket.
+made at query start: the copy carries the broker object with its options, never a socket.
 """
 
 from __future__ import annotations
@@ -19,13 +20,10 @@ import logging
 import threading
 import time
 import uuid
-import zlib
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -40,11 +38,14 @@ from tubespark.core.deferred import Deferral, DeferredRanges, new_token
 from tubespark.core.outage import ride_out
 from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import AvailableNowIncompleteError, DataLossError, TubeSparkError
+from tubespark.spark.broker import Broker, Survey, ranges_of
 from tubespark.spark.commit_log import newest_committed_offsets
 from tubespark.spark.marks import START, Divergence, find_divergence, thin
 from tubespark.spark.offsets import BatchOffsets, Offsets
-from tubespark.spark.origins import Origin, OriginMarks
-from tubespark.spark.planning import Admission, Bounds, BoundsPolicy, Loss, Plan, plan_batch
+from tubespark.spark.options import SharedOptions
+from tubespark.spark.origins import OriginMarks
+from tubespark.spark.partition_state import UNCHECKED, Status
+from tubespark.spark.planning import Admission, Bounds, Loss, Plan, plan_batch
 
 log = logging.getLogger(__name__)
 
@@ -54,69 +55,25 @@ SIZE_SAMPLE = 16
 """Messages read at a partition's next offset to estimate its message size (``maxBytesPerTrigger``)."""
 
 
-@dataclass
-class Survey:
-    """A broker's view of the query's partitions this trigger (see :func:`plan_batch` for each field)."""
-
-    bounds: dict[str, Bounds] = field(default_factory=dict)
-    joined: dict[str, int] = field(default_factory=dict)
-    jumps: dict[str, int] = field(default_factory=dict)
-    unavailable: dict[str, str] = field(default_factory=dict)
-    """Partitions the query should read but cannot this trigger (why): a Trigger.AvailableNow run waits for
-    them. A partition of the start that is in none of these fields is parked: it keeps its offset."""
-    gone: dict[str, str] = field(default_factory=dict)
-    """Partitions removed for good (a deleted topic, a partition the configuration no longer has): why."""
-
-
-def row_fingerprint(row: pa.RecordBatch, columns: Sequence[str]) -> int:
-    """CRC-32 (31 bits: a positive JSON number) of ``columns`` of a one-row batch (those it has)."""
-    crc = 0
-    for name in columns:
-        if name in row.schema.names:
-            value = row.column(name)[0].as_py()
-            crc = zlib.crc32(value if isinstance(value, bytes) else repr(value).encode(), crc)
-            crc = zlib.crc32(b"\0", crc)
-    return crc & 0x7FFFFFFF
-
-
 class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Spark's stream reader API over a broker's :meth:`survey`; subclasses implement the hooks below.
+    """Spark's stream reader API over one broker's :class:`~tubespark.spark.broker.Broker`: every broker's stream
+    is this class, holding that broker's object (never subclassed)."""
 
-    The options object must carry ``max_offsets_per_trigger``, ``max_bytes_per_trigger``,
-    ``min_offsets_per_trigger``, ``max_trigger_delay_ms``, ``fail_on_data_loss``, ``defer_on_outage`` and
-    ``deferred_ranges_path`` (the shared specs).
-    """
-
-    source: ClassVar[str] = "stream"
-    """The format name, for logs."""
-    record_size: ClassVar[int] = 1
-    """Offset units per message (TubeMQ counts bytes of 28-byte index records)."""
-    policy: BoundsPolicy = BoundsPolicy()
-    """How a start outside its partition's bounds is handled (a broker may set its own per trigger)."""
-    fingerprint_columns: ClassVar[tuple[str, ...]] = ()
-    """Columns of a read row that tell one message from another at the same offset (the broker's id or store
-    time and the value): the default :meth:`fingerprint` hashes them; none, no fingerprints."""
-    origin_advice: ClassVar[str] = ""
-    """How a user tells a checkpoint from another cluster or topic incarnation from data loss when the ``#origin``
-    marks cannot (a broker whose :meth:`origin_scope` gives scopes says it; see :mod:`tubespark.spark.origins`)."""
-
-    def __init__(self, options: Any) -> None:
-        self.options = options
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.options: SharedOptions = broker.options
+        self.source = broker.name
+        self.partitions_state = broker.states
+        """One :class:`~tubespark.spark.partition_state.PartitionState` per partition the query knows."""
+        broker.on_terminate = self.stop
         self._initial: Offsets | None = None
-        self._target: Offsets | None = None
-        self._latest: Offsets = {}
-        self._sizes: dict[str, tuple[int, float]] = {}  # key -> (offset sampled at, mean message bytes)
+        self._available_now = False  # Trigger.AvailableNow: each partition's state has its target
         self._last_batch_at = time.monotonic()  # minOffsetsPerTrigger waits at most maxTriggerDelay from here
         self.data_losses: list[Loss] = []
         """Every loss logged with failOnDataLoss=false."""
-        self._last_read: Offsets = {}  # the start's #last marks (fingerprints), for this trigger's check
-        self._history: dict[str, dict[int, int]] = {}  # the start's older marks (#last@): where a loss began
-        self._checked: dict[str, object] = {}  # key -> incarnation its #last mark was taken or checked under
-        self._origins = OriginMarks(self.origin_scope, self.origins, self.describe_origin, self.scope_name,
-                                    self.origin_advice)
-        self._recorded_origins: Offsets = {}  # the start's #origin marks
+        self._origins = OriginMarks(broker.origins)
+        self._recorded_origins: Offsets = {}  # the start's #origin marks (by scope)
         self._bounds_now: Mapping[str, Bounds] = {}  # this trigger's survey (a loss note looks at its scope)
-        self._floors: Offsets = {}  # key -> where a deferred remainder starts: commit() never stores past it
         self.deferrals: list[Deferral] = []
         """Every remainder a read task handed to a later batch (its broker was down), in this process."""
         self.run_id = uuid.uuid4().hex[:12]
@@ -132,35 +89,6 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed: Offsets | None = None  # the end Spark planned the newest trigger from: committed
         self._ran: Offsets | None = None  # the end of the newest batch Spark ran (partitions()): committed or not
         self._stopped = False  # stop() stores once: a later call (atexit, the runner's own) must not join again
-
-    # --- the broker's hooks ------------------------------------------------------------------------
-
-    def start_offsets(self) -> Offsets:
-        """A new query's partitions and where each starts (``startingOffsets`` resolved); a partition whose
-        start cannot be known yet may be left out and joined later through :attr:`Survey.joined`."""
-        raise NotImplementedError
-
-    def survey(self, start: Offsets) -> Survey:
-        """The partitions of ``start`` (and any joining) as the broker sees them now."""
-        raise NotImplementedError
-
-    def available_now_target(self) -> Offsets:
-        """Each partition's end now: a Trigger.AvailableNow run reads up to it and stops."""
-        raise NotImplementedError
-
-    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
-        """The Spark tasks reading ``{key: (low, high)}`` exactly."""
-        raise NotImplementedError
-
-    def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor side: the rows of one task."""
-        raise NotImplementedError
-
-    def store_offsets(self, offsets: Offsets) -> None:
-        """Store a committed batch's end on the broker (group offsets), best effort; none by default."""
-
-    def close(self) -> None:
-        """Release the driver's connections."""
 
     # --- deferred ranges: a task whose broker is down leaves the rest to the next batch ------------------
 
@@ -203,83 +131,13 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         "directory cannot be written: %s", self.source, exc)
             return None
 
-    def task_state(self) -> dict[str, Any]:
-        """What executors need besides the options (restored by :meth:`restore_task_state`)."""
-        return {}
-
-    def restore_task_state(self, state: dict[str, Any]) -> None:
-        """Take back what :meth:`task_state` gave."""
-
-    def unavailable_timeout_s(self) -> float:
-        """How long a Trigger.AvailableNow run waits for a partition it cannot read yet before failing."""
-        return float(getattr(self.options, "assignment_timeout_ms", 60_000)) / 1000
-
-    def wait_for_change(self, timeout_s: float) -> None:
-        """Block until the broker's view may have changed (at most ``timeout_s``)."""
-        time.sleep(timeout_s)
-
-    def fingerprint(self, key: str, offset: int) -> int | None:
-        """A number identifying the last message of ``key`` below ``offset`` (what a batch ending there read
-        last), or ``None`` where there is none to tell (no message there any more, or no such hook: then
-        reused offsets are not checked). Raises a :class:`TubeSparkError` when it cannot be read now.
-
-        Called on the driver for each partition a batch moves (one read per partition and trigger) and to
-        check a start again, see :meth:`_check_reuse`. By default: the executors' read path, run here, of the
-        one message below ``offset`` (:meth:`driver_read`), its :attr:`fingerprint_columns` hashed."""
-        if not self.fingerprint_columns or offset < self.record_size:
-            return None
-        last: pa.RecordBatch | None = None
-        for task in self.read_tasks({key: (offset - self.record_size, offset)}):
-            for batch in self.driver_read(task):
-                if batch.num_rows:
-                    last = batch.slice(batch.num_rows - 1)
-        return None if last is None else row_fingerprint(last, self.fingerprint_columns)
-
-    def incarnation(self, key: str) -> object:
-        """Anything that changes when ``key``'s broker may have restarted since the last trigger (e.g. the
-        driver had to reconnect to it): a start is checked against its ``#last`` fingerprint again then."""
-        return None
-
-    def origin_scope(self, key: str) -> str | None:
-        """The scope of ``key``'s ``#origin`` mark (what is created and deleted as one: TubeMQ's topic on one
-        broker); ``None`` (the default): no origin marks, a foreign checkpoint looks like data loss."""
-        return None
-
-    def origins(self, scopes: Collection[str]) -> Mapping[str, Origin]:
-        """The current :class:`Origin` of each of ``scopes`` the broker can tell (one that is not configured
-        at all is left out); raises a :class:`TubeSparkError` when it cannot ask now. Called on the driver
-        once per process per scope, and before a loss of a scope is reported."""
-        return {}
-
-    def describe_origin(self, mark: int) -> str:
-        """A recorded ``#origin`` mark in words, for :class:`ForeignCheckpointError`."""
-        return str(mark)
-
-    def scope_name(self, scope: str) -> str:
-        """An :meth:`origin_scope` in words, for messages."""
-        return scope
-
-    def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """A read the driver makes for itself (:meth:`fingerprint`, :meth:`sample_sizes`): by default the
-        executors' read path, run here. A broker whose range reader retries for long (a failover budget)
-        should bound this one shorter: its failure only leaves a check or an estimate for a later trigger,
-        while every trigger of the query waits for it."""
-        return self.read_partition(partition)
-
-    def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
-        """Value sizes of the messages in ``[low, high)``, read by :meth:`driver_read`."""
-        tasks = self.read_tasks({key: (low, high)})
-        return [size for task in tasks for batch in self.driver_read(task)
-                for size in pc.binary_length(batch.column("value")).to_pylist() if size is not None]
-
     # --- pickling: executors get the options and the task state, never sockets or threads ----------
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "task": self.task_state()}
+        return {"broker": self.broker}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["options"])  # type: ignore[misc]  # rebuilds the driver-free reader
-        self.restore_task_state(state["task"])
+        self.__init__(state["broker"])  # type: ignore[misc]  # rebuilds the driver-free reader
 
     # --- Spark's calls -------------------------------------------------------------------------------
 
@@ -289,14 +147,14 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (issue 37 part 6), and fail within seconds naming the address option when it never answered. A query
         restarted on its checkpoint is planned from it (:meth:`latestOffset`, whose survey plans nothing on a
         broker that does not answer), so its broker's outage is waited for whatever this process saw."""
-        return ride_out(call, outage_s=getattr(self.options, "outage_timeout_ms", 0) / 1000,
+        return ride_out(call, outage_s=self.options.outage_timeout_ms / 1000,
                         what=f"{what} of the {self.source} stream")
 
     def initialOffset(self) -> Offsets:
         """A new query's start, worked out once per process: Spark asks on every trigger until the first
         batch has data, and data arriving in between must not be skipped (``latest``)."""
         if self._initial is None:
-            self._initial = dict(self._ride_out(self.start_offsets, "the start"))
+            self._initial = dict(self._ride_out(self.broker.start_offsets, "the start"))
             log.info("%s stream starts at %s", self.source, self._initial)
         return dict(self._initial)
 
@@ -325,14 +183,17 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._next_end(start, admission)
 
     def reportLatestOffset(self) -> Offsets | None:
-        return dict(self._latest) or None
+        return {state.key: state.latest for state in self.partitions_state if state.latest is not None} or None
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Fix the end of an AvailableNow run: what the partitions hold now, nothing after. A partition
         without a target yet (its broker did not answer) gets one when it first answers."""
         with self._lock:
-            self._target = dict(self._ride_out(self.available_now_target, "the AvailableNow target"))
-        log.info("AvailableNow run of the %s stream reads up to %s", self.source, self._target)
+            target = self._ride_out(self.broker.available_now_target, "the AvailableNow target")
+            self._available_now = True
+            for key, offset in target.items():
+                self.partitions_state[key].target = offset
+        log.info("AvailableNow run of the %s stream reads up to %s", self.source, target)
 
     def partitions(self, start: Offsets, end: Offsets) -> list[InputPartition]:
         batch = BatchOffsets.parse(end)
@@ -341,10 +202,14 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end != start:
                 self._ran = dict(end)
             self._task_token = batch.deferrals
-            return list(self.read_tasks(batch.ranges(BatchOffsets.parse(start).positions)))
+            ranges = batch.ranges(BatchOffsets.parse(start).positions)
+            for key, why in sorted(self.broker.gone(ranges).items()):  # a replayed batch's partition removed since
+                low, high = ranges.pop(key)
+                self._vanished(key, low, f"{why}; offsets [{low}, {high}) were planned")
+            return list(self.broker.read_tasks(ranges_of(ranges), self.task_deferral()))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self.read_partition(partition)
+        return self.broker.read(partition)
 
     def commit(self, end: Offsets) -> None:
         """Spark committed a batch ending at ``end``: store it on the broker where the broker keeps offsets.
@@ -352,10 +217,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         plan is stored at the remainder's start, never past it."""
         positions = BatchOffsets.parse(end).positions
         with self._lock:
-            for key, floor in self._floors.items():
-                if key in positions and positions[key] > floor:
-                    positions[key] = floor
-        self.store_offsets(positions)
+            for state in self.partitions_state:
+                if state.floor is not None and state.key in positions and positions[state.key] > state.floor:
+                    positions[state.key] = state.floor
+        self.broker.store_offsets(positions)
 
     def stop(self) -> None:
         """Store the newest end known committed (:meth:`last_committed_end`), then release the broker side."""
@@ -370,7 +235,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 reports, self._deferred = self._deferred, None
                 if reports is not None:
                     reports.withdraw(self.run_id)
-                self.close()
+                self.broker.close()
 
     def last_committed_end(self) -> Offsets | None:
         """When the query stops: the end of the newest batch known to be in Spark's commit log, ``None`` when this
@@ -400,8 +265,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _next_end(self, raw_start: Offsets, admission: Admission) -> Offsets:
         parsed = BatchOffsets.parse(raw_start)
         start = parsed.positions
-        self._last_read = parsed.fingerprints  # checked by _plan_once (_check_reuse)
-        self._history = parsed.history
+        for key in {*start, *(state.key for state in self.partitions_state)}:  # checked by _check_reuse
+            state = self.partitions_state[key]
+            state.fingerprint, state.history = parsed.fingerprints.get(key), dict(parsed.history.get(key, {}))
         self._recorded_origins = parsed.origins
         self._origins.check(start, parsed.origins)  # a restart's first plan: the checkpoint's cluster and topics
         try:
@@ -433,8 +299,9 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Also the token the next batch carries (``None``: its tasks wait). A batch that carried one counts as read
         only where its token's directory is found (:meth:`_unproven`). Raises :class:`SharedDirError` when the
         directory cannot be read."""
-        for key in [key for key, floor in self._floors.items() if start.get(key) != floor]:
-            del self._floors[key]  # the remainder was read (or the partition left the query)
+        for state in self.partitions_state:
+            if state.floor is not None and start.get(state.key) != state.floor:
+                state.floor = None  # the remainder was read (or the partition left the query)
         previous = parsed.deferrals
         reports = None if previous is None else self._previous_reports(previous)
         found = {} if reports is None else reports.take(start)
@@ -442,9 +309,11 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("partition %s: the read task of [%d, %d) could not reach its broker and read up to %d; the "
                         "next batches read on from %d once the broker is back", key, deferral.start, deferral.end,
                         deferral.reached, deferral.reached)
-            start[key] = self._floors[key] = deferral.reached
+            state = self.partitions_state[key]
+            start[key] = state.floor = deferral.reached
             parsed.fingerprints.pop(key, None)
-            self._checked.pop(key, None)
+            state.fingerprint, state.checked_under = None, UNCHECKED
+            state.mark(Status.DEFERRED, f"the rest of [{deferral.start}, {deferral.end}) from {deferral.reached}")
             self.deferrals.append(deferral)
         return found, self._token(None if reports is None else reports.token)
 
@@ -497,10 +366,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _plan_until_readable(self, start: Offsets, admission: Admission) -> Plan:
         plan, stuck = self._plan_once(start, admission)
-        if self._target is None or plan.moves(start) or not stuck:
+        if not self._available_now or plan.moves(start) or not stuck:
             return plan
         # Trigger.AvailableNow would end here with a partition below its target: wait for it instead
-        timeout_s = self.unavailable_timeout_s()
+        timeout_s = self.broker.available_now_wait_s()
         deadline = time.monotonic() + timeout_s
         log.info("AvailableNow run of the %s stream waits up to %.0f s for %s", self.source, timeout_s, stuck)
         while True:
@@ -512,7 +381,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"{timeout_s:.0f} s and are below the run's target, so finishing would skip their data: "
                     f"{detail}. Run it again once they can be read (a stale registration timed out, the broker "
                     f"is back), or wait longer")
-            self.wait_for_change(min(remaining, 1.0))
+            self.broker.wait_for_change(min(remaining, 1.0))
             plan, stuck = self._plan_once(start, admission)
             if plan.moves(start) or not stuck:
                 return plan
@@ -522,45 +391,66 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark plans the next batch only after the one ending at ``start`` completed, so ``start`` is
         # committed: store it now rather than wait for commit(), which lags a batch and never comes for
         # the last batch of an AvailableNow run or before an idle period.
-        self.store_offsets(start)
-        survey = self.survey(start)
+        self.broker.store_offsets(start)
+        survey = self.broker.survey(start)
         self._bounds_now = survey.bounds
         self._check_reuse(start, survey)
         kept = dict(start)
         for key, why in sorted(survey.gone.items()):
             kept.pop(key, None)
             self._vanished(key, start.get(key), why)
-        target = self._target
-        if target is not None:
-            for key, found in survey.bounds.items():
-                target.setdefault(key, found.high)
-        for key, found in survey.bounds.items():
-            self._latest[key] = found.high
-        plan = plan_batch(kept, survey.bounds, admission=admission, policy=self.policy, joined=survey.joined,
+            self.partitions_state.forget(key)
+        self._note_survey(kept, survey)
+        target = self._targets()
+        plan = plan_batch(kept, survey.bounds, admission=admission, policy=self.broker.policy, joined=survey.joined,
                           jumps=survey.jumps, unavailable=survey.unavailable, target=target,
                           since_last_batch_s=time.monotonic() - self._last_batch_at, sizes=self._estimate_sizes,
-                          record_size=self.record_size)
+                          record_size=self.broker.record_size)
         for loss in plan.losses:
             self._lost(loss)
         stuck = {} if target is None else {key: why for key, why in survey.unavailable.items()
                                            if key not in target or plan.end.get(key, -1) < target[key]}
         return plan, stuck
 
+    def _note_survey(self, start: Offsets, survey: Survey) -> None:
+        """Each partition's state after this trigger's survey (an AvailableNow run's target: its end when it first
+        answered, where the run began without it)."""
+        for key, found in survey.bounds.items():
+            state = self.partitions_state[key]
+            state.latest = found.high
+            if self._available_now and state.target is None:
+                state.target = found.high
+            if state.status is not Status.DEFERRED or state.floor is None:
+                state.mark(Status.READABLE)
+        for key, why in survey.unavailable.items():
+            self.partitions_state[key].mark(Status.UNAVAILABLE, why)
+        for key in start:
+            if key not in survey.bounds and key not in survey.unavailable:
+                self.partitions_state[key].mark(Status.PARKED)
+
+    def _targets(self) -> dict[str, int] | None:
+        """A Trigger.AvailableNow run's end per partition (``None``: not such a run)."""
+        if not self._available_now:
+            return None
+        return {state.key: state.target for state in self.partitions_state if state.target is not None}
+
     def _estimate_sizes(self, begin: Mapping[str, int], backlog: Mapping[str, int]) -> dict[str, float]:
         """Mean value bytes of the next messages of each partition with a backlog (``maxBytesPerTrigger``);
         a partition that cannot be sampled keeps its last estimate."""
         for key, count in sorted(backlog.items()):
-            if not count or self._sizes.get(key, (-1, 0.0))[0] == begin[key]:
+            state = self.partitions_state[key]
+            if not count or state.size_at == begin[key]:
                 continue
-            high = begin[key] + min(count, SIZE_SAMPLE) * self.record_size
+            high = begin[key] + min(count, SIZE_SAMPLE) * self.broker.record_size
             try:
-                sizes = self.sample_sizes(key, begin[key], high)
+                sizes = self.broker.sample_sizes(key, begin[key], high)
             except Exception as exc:  # noqa: BLE001  # an estimate only: the batch is planned without it
                 log.info("cannot sample the message size of %s: %s", key, exc)
                 continue
             if sizes:
-                self._sizes[key] = (begin[key], sum(sizes) / len(sizes))
-        return {key: self._sizes[key][1] for key in backlog if key in self._sizes}
+                state.size_at, state.mean_size = begin[key], sum(sizes) / len(sizes)
+        return {key: self.partitions_state[key].mean_size for key in backlog
+                if self.partitions_state[key].size_at is not None}
 
     # --- reused offsets: the #last fingerprints ------------------------------------------------------
 
@@ -588,17 +478,17 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if key not in plan.starts and key in recorded:
                 marks.setdefault(begin, recorded[key])  # (a start mark there stays one)
             try:
-                value = self.fingerprint(key, position)
+                value = self.broker.fingerprint(key, position)
             except TubeSparkError as exc:  # unchecked until a later batch takes one
                 log.info("cannot take the fingerprint of %s below offset %d: %s", key, position, exc)
                 value = None
             if value is not None:
                 out[key] = value
-                self._checked[key] = self.incarnation(key)
+                self.partitions_state[key].checked_under = self.broker.incarnation(key)
                 if not marks:  # the partition's first fingerprint: no history yet, it begins here
                     marks[begin] = START
             if marks:
-                marks_out[key] = thin(marks, position, self.record_size)
+                marks_out[key] = thin(marks, position, self.broker.record_size)
         return out, marks_out
 
     def _check_reuse(self, start: Mapping[str, int], survey: Survey) -> None:
@@ -612,28 +502,30 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         to where the broker's offsets diverge from what this query read (:meth:`_resume_at_divergence`), and
         ``failOnDataLoss`` decides whether it may."""
         for key in (*survey.unavailable, *survey.gone):
-            self._checked.pop(key, None)
+            self.partitions_state[key].checked_under = UNCHECKED
+        policy = self.broker.policy
         for key, found in sorted(survey.bounds.items()):
             position = start.get(key)
             if position is None or key in survey.jumps:
                 continue
             if position > found.high:
-                if self.policy.lost_above:
-                    why = self.policy.above(key, position, found).loss
+                if policy.lost_above:
+                    why = policy.above(key, position, found).loss
                     self._resume_at_divergence(key, position, found, survey, why)
                 continue
-            recorded = self._last_read.get(key)
+            state = self.partitions_state[key]
+            recorded = state.fingerprint
             if recorded is None:
                 continue
-            incarnation = self.incarnation(key)
-            if key in self._checked and self._checked[key] == incarnation:
+            incarnation = self.broker.incarnation(key)
+            if state.checked_under is not UNCHECKED and state.checked_under == incarnation:
                 continue
             try:
-                now = self.fingerprint(key, position)
+                now = self.broker.fingerprint(key, position)
             except TubeSparkError as exc:  # checked again next trigger
                 log.info("cannot check the message of %s below offset %d yet: %s", key, position, exc)
                 continue
-            self._checked[key] = incarnation
+            state.checked_under = incarnation
             if now is None or now == recorded:
                 if now is None:
                     log.info("%s: no message below offset %d to check against its fingerprint", key, position)
@@ -646,10 +538,10 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
         failOnDataLoss=true) and move the partition there. A mark that cannot be read now leaves the partition
         where it is, planned nothing, until a later trigger finds it."""
         try:
-            found_at = find_divergence(self._history.get(key, {}), differs=position, held_below=found.high,
-                                       read=lambda offset: self.fingerprint(key, offset))
+            found_at = find_divergence(self.partitions_state[key].history, differs=position, held_below=found.high,
+                                       read=lambda offset: self.broker.fingerprint(key, offset))
         except TubeSparkError as exc:
-            self._checked.pop(key, None)
+            self.partitions_state[key].checked_under = UNCHECKED
             del survey.bounds[key]
             survey.unavailable[key] = f"cannot read the marks that tell where its broker's loss began yet: {exc}"
             log.warning("partition %s: %s. Its marks cannot be read yet to tell where the loss began (%s): it plans "
@@ -662,7 +554,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _reused_why(self, position: int, recorded: int, now: int) -> str:
         return (f"offsets this query read were reused: the last message below offset {position} is not the one "
                 f"this query read there (fingerprint {now}, recorded {recorded}). The broker lost acknowledged "
-                f"messages (a crash within its durability window: README 'TubeMQ's own durability window') and "
+                f"messages (it crashed before they reached its disk, within its durability window) and "
                 f"gave their offsets to new messages, and it has since been refilled past this query's offset")
 
     def _diverged_why(self, position: int, found: Bounds, where: Divergence) -> str:
@@ -682,7 +574,7 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             found_by = (f"the highest mark in this query's offsets whose message the broker still holds unchanged "
                         f"({where.reads} mark(s) read to find it)")
         # the divergence lies below the lowest mark that differs, and at most at the broker's end
-        top = min(where.differs - self.record_size, found.high)
+        top = min(where.differs - self.broker.record_size, found.high)
         return (f"{choice} from offset {resume}, {found_by}. The broker's offsets diverge from "
                 f"what this query read at an offset L in [{resume}, {top}]: the messages this query read in "
                 f"[{resume}, L) are read a second time (at most {top - resume} offsets), every new message written "
@@ -709,5 +601,6 @@ class StreamEngine(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise DataLossError(f"{message}. Set failOnDataLoss=false to continue from offset {loss.resumes_at}."
                                 f"{note}")
         self.data_losses.append(loss)
+        self.partitions_state[loss.key].mark(Status.LOST, loss.why)
         log.warning("%s; failOnDataLoss=false: continuing from offset %d (data loss event %d).%s", message,
                     loss.resumes_at, len(self.data_losses), note)

@@ -126,14 +126,16 @@ def _rows_and_bytes(frame: DataFrame) -> tuple[int, int]:
 
 
 def export(spark: SparkSession, args: argparse.Namespace) -> int:
-    from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+    from tubespark.spark.batch_engine import BatchEngine
+    from tubespark.tubemq.spark.adapter import TubeAdapter
     from tubespark.tubemq.spark.options import TubeMQOptions
+    from tubespark.tubemq.spark.read_task import QueueRange
 
     options = _options(args)
     options.update(startingOffsets=args.starting, endingOffsets=args.ending)
     # Fix the ranges once, so the export and its check read exactly the same messages.
-    reader = TubeBatchReader(TubeMQOptions.from_raw(options, mode="read"))
-    tasks = reader.plan()
+    reader = BatchEngine(TubeAdapter(TubeMQOptions.from_raw(options, mode="read"), batch=True))
+    tasks = [task for task in reader.plan() if isinstance(task, QueueRange)]
     left_out = [key for keys in reader.left_out.values() for key in keys]
     starts: dict[str, int] = {}
     ends: dict[str, int] = {}

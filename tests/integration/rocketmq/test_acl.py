@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.readers import RocketMQBatchReader
 from tubespark.errors import AuthError
 from tubespark.rocketmq.errors import AccessDeniedError
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.wire.acl import Credentials
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
+from tests.readers import RocketMQBatchReader
 from tubespark.errors import PartitionsUnavailableError, unwrap
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.client.producer import BatchProducer
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -18,12 +18,12 @@ import uuid
 import pytest
 
 from tests.integration.rocketmq.test_spark import batch, run_available_now, stream
+from tests.readers import RocketMQBatchReader
 from tubespark.errors import BadRequestError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.client.pop import PopConsumer
 from tubespark.rocketmq.client.ranges import RangeReader
 from tubespark.rocketmq.errors import FilterNotSupportedError
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.wire.filter import SQL92, Filter
 from tubespark.rocketmq.wire.frame import request

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import assert_pop_group_drained, run_pop_stream
+from tests.readers import RocketMQBatchReader
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues
 from tubespark.rocketmq.client.pop import PopConsumer, pop_until
 from tubespark.rocketmq.client.producer import BatchProducer
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.offsets import BatchOffsets

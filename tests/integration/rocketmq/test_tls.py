@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.readers import RocketMQBatchReader
 from tubespark.errors import TlsError
 from tubespark.rocketmq.client.client import all_queues
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -47,6 +47,7 @@ import pytest
 from tubespark_testbed import ClusterSettings, LocalCluster
 
 from tests.integration.tubemq.group_consumer import Consumer
+from tests.readers import TubeBatchReader
 from tubespark.errors import AuthError, TubeSparkError
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings, Credentials
@@ -54,7 +55,6 @@ from tubespark.tubemq.client.group import GroupSession
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.errors import ConfigurationUnknownError
-from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef

@@ -15,11 +15,11 @@ from pyspark.sql import functions as F
 
 from tests.integration.helpers import SharedSession, bodies, produce
 from tests.interop.javaclient import JavaClient
+from tests.readers import TubeBatchReader
 from tubespark.errors import ChecksumMismatchError, ServerBusyError
 from tubespark.tubemq import backfill
 from tubespark.tubemq.client.batch_send import BatchSend
 from tubespark.tubemq.spark import writer
-from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire import message as wire_message
 from tubespark.tubemq.wire import twin

@@ -208,8 +208,11 @@ def _unreachable_master() -> None:
 
 
 def _foreign_checkpoint() -> None:
-    marks = OriginMarks(lambda key: key.rsplit(":", 1)[0], lambda scopes: {s: Origin(6, "at 6") for s in scopes},
-                        lambda mark: f"at {mark}", lambda scope: f"topic {scope}", "Set the web API to tell.")
+    source = SimpleNamespace(scope=lambda key: key.rsplit(":", 1)[0],
+                             ask=lambda scopes: {s: Origin(6, "at 6") for s in scopes},
+                             describe=lambda mark: f"at {mark}", name=lambda scope: f"topic {scope}",
+                             advice="Set the web API to tell.")
+    marks = OriginMarks(source)
     marks.check(["1:t:0"], {"1:t": 5})
 
 

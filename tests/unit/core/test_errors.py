@@ -122,7 +122,7 @@ def test_each_broker_has_its_own_error_module(broker: str, names: set[str]) -> N
     ("tubespark.tubemq.client.ranges", "RangeReadError"),
     ("tubespark.tank.client.ranges", "RangeReadError"),
     ("tubespark.tubemq.spark.read_task", "BundleParseError"),
-    ("tubespark.tubemq.spark.stream_reader", "AssignmentUnavailableError"),  # now AvailableNowIncompleteError
+    ("tubespark.tubemq.spark.adapter", "AssignmentUnavailableError"),  # now AvailableNowIncompleteError
 ])
 def test_documented_names_are_importable(module_name: str, name: str) -> None:
     assert issubclass(getattr(importlib.import_module(module_name), name), TubeSparkError)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
+from tests.readers import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 
 

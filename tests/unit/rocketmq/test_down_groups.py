@@ -16,11 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.readers import RocketMQBatchReader
 from tests.unit.rocketmq.test_client_ranges import FAST, AnsweringNameServer
 from tubespark.errors import BrokerUnavailableError, PartitionsUnavailableError, UnknownTopicError
 from tubespark.rocketmq.client import client as client_module
 from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient, remember
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.wire import codes
 from tubespark.rocketmq.wire.frame import FLAG_RESPONSE, Command

@@ -13,10 +13,10 @@ import pytest
 from tubespark_testbed.faultproxy import FaultProxy
 
 from tests.doubles.fakepeer import closed_port_address
+from tests.readers import PullStreamReader
 from tests.unit.rocketmq.test_read_outage import Link, N, OneGroup
 from tubespark.errors import NeverAnsweredError
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.spark.writer import RocketMQBatchWriter, RocketMQStreamWriter, send_batches
 from tubespark.rocketmq.wire import codes
 from tubespark.rocketmq.wire.frame import FLAG_RESPONSE, Command
@@ -83,7 +83,7 @@ def test_a_new_stream_on_a_name_server_that_never_answered_fails_within_seconds_
     with pytest.raises(NeverAnsweredError, match=r"\(option `namesrv`\) never answered"):
         reader.initialOffset()
     assert time.monotonic() - started < BOUND_S
-    reader.close()
+    reader.broker.close()
 
 
 class Bounded(OneGroup):
@@ -111,14 +111,14 @@ def test_a_new_stream_whose_name_server_answers_waits_for_its_down_broker_at_its
         assert reader.initialOffset() == {"events:broker-a:0": 0}
         assert 1.5 <= time.monotonic() - started < BOUND_S
         timer.join()
-        reader.close()
+        reader.broker.close()
     finally:
         link.proxy.stop()
         link.cluster.close()
 
 
 def test_a_batch_read_of_a_name_server_that_never_answered_fails_within_seconds_naming_namesrv():
-    from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
+    from tests.readers import RocketMQBatchReader
 
     started = time.monotonic()
     with pytest.raises(NeverAnsweredError, match=r"\(option `namesrv`\) never answered"):

@@ -24,15 +24,15 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from tubespark_testbed.faultproxy import FaultProxy
 
+from tests.readers import PullStreamReader
 from tests.unit.rocketmq.test_client_ranges import AnsweringNameServer
 from tests.unit.rocketmq.test_stream_reader import FakeRocketMQ
 from tubespark.core.deferred import Deferral, DeferredRanges
 from tubespark.errors import BrokerUnavailableError
 from tubespark.rocketmq.client.ranges import PULL_BATCH
-from tubespark.rocketmq.spark import stream_reader
+from tubespark.rocketmq.spark import adapter as stream_reader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.read_task import PullRange, read_range
-from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.wire import codes
 from tubespark.rocketmq.wire.frame import FLAG_RESPONSE, Command
 from tubespark.rocketmq.wire.message import StoredMessage, encode_stored
@@ -136,7 +136,7 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> FakeRocketMQ:
 
 def planner(driver: FakeRocketMQ, opts: RocketMQOptions) -> PullStreamReader:
     reader = PullStreamReader(opts)
-    reader._client = driver  # type: ignore[assignment]  # the in-memory double stands in for the client
+    reader.broker._client = driver  # type: ignore[assignment]  # the in-memory double stands in for the client
     return reader
 
 

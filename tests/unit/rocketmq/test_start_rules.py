@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from tests.readers import RocketMQBatchReader
 from tests.unit.rocketmq.test_stream_reader import Q0, Q1, FakeRocketMQ, make_reader
 from tubespark.errors import OptionError
-from tubespark.rocketmq.spark import batch_reader, stream_reader
-from tubespark.rocketmq.spark.batch_reader import RocketMQBatchReader
+from tubespark.rocketmq.spark import adapter
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.wire.route import MessageQueue
 
@@ -45,9 +45,9 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Routed:
     def queues(client: object, topics: object, refresh: bool = False) -> list[MessageQueue]:
         return sorted(MessageQueue.parse_key(k) for k in fake.queues)
 
-    for module in (stream_reader, batch_reader):
+    for module in (adapter,):
         monkeypatch.setattr(module, "all_queues", queues)
-    monkeypatch.setattr(batch_reader, "RocketMQClient", lambda namesrvs, settings: fake)
+    monkeypatch.setattr(adapter, "RocketMQClient", lambda namesrvs, settings: fake)
     return fake
 
 

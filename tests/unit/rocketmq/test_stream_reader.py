@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from tests.readers import PullStreamReader
 from tubespark.errors import AvailableNowIncompleteError, BrokerConnectionError, BrokerUnavailableError, DataLossError
-from tubespark.rocketmq.spark import stream_reader
+from tubespark.rocketmq.spark import adapter as stream_reader
 from tubespark.rocketmq.spark.options import RocketMQOptions
 from tubespark.rocketmq.spark.read_task import PullRange
-from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.rocketmq.wire.route import MessageQueue
 
 Q0, Q1, Q2 = "orders:broker-a:0", "orders:broker-a:1", "orders:broker-b:0"
@@ -76,7 +76,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> FakeRocketMQ:
 def make_reader(cluster: FakeRocketMQ, **options: str) -> PullStreamReader:
     raw = {"namesrv": "127.0.0.1:9876", "topic": "orders", "group": "g", "startingOffsets": "earliest", **options}
     reader = PullStreamReader(RocketMQOptions.from_raw(raw, mode="read"))
-    reader._client = cluster  # type: ignore[assignment]  # the in-memory double stands in for the client
+    reader.broker._client = cluster  # type: ignore[assignment]  # the in-memory double stands in for the client
     return reader
 
 
@@ -202,7 +202,7 @@ def test_executors_get_the_options_not_the_client(cluster: FakeRocketMQ) -> None
     reader = make_reader(cluster)
     reader.initialOffset()
     copy = pickle.loads(pickle.dumps(reader))
-    assert copy.options == reader.options and copy._client is None
+    assert copy.options == reader.options and copy.broker._client is None
 
 
 def test_offsets_reused_after_a_restart_are_data_loss(cluster: FakeRocketMQ) -> None:

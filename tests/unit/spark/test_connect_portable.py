@@ -74,7 +74,7 @@ def test_the_stand_in_and_what_it_returns_load_where_tubespark_is_not_installed(
     assert [p.name for p in (tmp_path / "driver").glob("tubespark-*.zip")], "the driver side wrote no zip"
     seen = json.loads(_run(bare_python, EXECUTOR_SIDE, sent, tmp_path / "executor"))
     assert seen["name"] == "tubemq"
-    assert seen["reader"] == "tubespark.tubemq.spark.batch_reader.TubeBatchReader"
+    assert seen["reader"] == "tubespark.spark.batch_engine.BatchEngine"
     assert not seen["reader_is_shipped"], "the executor gets the plain class back"
     # the executor loaded tubespark from the zip the reader carried, written to its own temp dir
     assert seen["tubespark"].startswith(str(tmp_path / "executor")), seen

@@ -13,13 +13,11 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.readers import PullStreamReader, TankStreamReader, TubeStreamReader
 from tubespark.rocketmq.spark.options import RocketMQOptions
-from tubespark.rocketmq.spark.stream_reader import PullStreamReader
 from tubespark.spark.stream_engine import StreamEngine
 from tubespark.tank.spark.options import TankOptions
-from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 
 OWN = "<a directory given to the query>"
 

@@ -18,16 +18,17 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from tubespark.core.deferred import Deferral, DeferredRanges, TaskDeferral
 from tubespark.core.shared_dir import SharedDirError
 from tubespark.errors import DataLossError
+from tubespark.spark.broker import Broker, Deferring, Range, Survey
 from tubespark.spark.offsets import BatchOffsets
 from tubespark.spark.planning import Bounds
-from tubespark.spark.stream_engine import StreamEngine, Survey
+from tubespark.spark.stream_engine import StreamEngine
 
 
-class _Engine(StreamEngine):
+class _Broker(Broker):
     """Partitions ``a`` and ``b``; ``down`` ones are unavailable; every group offset stored is kept."""
 
-    def __init__(self, options: Any) -> None:
-        super().__init__(options)
+    def __init__(self, options: Any, *, batch: bool = False) -> None:
+        super().__init__(options, batch=batch)
         self.high: dict[str, int] = {"a": 100, "b": 100}
         self.down: set[str] = set()
         self.stored: list[dict[str, int]] = []
@@ -39,15 +40,22 @@ class _Engine(StreamEngine):
         return Survey(bounds={k: Bounds(0, h) for k, h in self.high.items() if k not in self.down},
                       unavailable=dict.fromkeys(self.down, "broker down"))
 
-    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
-        defer = self.task_deferral()
-        return [InputPartition((key, low, high, defer)) for key, (low, high) in sorted(ranges.items())]
+    def read_tasks(self, ranges: Sequence[Range], defer: Deferring = None) -> Sequence[InputPartition]:
+        return [InputPartition((key, low, high, defer)) for key, low, high in sorted(ranges)]
 
-    def read_partition(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, task: InputPartition, *, driver: bool = False) -> Iterator[Any]:
         return iter(())
 
     def store_offsets(self, offsets: Mapping[str, int]) -> None:
         self.stored.append(dict(offsets))
+
+
+class _Engine(StreamEngine):
+    """The engine over a :class:`_Broker`, its table within reach of the tests."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(_Broker(options))
+        self.high, self.down, self.stored = self.broker.high, self.broker.down, self.broker.stored
 
 
 TOKEN = 4242
@@ -57,7 +65,7 @@ TOKEN = 4242
 def _options(path: Any = None, **limits: Any) -> SimpleNamespace:
     base = {"max_offsets_per_trigger": None, "max_bytes_per_trigger": None, "min_offsets_per_trigger": None,
             "max_trigger_delay_ms": 900_000, "fail_on_data_loss": True, "defer_on_outage": True,
-            "deferred_ranges_path": None if path is None else str(path)}
+            "deferred_ranges_path": None if path is None else str(path), "outage_timeout_ms": 0}
     return SimpleNamespace(**{**base, **limits})
 
 

@@ -14,10 +14,11 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tubespark.errors import BrokerConnectionError, DataLossError
+from tubespark.spark.broker import Broker, Deferring, Range, Survey
 from tubespark.spark.marks import OLDER_MARKS, RECENT_MARKS, START, find_divergence, thin
 from tubespark.spark.offsets import BatchOffsets
 from tubespark.spark.planning import Bounds
-from tubespark.spark.stream_engine import StreamEngine, Survey
+from tubespark.spark.stream_engine import StreamEngine
 
 # --- the offsets JSON -----------------------------------------------------------------------------------
 
@@ -117,11 +118,11 @@ def test_a_mark_with_nothing_left_to_tell_counts_as_changed_and_no_start_mark_le
 # --- through the engine -------------------------------------------------------------------------------------
 
 
-class _Broker(StreamEngine):
+class _Broker(Broker):
     """One partition ``p``: ``log`` holds its messages (offset = index); fingerprints are the messages' ids."""
 
-    def __init__(self, options: Any) -> None:
-        super().__init__(options)
+    def __init__(self, options: Any, *, batch: bool = False) -> None:
+        super().__init__(options, batch=batch)
         self.log: list[str] = []
         self.unreadable_below = -1  # fingerprint reads at or below this offset fail (the broker is flapping)
 
@@ -131,10 +132,10 @@ class _Broker(StreamEngine):
     def survey(self, start: Mapping[str, int]) -> Survey:
         return Survey(bounds={"p": Bounds(0, len(self.log))})
 
-    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
-        return [InputPartition((key, low, high)) for key, (low, high) in sorted(ranges.items())]
+    def read_tasks(self, ranges: Sequence[Range], defer: Deferring = None) -> Sequence[InputPartition]:
+        return [InputPartition((key, low, high)) for key, low, high in sorted(ranges)]
 
-    def read_partition(self, partition: InputPartition) -> Iterator[Any]:
+    def read(self, task: InputPartition, *, driver: bool = False) -> Iterator[Any]:
         return iter(())
 
     def fingerprint(self, key: str, offset: int) -> int | None:
@@ -150,12 +151,12 @@ class _Broker(StreamEngine):
 def _options(fail_on_data_loss: bool) -> SimpleNamespace:
     return SimpleNamespace(max_offsets_per_trigger=None, max_bytes_per_trigger=None, min_offsets_per_trigger=None,
                            max_trigger_delay_ms=900_000, fail_on_data_loss=fail_on_data_loss, defer_on_outage=False,
-                           deferred_ranges_path="")
+                           deferred_ranges_path="", outage_timeout_ms=0)
 
 
-def _read_ten_one_at_a_time(fail_on_data_loss: bool) -> tuple[_Broker, dict[str, int]]:
-    engine = _Broker(_options(fail_on_data_loss))
-    engine.log = [f"old{i}" for i in range(10)]
+def _read_ten_one_at_a_time(fail_on_data_loss: bool) -> tuple[StreamEngine, dict[str, int]]:
+    engine = StreamEngine(_Broker(_options(fail_on_data_loss)))
+    engine.broker.log = [f"old{i}" for i in range(10)]
     end = engine.initialOffset()
     for _ in range(10):
         end = engine.latestOffset(end, ReadMaxRows(1))
@@ -163,18 +164,18 @@ def _read_ten_one_at_a_time(fail_on_data_loss: bool) -> tuple[_Broker, dict[str,
     return engine, end
 
 
-def _lose_and_refill(engine: _Broker, keep: int, refill: int) -> None:
-    engine.log[keep:] = [f"new{i}" for i in range(refill)]
+def _lose_and_refill(engine: StreamEngine, keep: int, refill: int) -> None:
+    engine.broker.log[keep:] = [f"new{i}" for i in range(refill)]
 
 
 def test_reused_offsets_resume_exactly_where_the_broker_lost_them_when_every_batch_end_is_a_mark(caplog):
     engine, end = _read_ten_one_at_a_time(fail_on_data_loss=False)
     _lose_and_refill(engine, keep=7, refill=12)  # old7..old9 lost, new0..new11 at offsets 7..18
-    restarted = _Broker(_options(False))
-    restarted.log = engine.log
+    restarted = StreamEngine(_Broker(_options(False)))
+    restarted.broker.log = engine.broker.log
     with caplog.at_level("WARNING", logger="tubespark.spark.stream_engine"):
         after = restarted.latestOffset(end, ReadAllAvailable())
-    assert restarted.values(end, after) == [f"new{i}" for i in range(12)]
+    assert restarted.broker.values(end, after) == [f"new{i}" for i in range(12)]
     assert "L in [7, 7]" in caplog.text and "read a second time (at most 0 offsets)" in caplog.text
     assert "the broker lost the messages at offsets [L, 10) (3 to 3 offsets" in caplog.text
 
@@ -182,8 +183,8 @@ def test_reused_offsets_resume_exactly_where_the_broker_lost_them_when_every_bat
 def test_fail_on_data_loss_true_stops_the_query_and_names_where_false_resumes():
     engine, end = _read_ten_one_at_a_time(fail_on_data_loss=True)
     _lose_and_refill(engine, keep=7, refill=12)
-    restarted = _Broker(_options(True))
-    restarted.log = engine.log
+    restarted = StreamEngine(_Broker(_options(True)))
+    restarted.broker.log = engine.broker.log
     with pytest.raises(DataLossError, match=r"^partition p: offsets this query read were reused.*Set "
                                             r"failOnDataLoss=false to continue from offset 7\."):
         restarted.latestOffset(end, ReadAllAvailable())
@@ -192,12 +193,12 @@ def test_fail_on_data_loss_true_stops_the_query_and_names_where_false_resumes():
 def test_marks_that_cannot_be_read_yet_hold_the_partition_instead_of_skipping(caplog):
     engine, end = _read_ten_one_at_a_time(fail_on_data_loss=False)
     _lose_and_refill(engine, keep=7, refill=12)
-    restarted = _Broker(_options(False))
-    restarted.log = engine.log
-    restarted.unreadable_below = 8  # the check at 10 reads, the marks at 8 and below fail
+    restarted = StreamEngine(_Broker(_options(False)))
+    restarted.broker.log = engine.broker.log
+    restarted.broker.unreadable_below = 8  # the check at 10 reads, the marks at 8 and below fail
     with caplog.at_level("WARNING", logger="tubespark.spark.stream_engine"):
         assert restarted.latestOffset(end, ReadAllAvailable()) == end, "no batch: nothing read at reused offsets"
     assert "cannot be read yet to tell where the loss began" in caplog.text and restarted.data_losses == []
-    restarted.unreadable_below = -1
+    restarted.broker.unreadable_below = -1
     after = restarted.latestOffset(end, ReadAllAvailable())
-    assert restarted.values(end, after) == [f"new{i}" for i in range(12)]
+    assert restarted.broker.values(end, after) == [f"new{i}" for i in range(12)]

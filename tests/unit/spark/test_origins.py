@@ -28,9 +28,20 @@ class _Cluster:
         return {s: Origin(m, f"at {m}") for s, m in self.marks.items() if s in scopes}
 
 
+    advice = "Set the web API to tell."
+
+    def scope(self, key: str) -> str | None:
+        return key.rsplit(":", 1)[0]
+
+    def describe(self, mark: int) -> str:
+        return f"at {mark}"
+
+    def name(self, scope: str) -> str:
+        return f"topic {scope}"
+
+
 def _marks(cluster: _Cluster) -> OriginMarks:
-    return OriginMarks(lambda key: key.rsplit(":", 1)[0], cluster.ask, lambda mark: f"at {mark}",
-                       lambda scope: f"topic {scope}", "Set the web API to tell.")
+    return OriginMarks(cluster)
 
 
 def test_recorded_marks_are_compared_once_per_process_and_carried():
@@ -90,8 +101,6 @@ def test_a_loss_note_asks_afresh_and_says_how_to_tell_when_it_cannot():
 
 
 def test_a_broker_without_scopes_keeps_no_marks_and_adds_nothing_to_a_loss():
-    cluster = _Cluster({"1:t": 5})
-    marks = OriginMarks(lambda key: None, cluster.ask, str, str, "")
+    marks = OriginMarks(None)
     marks.check(["1:t:0"], {"1:t": 5})
     assert marks.marks(["1:t:0"], {}) == {} and marks.loss_note("1:t:0", {}, {"1:t:0": Bounds(None, 0)}) == ("", "")
-    assert cluster.asked == []

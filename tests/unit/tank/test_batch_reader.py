@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import InputPartition
 
 from tests.doubles.tank_broker import TankBroker
-from tubespark.tank.spark.batch_reader import TankBatchReader
+from tests.readers import TankBatchReader
 from tubespark.tank.spark.options import TankOptions
 
 

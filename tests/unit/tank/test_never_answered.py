@@ -15,10 +15,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from tests.doubles.fakepeer import closed_port_address
 from tests.doubles.tank_broker import TankBroker
+from tests.readers import TankStreamReader
 from tubespark.core.outage import forget_all
 from tubespark.errors import NeverAnsweredError
 from tubespark.tank.spark.options import TankOptions
-from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.spark.writer import TankBatchWriter, TankStreamWriter
 
 GOAL_S = 10.0
@@ -95,7 +95,7 @@ def test_a_new_stream_whose_broker_this_process_saw_waits_for_it_at_its_first_tr
     started = time.monotonic()
     assert reader.initialOffset() == earlier
     assert 1.5 <= time.monotonic() - started < BOUND_S
-    reader.close()
+    reader.broker.close()
 
 
 def test_a_stream_restarted_on_its_checkpoint_while_its_broker_is_down_waits_for_it(broker):
@@ -113,11 +113,11 @@ def test_a_stream_restarted_on_its_checkpoint_while_its_broker_is_down_waits_for
     TankBatchWriter(options(broker.address, "write")).write(iter([pa.record_batch({"value": [b"x"],
                                                                                   "partition": [1]})]))
     assert reader.latestOffset(checkpoint, ReadAllAvailable())["events:1"] == checkpoint["events:1"] + 1
-    reader.close()
+    reader.broker.close()
 
 
 def test_a_batch_read_of_a_broker_address_that_never_answered_fails_within_seconds_naming_the_broker_option():
-    from tubespark.tank.spark.batch_reader import TankBatchReader
+    from tests.readers import TankBatchReader
 
     started = time.monotonic()
     with pytest.raises(NeverAnsweredError, match=r"\(option `broker`\) never answered"):
@@ -127,7 +127,7 @@ def test_a_batch_read_of_a_broker_address_that_never_answered_fails_within_secon
 
 def test_a_batch_read_task_rides_an_outage_of_the_broker_its_driver_planned_it_on(broker):
     """A read task exists only because its driver saw the broker (or a checkpoint): it waits in any process."""
-    from tubespark.tank.spark.batch_reader import TankBatchReader
+    from tests.readers import TankBatchReader
 
     TankBatchWriter(options(broker.address, "write")).write(iter([pa.record_batch({"value": [b"a", b"b"],
                                                                                     "partition": [0, 0]})]))

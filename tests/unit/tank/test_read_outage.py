@@ -16,11 +16,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from tubespark_testbed.faultproxy import FaultProxy
 
 from tests.doubles.tank_broker import TankBroker
+from tests.readers import TankStreamReader
 from tubespark.core.deferred import Deferral, DeferredRanges
 from tubespark.errors import BrokerUnavailableError
 from tubespark.tank.spark.options import TankOptions
 from tubespark.tank.spark.read_task import SeqRange, read_range
-from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.wire.bundle import encode_bundle
 
 REQUEST_TIMEOUT_MS = 300

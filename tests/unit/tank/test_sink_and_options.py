@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from tests.doubles.tank_broker import TankBroker
+from tests.readers import TankStreamReader
 from tubespark.errors import (
     BrokerConnectionError,
     BrokerUnavailableError,
@@ -22,7 +23,6 @@ from tubespark.errors import (
 )
 from tubespark.tank.client.ranges import RangeReader
 from tubespark.tank.spark.options import TankOptions, is_partition_key
-from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.spark.writer import BundledSend, TankStreamWriter
 from tubespark.tank.wire.bundle import MessageColumns
 
@@ -93,9 +93,9 @@ def test_the_stream_reader_pickles_without_its_connection():
     import pickle
 
     reader = TankStreamReader(parse())
-    reader._seen_next["events:0"] = 5
+    reader.broker._seen_next["events:0"] = 5
     copy = pickle.loads(pickle.dumps(reader))
-    assert copy.options == reader.options and copy._seen_next == {} and copy._client is None
+    assert copy.options == reader.options and copy.broker._seen_next == {} and copy.broker._client is None
 
 
 # --- the sink's rows -------------------------------------------------------------------------------

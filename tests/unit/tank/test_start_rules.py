@@ -7,10 +7,9 @@ import time
 import pytest
 
 from tests.doubles.tank_broker import TankBroker
+from tests.readers import TankBatchReader, TankStreamReader
 from tubespark.errors import OptionError
-from tubespark.tank.spark.batch_reader import TankBatchReader
 from tubespark.tank.spark.options import TankOptions
-from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.wire.bundle import encode_bundle
 
 
@@ -41,7 +40,7 @@ def test_a_stream_naming_a_partition_the_topic_does_not_have_fails(broker):
                                               "events:0, events:1"):
             reader.initialOffset()
     finally:
-        reader.close()
+        reader.broker.close()
 
 
 def test_a_start_beyond_the_next_sequence_number_fails_batch_and_stream(broker):
@@ -53,4 +52,4 @@ def test_a_start_beyond_the_next_sequence_number_fails_batch_and_stream(broker):
         with pytest.raises(OptionError, match="beyond the partition's next sequence number"):
             reader.initialOffset()
     finally:
-        reader.close()
+        reader.broker.close()

@@ -7,9 +7,9 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tests.doubles.tank_broker import TankBroker
+from tests.readers import TankStreamReader
 from tubespark.errors import DataLossError
 from tubespark.tank.spark.options import TankOptions
-from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.wire.bundle import encode_bundle
 
 

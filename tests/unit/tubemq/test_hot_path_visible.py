@@ -14,7 +14,7 @@ import pytest
 
 from tests.doubles.fakebroker import FakeBroker
 from tubespark.core import native
-from tubespark.tubemq.spark.batch_reader import QueueRange, read_range
+from tubespark.tubemq.spark.adapter import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.message import OutgoingMessage

@@ -64,7 +64,7 @@ def test_the_sinks_check_rides_an_outage_of_a_master_this_process_saw(broker):
 
 
 def test_a_new_stream_on_a_master_that_never_answered_fails_within_seconds_naming_the_master_option():
-    from tubespark.tubemq.spark.stream_reader import TubeStreamReader
+    from tests.readers import TubeStreamReader
 
     options = TubeMQOptions.from_raw({"master": closed_port_address(), "topic": "events", "group": "g_never",
                                       "requestTimeoutMs": "1000", "connectTimeoutMs": "1000"}, mode="read")
@@ -79,7 +79,7 @@ def test_a_new_stream_on_a_master_that_never_answered_fails_within_seconds_namin
 
 
 def test_a_batch_read_of_a_master_that_never_answered_fails_within_seconds_naming_the_master_option():
-    from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+    from tests.readers import TubeBatchReader
 
     options = TubeMQOptions.from_raw({"master": closed_port_address(), "topic": "events", "requestTimeoutMs": "1000",
                                       "connectTimeoutMs": "1000"}, mode="read")
@@ -92,8 +92,8 @@ def test_a_batch_read_of_a_master_that_never_answered_fails_within_seconds_namin
 def test_a_new_stream_whose_master_this_process_saw_waits_for_it_at_its_first_trigger(broker, monkeypatch):
     """Part 6 for TubeMQ: a brand-new query of a driver that saw the master answer (an earlier query) meets the
     master down at its first trigger: it waits, as a running stream does, and starts once the master is back."""
+    from tests.readers import TubeStreamReader
     from tubespark.tubemq.spark import membership
-    from tubespark.tubemq.spark.stream_reader import TubeStreamReader
     from tubespark.tubemq.wire.constants import EventType
 
     monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)

@@ -11,13 +11,13 @@ import pytest
 from tests.doubles.fakebroker import FakeBroker, FakeMaster
 from tests.doubles.fakepeer import closed_port_address
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
+from tests.readers import TubeBatchReader
 from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
 from tubespark.tubemq import backfill
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.configured import configured_by_master
 from tubespark.tubemq.client.placement import configured_partitions
 from tubespark.tubemq.errors import AdminApiError, ConfigurationUnknownError, RpcError
-from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.constants import Method
 

@@ -14,13 +14,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, wait_until
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
+from tests.readers import TubeBatchReader, TubeStreamReader
 from tubespark.errors import DataLossError, ForeignCheckpointError, OptionError, UnknownTopicError
 from tubespark.spark.planning import share_by_backlog, split_range
 from tubespark.tubemq.spark import membership
-from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+from tubespark.tubemq.spark.adapter import AssignmentUnavailableError
 from tubespark.tubemq.spark.ledger import PartitionState
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.stream_reader import AssignmentUnavailableError, TubeStreamReader
 from tubespark.tubemq.wire.constants import EventType, Method
 from tubespark.tubemq.wire.message import OutgoingMessage
 
@@ -181,7 +181,7 @@ def test_partition_assigned_after_start_resumes_from_the_group_offset(make_reade
     end = reader.latestOffset(start, ReadAllAvailable())
     assert partitions_of(end) == {keys[0]: 280}
     master.push_event(EventType.CONNECT, [p1])  # the master hands p1 to this query later
-    reader.member.session().wait_for_partitions(2, timeout_s=5)
+    reader.broker.member.session().wait_for_partitions(2, timeout_s=5)
 
     end2 = reader.latestOffset(end, ReadAllAvailable())
     assert partitions_of(end2) == {keys[0]: 280, keys[1]: 140}  # p1 joins at the group's offset, nothing planned yet
@@ -300,7 +300,7 @@ def test_a_dead_broker_is_skipped_not_raised(make_reader, broker, master, keys):
     broker.close()  # nothing listens any more: connection refused
     assert reader.latestOffset(start, ReadAllAvailable()) == start
     reader.commit({keys[0]: 28, keys[1]: 28})
-    assert set(reader.member.session().assigned()) == set(keys)  # still assigned
+    assert set(reader.broker.member.session().assigned()) == set(keys)  # still assigned
 
 
 def test_initial_partition_occupied_on_the_broker_starts_at_starting_offsets(make_reader, broker, master, keys):
@@ -310,7 +310,8 @@ def test_initial_partition_occupied_on_the_broker_starts_at_starting_offsets(mak
     reader = make_reader(startingOffsets="earliest")
     assert reader.initialOffset() == {keys[0]: 0, keys[1]: 0}  # rule b: both initial, both at earliest
     reader.prepareForTriggerAvailableNow()
-    assert reader._target == {keys[0]: 280, keys[1]: 840}  # probed: the 410 does not hide p1's max
+    targets = {state.key: state.target for state in reader.partitions_state}
+    assert targets == {keys[0]: 280, keys[1]: 840}  # probed: the 410 does not hide p1's max
     threading.Timer(0.5, broker.hold, (GROUP, p1, None)).start()  # the broker times the stale one out
     end = reader.latestOffset({keys[0]: 280, keys[1]: 0}, ReadAllAvailable())  # p0 done: waits for p1
     assert partitions_of(end) == {keys[0]: 280, keys[1]: 840}
@@ -337,7 +338,7 @@ def test_group_starting_offsets_wait_for_an_occupied_partition(make_reader, brok
     end = reader.latestOffset({keys[0]: 0}, ReadAllAvailable())
     assert partitions_of(end) == {keys[0]: 280}
     broker.hold(GROUP, p1, None)
-    wait_until(lambda: keys[1] in reader.member.session().held(), what="p1 to be held")
+    wait_until(lambda: keys[1] in reader.broker.member.session().held(), what="p1 to be held")
     assert partitions_of(reader.latestOffset(end, ReadAllAvailable())) == {keys[0]: 280, keys[1]: 140}  # rule e
 
 
@@ -347,13 +348,13 @@ def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_re
     end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(8))  # p1 got to 6 messages
     assert end[keys[1]] == 6 * 28
     master.push_event(EventType.DISCONNECT, [p1])  # the master moves p1 to another member ...
-    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
+    wait_until(lambda: keys[1] not in reader.broker.member.session().assigned(), what="p1 to be revoked")
     end2 = reader.latestOffset(end, ReadMaxRows(8))
     assert end2[keys[1]] == 6 * 28  # carried, nothing planned for it: the checkpoint keeps its place
     assert [t.start for t in reader.partitions(end, end2) if t.partition_id == p1.partition_id] == []
     broker.set_stored_offset(GROUP, p1, 28 * 20)  # ... which read on to 20 and committed
     master.push_event(EventType.CONNECT, [p1])  # and p1 comes back
-    wait_until(lambda: keys[1] in reader.member.session().held(), what="p1 to be held again")
+    wait_until(lambda: keys[1] in reader.broker.member.session().held(), what="p1 to be held again")
     end3 = reader.latestOffset(end2, ReadAllAvailable())
     assert end3[keys[1] + "#from"] == 20 * 28  # rule d: it resumes at the group's offset, ahead of its own (6)
     # [6, 20) is skipped, not read, also when Spark replays this batch (the mark is in the offsets)
@@ -365,11 +366,11 @@ def test_regained_partition_resumes_at_the_later_of_group_and_own_offset(make_re
         [], [20 * 28])
     # the other way round: the other member did not get as far as this query
     master.push_event(EventType.DISCONNECT, [p1])
-    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked again")
+    wait_until(lambda: keys[1] not in reader.broker.member.session().assigned(), what="p1 to be revoked again")
     end4 = reader.latestOffset({**end3, keys[1]: 25 * 28}, ReadAllAvailable())
     broker.set_stored_offset(GROUP, p1, 28 * 22)
     master.push_event(EventType.CONNECT, [p1])
-    wait_until(lambda: keys[1] in reader.member.session().held(), what="p1 to be held again")
+    wait_until(lambda: keys[1] in reader.broker.member.session().held(), what="p1 to be held again")
     end5 = reader.latestOffset(end4, ReadAllAvailable())
     assert end4[keys[1]] == 25 * 28 and keys[1] + "#skip" not in end5  # its own offset is later: no jump
     assert [task.start for task in reader.partitions(end4, end5) if task.partition_id == p1.partition_id] in (
@@ -689,13 +690,13 @@ def test_a_partition_moved_away_stays_in_the_offsets_across_a_restart(make_reade
     reader = make_reader()
     end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadMaxRows(8))
     master.push_event(EventType.DISCONNECT, [p1])
-    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
+    wait_until(lambda: keys[1] not in reader.broker.member.session().assigned(), what="p1 to be revoked")
     end2 = reader.latestOffset(end, ReadMaxRows(8))
     reader.stop()  # the query dies here; the checkpoint holds end2
     restarted = make_reader()
-    restarted.member.session()
+    restarted.broker.member.session()
     master.push_event(EventType.CONNECT, [p1])
-    wait_until(lambda: keys[1] in restarted.member.session().held(), what="p1 to be held by the new run")
+    wait_until(lambda: keys[1] in restarted.broker.member.session().held(), what="p1 to be held by the new run")
     end3 = restarted.latestOffset(end2, ReadAllAvailable())
     assert end3[keys[1]] >= end2[keys[1]] == end[keys[1]] > 0
     assert all(task.start >= end2[keys[1]] for task in restarted.partitions(end2, end3)
@@ -908,12 +909,12 @@ def test_a_partition_whose_broker_is_down_is_not_a_vanished_one(make_reader, mas
         end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
         p1 = broker.partitions(TOPIC)[1]
         master.push_event(EventType.DISCONNECT, [p1])  # the broker's heartbeat timed out at the master ...
-        wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
+        wait_until(lambda: keys[1] not in reader.broker.member.session().assigned(), what="p1 to be revoked")
         with broker.lock:  # ... which no longer lists its partitions
             del broker.stores[(TOPIC, p1.partition_id)]
         end2 = reader.latestOffset(end, ReadAllAvailable())
         assert partitions_of(end2)[keys[1]] == end[keys[1]]  # kept where the query stands, nothing lost
-        assert reader.ledger.state(keys[1]) is PartitionState.REVOKED
+        assert reader.broker.ledger.state(keys[1]) is PartitionState.REVOKED
 
         web.topics[TOPIC] = []  # the topic's deployment deleted from the configuration
         # the fake master hands its next event to whichever member beats first: the old reader leaves, so p0 goes
@@ -935,12 +936,12 @@ def test_a_restart_replaying_a_batch_of_a_partition_whose_broker_is_down_plans_i
         with broker.lock:  # the master lists the down broker's partition no more
             del broker.stores[(TOPIC, p1.partition_id)]
         fresh = make_reader(assign=False, masterWebUrl=web.url)
-        [task] = fresh.read_tasks({keys[1]: (0, 56)})
+        [task] = fresh.partitions({keys[1]: 0}, {keys[1]: 56})
         assert (task.broker_id, task.partition_id, task.start, task.end) == (p1.broker_id, p1.partition_id, 0, 56)
         assert (task.host, task.port) == (f"127.0.0.{broker.broker_id}", 8123)  # where the configuration has it
         web.topics[TOPIC] = []  # removed from the configuration: a vanished partition
-        with pytest.raises(DataLossError, match=f"partition {keys[1]} no longer exists"):
-            make_reader(assign=False, masterWebUrl=web.url).read_tasks({keys[1]: (0, 56)})
+        with pytest.raises(DataLossError, match=f"partition {keys[1]} vanished at offset 0 .*offsets \\[0, 56\\)"):
+            make_reader(assign=False, masterWebUrl=web.url).partitions({keys[1]: 0}, {keys[1]: 56})
 
 
 @pytest.mark.parametrize("broker_answers", [False, True])
@@ -954,7 +955,7 @@ def test_a_partition_whose_broker_is_down_is_not_a_vanished_one_when_no_web_api_
     end = reader.latestOffset({keys[0]: 0, keys[1]: 0}, ReadAllAvailable())
     p1 = broker.partitions(TOPIC)[1]
     master.push_event(EventType.DISCONNECT, [p1])
-    wait_until(lambda: keys[1] not in reader.member.session().assigned(), what="p1 to be revoked")
+    wait_until(lambda: keys[1] not in reader.broker.member.session().assigned(), what="p1 to be revoked")
     with broker.lock:  # the master lists it no more
         del broker.stores[(TOPIC, p1.partition_id)]
     if broker_answers:
@@ -964,4 +965,4 @@ def test_a_partition_whose_broker_is_down_is_not_a_vanished_one_when_no_web_api_
     broker.fault(Method.BROKER_REGISTER, "reset", times=None)  # its broker does not answer: down
     end2 = reader.latestOffset(end, ReadAllAvailable())
     assert partitions_of(end2)[keys[1]] == end[keys[1]]  # kept where the query stands
-    assert reader.ledger.state(keys[1]) is PartitionState.REVOKED
+    assert reader.broker.ledger.state(keys[1]) is PartitionState.REVOKED

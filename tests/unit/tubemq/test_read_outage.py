@@ -26,7 +26,7 @@ from tests.doubles.fakebroker import FakeBroker
 from tubespark.core.deferred import Deferral, DeferredRanges
 from tubespark.core.outage import DEFERRING_ATTEMPT_S, read_attempt_s
 from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, RangeReadError, ServerBusyError
-from tubespark.tubemq.spark.batch_reader import QueueRange, read_range
+from tubespark.tubemq.spark.adapter import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.message import OutgoingMessage

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.readers import TubeBatchReader
 from tests.unit.tubemq.test_planning import FAST, TOPIC, broker, keys, make_reader, web  # noqa: F401
 from tubespark.errors import OptionError
-from tubespark.tubemq.spark.batch_reader import TubeBatchReader
 from tubespark.tubemq.spark.options import TubeMQOptions
 
 

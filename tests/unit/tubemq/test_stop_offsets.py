@@ -20,9 +20,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster
 from tubespark.errors import OptionError
+from tubespark.spark.stream_engine import StreamEngine
 from tubespark.tubemq.spark import membership
+from tubespark.tubemq.spark.adapter import TubeAdapter
 from tubespark.tubemq.spark.source import TubeMQDataSource
-from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 from tubespark.tubemq.wire.constants import EventType
 
 GROUP = "stop_group"
@@ -43,13 +44,13 @@ def broker() -> Iterator[FakeBroker]:
 @pytest.fixture
 def make_reader(monkeypatch, master: FakeMaster, broker: FakeBroker) -> Iterator:
     monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)
-    readers: list[TubeStreamReader] = []
+    readers: list[StreamEngine] = []
 
-    def make(**raw: str) -> TubeStreamReader:
+    def make(**raw: str) -> StreamEngine:
         master.push_event(EventType.CONNECT, broker.partitions(TOPIC))
         source = TubeMQDataSource({"master": master.address, "topic": TOPIC, "group": GROUP, **FAST, **raw})
         reader = source.streamReader(None)  # type: ignore[arg-type]  # the schema is not looked at
-        assert isinstance(reader, TubeStreamReader), reader
+        assert isinstance(reader, StreamEngine) and isinstance(reader.broker, TubeAdapter), reader
         readers.append(reader)
         return reader
 
@@ -76,7 +77,7 @@ def group_offsets(broker: FakeBroker) -> tuple[int | None, ...]:
     return tuple(broker.stored_offset(GROUP, ref) for ref in broker.partitions(TOPIC))
 
 
-def run_one_batch(reader: TubeStreamReader, start: dict) -> dict:
+def run_one_batch(reader: StreamEngine, start: dict) -> dict:
     """Spark's calls for one batch: plan it from ``start`` (the previous batch's end), then run it."""
     end = reader.latestOffset(start, ReadAllAvailable())
     assert end != start

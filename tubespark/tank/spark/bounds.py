@@ -1,4 +1,4 @@
-"""Driver side: each partition's bounds, and what ``startingOffsets`` / ``endingOffsets`` mean for it.
+"""Driver side: each partition's bounds, as DiscoverPartitions tells them.
 
 A partition's readable numbers are ``[first, next)``: ``first`` is the broker's first available sequence
 number and ``next`` its high-water mark + 1 (docs/tank/protocol.md#discoverpartitions). An empty
@@ -7,11 +7,9 @@ partition reports ``first == next`` (nothing yet; the next message gets ``next``
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 
-from tubespark.spark.offset_rules import OffsetUnits, check_named_partitions, resolve_checked
-from tubespark.spark.offsets import EARLIEST, LATEST, OffsetSpec
+from tubespark.spark.offset_rules import OffsetUnits
 from tubespark.tank.client.broker import TankClient
 from tubespark.tank.spark.options import TankOptions, partition_key
 
@@ -49,19 +47,3 @@ UNITS = OffsetUnits(1, "next sequence number", "sequence number")
 """TANK's sequence numbers count messages: every number in bounds is a message boundary."""
 
 PARTITION_LISTING = "keys are topic:partition; a topic's partitions are 0 up to its partition count - 1"
-
-
-def resolve(spec: OffsetSpec, bounds: Bounds, *, default: int, option: str) -> int:
-    """The sequence number ``spec`` means for a partition; an explicit number must lie in ``[first, next]``
-    unless it is below ``first`` (the caller decides whether that is data loss)."""
-    return resolve_checked(option, spec, bounds.key, low=bounds.first, high=bounds.next, default=default, units=UNITS)
-
-
-def check_named(options: TankOptions, found: Collection[str], *, ending: bool) -> None:
-    """startingOffsets (and, for a batch read, endingOffsets) JSON names only partitions of the topics."""
-    check_named_partitions("startingOffsets", options.starting_offsets, found, listing=PARTITION_LISTING)
-    if ending:
-        check_named_partitions("endingOffsets", options.ending_offsets, found, listing=PARTITION_LISTING)
-
-
-__all__ = ["EARLIEST", "LATEST", "Bounds", "check_named", "discover", "resolve"]

@@ -8,10 +8,9 @@ from __future__ import annotations
 from pyspark.sql.types import StructType
 
 from tubespark.spark.source import BrokerDataSource
-from tubespark.tank.spark.batch_reader import TankBatchReader
+from tubespark.tank.spark.adapter import TankAdapter
 from tubespark.tank.spark.options import TankOptions
 from tubespark.tank.spark.schema import READ_SCHEMA
-from tubespark.tank.spark.stream_reader import TankStreamReader
 from tubespark.tank.spark.writer import TankBatchWriter, TankStreamWriter, check_sink_schema
 
 
@@ -22,15 +21,10 @@ class TankDataSource(BrokerDataSource):
     options_class = TankOptions
     entry_point = "broker"
     read_required = ("topic",)
+    adapter = TankAdapter
 
     def read_schema(self, options: TankOptions) -> StructType:
         return READ_SCHEMA
-
-    def stream_reader(self, options: TankOptions) -> TankStreamReader:
-        return TankStreamReader(options)
-
-    def batch_reader(self, options: TankOptions) -> TankBatchReader:
-        return TankBatchReader(options)
 
     def batch_writer(self, options: TankOptions) -> TankBatchWriter:
         return TankBatchWriter(options)

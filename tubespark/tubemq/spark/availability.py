@@ -16,10 +16,10 @@ tell a complete read from a partial one and fails with :class:`ConfigurationUnkn
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from tubespark.errors import TubeSparkError, UnknownTopicError
-from tubespark.spark.unavailable import SKIP, count_keys
-from tubespark.spark.unavailable import settle_unavailable as settle
+from tubespark.spark.unavailable import SKIP
 from tubespark.tubemq.client.common import CHECK_TOPIC
 from tubespark.tubemq.client.configured import configured_by_master
 from tubespark.tubemq.client.deployed import no_partition_listed
@@ -33,15 +33,23 @@ from tubespark.tubemq.wire.formats import PartitionRef
 log = logging.getLogger(__name__)
 
 
-def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
-                      ) -> tuple[list[PartitionRef], dict[int, tuple[str, ...]], bool]:
-    """``(partitions to plan, left out, checked)``: the served partitions of ``topics``, sorted, broker id -> the
-    configured partitions that broker does not serve now (empty unless ``onUnavailablePartitions=skip``), and
-    whether the configuration was known (False only under ``skip``: then what is left out is not known).
+@dataclass(frozen=True)
+class Served:
+    """What a batch read of some topics covers: the partitions the master lists (``listed``, sorted), broker id ->
+    the configured partitions that broker does not serve now (``missing``, each broker in words in ``reasons``),
+    and whether the configuration was known (``checked``; False only under ``onUnavailablePartitions=skip``: then
+    what is missing is not known)."""
 
-    Raises :class:`PartitionsUnavailableError` when some are left out and ``onUnavailablePartitions=fail``,
-    :class:`ConfigurationUnknownError` when it cannot learn the configuration at all (``fail``),
-    :class:`UnknownTopicError` for a topic with no partition configured at all.
+    listed: list[PartitionRef]
+    missing: dict[int, tuple[str, ...]]
+    reasons: dict[int, str]
+    checked: bool
+
+
+def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions) -> Served:
+    """The :class:`Served` partitions of ``topics``. Raises :class:`ConfigurationUnknownError` when it cannot learn
+    the configuration at all (``onUnavailablePartitions=fail``), :class:`UnknownTopicError` for a topic with no
+    partition configured at all.
     """
     timeout_s = max(5.0, opts.request_timeout_ms / 1000 * 3)
     layouts = topic_partitions(opts.masters, topics, opts.client_settings(), timeout_s=timeout_s, missing_ok=True)
@@ -56,16 +64,9 @@ def served_partitions(topics: tuple[str, ...], opts: TubeMQOptions
                                                    f"cluster of master {','.join(opts.masters)}: it is not "
                                                    f"deployed or was deleted; {CHECK_TOPIC}", broker="TubeMQ")
     if placement is None:
-        return listed, {}, False
+        return Served(listed, {}, {}, False)
     missing = placement.missing_from(p.key for p in listed)
-    reasons = {b: placement.describe_broker(b) for b in missing}
-    return listed, settle_unavailable(topics, opts, missing, reasons, total=len(listed) + count_keys(missing)), True
-
-
-def settle_unavailable(topics: tuple[str, ...], opts: TubeMQOptions, missing: dict[int, tuple[str, ...]],
-                       reasons: dict[int, str], *, total: int) -> dict[int, tuple[str, ...]]:
-    """:func:`tubespark.spark.unavailable.settle_unavailable` under this read's ``onUnavailablePartitions``."""
-    return settle(topics, opts.on_unavailable_partitions, missing, reasons, total=total)
+    return Served(listed, missing, {b: placement.describe_broker(b) for b in missing}, True)
 
 
 def _placement(topics: tuple[str, ...], opts: TubeMQOptions, listed: list[str]) -> Placement | None:

@@ -14,7 +14,8 @@ rules (README "Where each partition starts"):
 (e) ``startingOffsets=group`` uses the group's committed offsets for the initial partitions.
 
 Nothing here talks to a broker: the reader passes what the group session reports and a resolver for
-``startingOffsets``, so the rules are tested without a cluster.
+``startingOffsets``, so the rules are tested without a cluster. Each partition's :class:`Entry` is the TubeMQ
+part of its one state record (:attr:`tubespark.spark.partition_state.PartitionState.extra`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 from tubespark.spark.offset_rules import OffsetUnits
 from tubespark.spark.offsets import Offsets
+from tubespark.spark.partition_state import PartitionTable
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 
 log = logging.getLogger(__name__)
@@ -68,16 +70,26 @@ Resolver = Callable[[str], "int | None"]
 class PartitionLedger:
     """The query's partitions by key, with the start rules as methods."""
 
-    def __init__(self) -> None:
-        self.entries: dict[str, Entry] = {}
+    def __init__(self, table: PartitionTable | None = None) -> None:
+        self.table = table if table is not None else PartitionTable()
         self._awaiting_first = False  # a new query that saw no assignment yet: the first one is initial
 
+    def entry(self, key: str) -> Entry | None:
+        record = self.table.get(key)
+        return None if record is None or not isinstance(record.extra, Entry) else record.extra
+
+    def _set(self, key: str, entry: Entry) -> None:
+        self.table[key].extra = entry
+
     def state(self, key: str) -> PartitionState | None:
-        entry = self.entries.get(key)
+        entry = self.entry(key)
         return None if entry is None else entry.state
 
     def mark(self, key: str, state: PartitionState, why: str = "") -> None:
-        entry = self.entries.setdefault(key, Entry(state))
+        entry = self.entry(key)
+        if entry is None:
+            entry = Entry(state)
+            self._set(key, entry)
         entry.state, entry.why = state, why or state.value
         if state is PartitionState.HELD:
             entry.initial = False
@@ -92,8 +104,8 @@ class PartitionLedger:
         self._awaiting_first = not assigned
         for key in assigned:
             start = resolve(key)
-            self.entries[key] = Entry(PartitionState.HELD if key in held else PartitionState.NOT_HELD,
-                                      initial=key not in held)
+            self._set(key, Entry(PartitionState.HELD if key in held else PartitionState.NOT_HELD,
+                                 initial=key not in held))
             if start is None:
                 self.mark(key, PartitionState.UNRESOLVED)
             else:
@@ -108,14 +120,14 @@ class PartitionLedger:
         if assigned:
             self._awaiting_first = False
             for key in assigned:
-                self.entries[key] = Entry(PartitionState.UNRESOLVED, initial=True)
+                self._set(key, Entry(PartitionState.UNRESOLVED, initial=True))
 
     # --- partitions joining the query (rules b-e) ------------------------------------------------
 
     def join_offset(self, key: str, stored_offset: int | None, resolve: Resolver) -> int | None:
         """Where a partition not in the offsets yet starts: ``startingOffsets`` for an initial one (rule b),
         else the group's committed offset (rule c); ``None`` while that cannot be known."""
-        entry = self.entries.get(key)
+        entry = self.entry(key)
         if entry is not None and entry.state is PartitionState.UNRESOLVED:
             first, rule = resolve(key), "startingOffsets (initial partition)"
         elif stored_offset is None:
@@ -132,16 +144,16 @@ class PartitionLedger:
     def keeps_start(self, key: str) -> bool:
         """An unassigned partition whose offset stays as it is without asking the master: an initial one
         never held (rule b) or one already known to be with another member (rule d)."""
-        entry = self.entries.get(key)
+        entry = self.entry(key)
         return entry is not None and (entry.initial or entry.state is PartitionState.REVOKED)
 
     def revoke(self, key: str, offset: int) -> None:
-        self.entries[key] = Entry(PartitionState.REVOKED, own_end=offset)
+        self._set(key, Entry(PartitionState.REVOKED, own_end=offset))
         log.info("partition %s is no longer assigned to this query at offset %d", key, offset)
 
     def regain(self, key: str, own: int, stored_offset: int) -> int | None:
         """A partition held again: the group's offset when another member read on past ``own`` (rule d)."""
-        entry = self.entries.get(key)
+        entry = self.entry(key)
         if entry is None or entry.state is not PartitionState.REVOKED:
             return None
         self.mark(key, PartitionState.HELD)
@@ -152,4 +164,6 @@ class PartitionLedger:
         return None
 
     def forget(self, key: str) -> None:
-        self.entries.pop(key, None)
+        record = self.table.get(key)
+        if record is not None:
+            record.extra = None

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pyspark.sql.types import StructType
 
 from tubespark.core.shared_dir import SharedDir
+from tubespark.spark.batch_engine import BatchEngine
 from tubespark.spark.source import BrokerDataSource
+from tubespark.spark.stream_engine import StreamEngine
 from tubespark.tubemq.spark import schema
-from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+from tubespark.tubemq.spark.adapter import TubeAdapter
 from tubespark.tubemq.spark.options import TubeMQOptions
-from tubespark.tubemq.spark.stream_reader import TubeStreamReader
 from tubespark.tubemq.spark.writer import TubeBatchWriter, TubeStreamWriter, check_sink_schema
 
 
@@ -24,17 +25,18 @@ class TubeMQDataSource(BrokerDataSource):
     options_class = TubeMQOptions
     entry_point = "masters"
     stream_required = ("group",)  # topic or topicPattern: TubeMQOptions.check()
+    adapter = TubeAdapter
 
     def read_schema(self, options: TubeMQOptions) -> StructType:
         return schema.read_schema(options.include_attributes, options.inlongmsg)
 
-    def stream_reader(self, options: TubeMQOptions) -> TubeStreamReader:
+    def stream_reader(self, options: TubeMQOptions) -> StreamEngine:
         check_skips_path(options)
-        return TubeStreamReader(options)
+        return StreamEngine(TubeAdapter(options))
 
-    def batch_reader(self, options: TubeMQOptions) -> TubeBatchReader:
+    def batch_reader(self, options: TubeMQOptions) -> BatchEngine:
         check_skips_path(options)
-        return TubeBatchReader(options)
+        return BatchEngine(TubeAdapter(options, batch=True))
 
     def batch_writer(self, options: TubeMQOptions) -> TubeBatchWriter:
         return TubeBatchWriter(options)

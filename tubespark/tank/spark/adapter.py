@@ -1,20 +1,17 @@
-"""The ``tank`` stream reader: the shared engine over TANK's partitions; offsets live in Spark's checkpoint.
+"""TANK's answers to the shared planners (:class:`tubespark.spark.broker.Broker`): streams and batch reads.
 
 TANK has no consumer groups and no offset commit (docs/tank/protocol.md#no-consumer-groups), so there is
 nothing to join, balance or store on the broker: every query reads every partition of its topics, and
 its offsets ``{"topic:partition": next sequence number}`` live in Spark's checkpoint. A restart resumes
-exactly there; each micro-batch reads exact ``[start, end)`` ranges that Spark logged before running it
-(:class:`tubespark.spark.stream_engine.StreamEngine` plans them and owns the read limits).
+exactly there; each micro-batch reads exact ``[start, end)`` ranges that Spark logged before running it.
 
 Each trigger asks DiscoverPartitions: ``earliest`` = first available, ``latest`` = high-water mark + 1. A
 partition that appears later (a topic grew) joins at its first available number. A broker that does not
 answer plans nothing this trigger and the stream goes on (its restart must not stop the query); a
 partition its topic no longer lists is a vanished partition (``failOnDataLoss``). A new query whose broker is down
 waits for it when this process saw it answer, and fails within seconds naming the ``broker`` option when it never
-did (:mod:`tubespark.core.outage`); a query restarted on its checkpoint plans from the checkpoint and waits. A read
-task whose broker goes down mid-range waits for it, or, with ``deferredRangesPath`` set (this query's own
-directory: TANK has no group to key shared reports by), leaves the rest of its range to the next batch
-(:meth:`~tubespark.spark.stream_engine.StreamEngine.deferred_ranges`).
+did (:mod:`tubespark.core.outage`). A batch read whose broker is down (it answered before in this process) covers
+partitions it cannot list: ``onUnavailablePartitions`` fails it (the default) or reads nothing, with a warning.
 
 Numbers that vanish: a start below the partition's first available number (retention) is data loss when
 this query had seen messages at or above it, or does not know (after a restart); a gap below the first
@@ -31,12 +28,14 @@ from collections.abc import Iterator, Mapping, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from tubespark.errors import OptionError, TubeSparkError
-from tubespark.spark.offsets import Offsets
+from tubespark.core.outage import never_answered
+from tubespark.errors import TubeSparkError
+from tubespark.spark.broker import Broker, Catalog, Deferring, Range, Survey
+from tubespark.spark.offset_rules import check_named_partitions, resolve_start
+from tubespark.spark.offsets import EARLIEST, Offsets
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
-from tubespark.spark.stream_engine import StreamEngine, Survey
 from tubespark.tank.client.broker import TankClient
-from tubespark.tank.spark.bounds import EARLIEST, check_named, discover, resolve
+from tubespark.tank.spark.bounds import PARTITION_LISTING, UNITS, discover
 from tubespark.tank.spark.bounds import Bounds as TankBounds
 from tubespark.tank.spark.options import TankOptions, split_key
 from tubespark.tank.spark.read_task import SeqRange, read_range
@@ -63,14 +62,16 @@ class _SequencePolicy(BoundsPolicy):
                                        f"lost acknowledged messages (query at {start}, broker at {bounds.high})")
 
 
-class TankStreamReader(StreamEngine):
-    """Stream reader of the ``tank`` format."""
+class TankAdapter(Broker):
+    """The ``tank`` format's broker object."""
 
-    source = "tank"
+    name = "tank"
+    units = UNITS
+    listing = PARTITION_LISTING
     fingerprint_columns = ("offset", "timestamp", "key", "value")
 
-    def __init__(self, options: TankOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: TankOptions, *, batch: bool = False) -> None:
+        super().__init__(options, batch=batch)
         self.options: TankOptions = options
         self._client: TankClient | None = None
         self._seen_next: dict[str, int] = {}  # partition -> the largest high-water mark + 1 this process saw
@@ -82,24 +83,34 @@ class TankStreamReader(StreamEngine):
         try:
             return discover(self.options, self._client)
         except Exception:
-            self._client.close()
-            self._client = None
+            self.close()
             raise
+
+    def catalog(self) -> Catalog:
+        """Every partition of the topics; a broker that answered before in this process and does not now covers
+        partitions it cannot list (one that never answered fails naming the ``broker`` option)."""
+        broker = self.options.broker
+        try:
+            found = self._discover()
+        except TubeSparkError as exc:
+            if not exc.retriable or never_answered(exc) is not None:
+                raise
+            return Catalog(unavailable={broker: ()}, reasons={broker: f"TANK broker {broker} does not answer ({exc}); "
+                                                                      f"its partitions cannot be listed"})
+        return Catalog(bounds={key: Bounds(b.first, b.next) for key, b in found.items()})
 
     def start_offsets(self) -> Offsets:
         """A new query's start (the engine waits for a broker this process saw, and fails within seconds naming
-        ``broker`` for one that never answered: :meth:`StreamEngine.initialOffset`)."""
-        offsets: Offsets = {}
+        ``broker`` for one that never answered)."""
         found = self._discover()
-        check_named(self.options, found, ending=False)
+        check_named_partitions("startingOffsets", self.options.starting_offsets, found, listing=PARTITION_LISTING)
+        offsets: Offsets = {}
         for key, bounds in sorted(found.items()):
-            offsets[key] = resolve(self.options.starting_offsets, bounds, default=EARLIEST, option="startingOffsets")
-            if offsets[key] < bounds.first:
-                raise OptionError(f"option startingOffsets: {key} is at {offsets[key]}, below the partition's first "
-                                  f"available number {bounds.first}: use earliest or a number from {bounds.first}")
+            offsets[key] = resolve_start("startingOffsets", self.options.starting_offsets, key, low=bounds.first,
+                                         high=bounds.next, default=EARLIEST, units=UNITS,
+                                         fail_on_data_loss=self.options.fail_on_data_loss)
             self._seen_next[key] = bounds.next
         return offsets
-
     def survey(self, start: Offsets) -> Survey:
         try:
             found = self._discover()
@@ -124,25 +135,14 @@ class TankStreamReader(StreamEngine):
     def available_now_target(self) -> Offsets:
         return {key: bounds.next for key, bounds in self._discover().items()}
 
-    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
-        defer = self.task_deferral()
-        tasks: list[InputPartition] = []
-        for key, (low, high) in ranges.items():
-            topic, partition = split_key(key)
-            tasks.append(SeqRange(self.options.broker, topic, partition, low, high, defer))
-        return tasks
+    def read_tasks(self, ranges: Sequence[Range], defer: Deferring = None) -> Sequence[InputPartition]:
+        return [SeqRange(self.options.broker, *split_key(key), low, high, defer) for key, low, high in ranges]
 
-    def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, SeqRange):
-            raise TypeError(f"a tank read task is a SeqRange, not {type(partition).__name__}")
-        return read_range(partition, self.options)
-
-    def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The executors' read without the outage wait: a check or an estimate the driver makes must not hold
-        every trigger of the query for ``outageTimeoutMs`` (it is tried again at a later trigger)."""
-        if not isinstance(partition, SeqRange):
-            raise TypeError(f"a tank read task is a SeqRange, not {type(partition).__name__}")
-        return read_range(partition, self.options, outage_s=0, defer=False)
+    def read(self, task: InputPartition, *, driver: bool = False) -> Iterator[pa.RecordBatch]:
+        """A driver's read does not wait out an outage (it is tried again at a later trigger)."""
+        if not isinstance(task, SeqRange):
+            raise TypeError(f"a tank read task is a SeqRange, not {type(task).__name__}")
+        return read_range(task, self.options, outage_s=0, defer=False) if driver else read_range(task, self.options)
 
     def close(self) -> None:
         if self._client is not None:

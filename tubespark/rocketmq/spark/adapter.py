@@ -1,4 +1,5 @@
-"""The ``rocketmq`` pull stream reader: the shared engine over RocketMQ's message queues.
+"""RocketMQ's answers to the shared planners (:class:`tubespark.spark.broker.Broker`): pull streams and batch
+reads of its message queues. (Pop mode is not range-based: the broker hands out messages; it keeps its own reader.)
 
 The driver plans one Spark partition per message queue with new data, offsets
 ``{"topic:brokerName:queueId": offset}`` in Spark's checkpoint (the source of truth: a restart resumes
@@ -17,12 +18,18 @@ unknown topic). A new query started while a group is down plans the live groups'
 group's queues join when it is back, from their min offset, as any queue new to the query does. A read task
 whose group goes down mid-range waits for it, or, with ``deferredRangesPath`` set, leaves the rest of its range
 to the next batch (``deferOnOutage``).
+
+A batch read checks its plan against the queues this process knows of (the routes it was given, the queues the
+offsets options name: :func:`~tubespark.rocketmq.client.client.remember`): the name server routes only the broker
+groups that run, so known queues on a group that is not registered now are unavailable partitions
+(``onUnavailablePartitions``). A process that never saw the topic's other groups and names none of their queues
+cannot know of them: the name server keeps no record of a stopped group.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -32,10 +39,11 @@ from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remembe
 from tubespark.rocketmq.spark.options import QUEUE_LISTING, RocketMQOptions
 from tubespark.rocketmq.spark.read_task import READ_GROUP, PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
-from tubespark.spark.offset_rules import check_named_partitions, resolve_checked
+from tubespark.spark.broker import Broker, Catalog, Deferring, Range, Survey
+from tubespark.spark.offset_rules import check_named_partitions, resolve_start
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
-from tubespark.spark.stream_engine import StreamEngine, Survey
+from tubespark.spark.unavailable import FAIL
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +62,16 @@ class _NeverBack(BoundsPolicy):
         return Resolution(None, f"its serving broker is at {bounds.high}, behind this query's {start}")
 
 
-class PullStreamReader(StreamEngine):
-    """Streaming pull reads of the ``rocketmq`` format."""
+class PullAdapter(Broker):
+    """The ``rocketmq`` format's broker object (pull reads)."""
 
-    source = "rocketmq"
+    name = "rocketmq"
+    listing = QUEUE_LISTING
     policy = _NeverBack()
     fingerprint_columns = ("queueOffset", "msgId", "storeTimestamp", "value")
 
-    def __init__(self, options: RocketMQOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: RocketMQOptions, *, batch: bool = False) -> None:
+        super().__init__(options, batch=batch)
         self.options: RocketMQOptions = options
         self._client: RocketMQClient | None = None
         self._stored: Offsets = {}
@@ -102,9 +111,30 @@ class PullStreamReader(StreamEngine):
                 stored = self.client.consumer_offset(opts.group or "", mq)
                 offsets[mq.key] = low if stored is None else max(low, min(stored, high))
             else:  # a number above the max is the user's mistake here, not a lagging slave (see _NeverBack)
-                offsets[mq.key] = resolve_checked("startingOffsets", opts.starting_offsets, mq.key, low=low,
-                                                  high=high, default=EARLIEST)
+                offsets[mq.key] = resolve_start("startingOffsets", opts.starting_offsets, mq.key, low=low, high=high,
+                                                default=EARLIEST, fail_on_data_loss=opts.fail_on_data_loss)
         return offsets
+
+    def catalog(self) -> Catalog:
+        """Every routed queue's bounds, and the known queues of broker groups not registered now."""
+        opts = self.options
+        topics = opts.topics or ()
+        remember(MessageQueue.parse_key(key) for spec in (opts.starting_offsets, opts.ending_offsets)
+                 if isinstance(spec, dict) for key in spec if MessageQueue.parse_key(key).topic in topics)
+        client = self.client
+        queues = all_queues(client, topics)  # an unknown topic fails here, on the driver
+        catalog = Catalog()
+        for topic in topics:
+            for group, known in client.down_groups(topic, client.route(topic)).items():
+                catalog.unavailable[group] = (*catalog.unavailable.get(group, ()), *(mq.key for mq in known))
+                catalog.reasons[group] = f"broker group {group} (not registered at the name server: stopped or down)"
+        if catalog.unavailable and opts.on_unavailable_partitions == FAIL:
+            catalog.unasked = tuple(mq.key for mq in queues)  # the read fails naming the groups: asking the live
+            return catalog  # ones first would only delay that
+        catalog.bounds = {key: Bounds(low, high) for key, (low, high) in client.bounds(queues).items()}
+        for topic in topics:
+            client.check_filter(topic, opts.group or READ_GROUP, opts.filter)
+        return catalog
 
     def _check_named(self, queues: Sequence[MessageQueue]) -> None:
         """startingOffsets JSON names only queues of the topics: routed ones, or ones of a broker group that is not
@@ -147,26 +177,19 @@ class PullStreamReader(StreamEngine):
     def available_now_target(self) -> Offsets:
         return {key: high for key, (_low, high) in self.client.bounds(self._queues()).items()}
 
-    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
-        defer = self.task_deferral()
-        tasks: list[InputPartition] = []
-        for key, (low, high) in ranges.items():
-            mq = MessageQueue.parse_key(key)
-            tasks.append(PullRange(mq.topic, mq.broker_name, mq.queue_id, low, high, defer))
-        return tasks
+    def read_tasks(self, ranges: Sequence[Range], defer: Deferring = None) -> Sequence[InputPartition]:
+        return [PullRange(mq.topic, mq.broker_name, mq.queue_id, low, high, defer)
+                for mq, low, high in ((MessageQueue.parse_key(key), low, high) for key, low, high in ranges)]
 
-    def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, PullRange):
-            raise TypeError(f"a rocketmq pull task is a PullRange, not {type(partition).__name__}")
-        return read_range(partition, self.options)
-
-    def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """One request timeout of retries, not the failover budget nor an outage wait: every trigger would
-        wait for it. Unfiltered: a fingerprint names the message at an offset and a size sample estimates
-        offsets' bytes, whatever ``subExpression`` keeps."""
-        if not isinstance(partition, PullRange):
-            raise TypeError(f"a rocketmq pull task is a PullRange, not {type(partition).__name__}")
-        return read_range(partition, self.options, retry_s=self.options.request_timeout_ms / 1000, outage_s=0,
+    def read(self, task: InputPartition, *, driver: bool = False) -> Iterator[pa.RecordBatch]:
+        """A driver's read: one request timeout of retries, not the failover budget nor an outage wait (every
+        trigger would wait for it), and unfiltered: a fingerprint names the message at an offset and a size
+        sample estimates offsets' bytes, whatever ``subExpression`` keeps."""
+        if not isinstance(task, PullRange):
+            raise TypeError(f"a rocketmq pull task is a PullRange, not {type(task).__name__}")
+        if not driver:
+            return read_range(task, self.options)
+        return read_range(task, self.options, retry_s=self.options.request_timeout_ms / 1000, outage_s=0,
                           filtered=False, defer=False)
 
     def store_offsets(self, offsets: Offsets) -> None:
@@ -183,7 +206,7 @@ class PullStreamReader(StreamEngine):
             except TubeSparkError as exc:
                 log.warning("could not store offset %d of %s for group %s: %s", offset, key, group, exc)
 
-    def unavailable_timeout_s(self) -> float:
+    def available_now_wait_s(self) -> float:
         return self.options.failover_timeout_ms / 1000
 
     def close(self) -> None:

@@ -1,17 +1,18 @@
-"""The ``tubemq`` stream reader: the driver is a member of the TubeMQ consumer group, executors read ranges.
+"""TubeMQ's answers to the shared planners (:class:`tubespark.spark.broker.Broker`): streams and batch reads.
 
-Who does what (the shared :class:`tubespark.spark.stream_engine.StreamEngine` owns read limits,
-Trigger.AvailableNow, the offsets and the tasks; this module answers its questions for TubeMQ):
+Who does what (the shared engines own read limits, Trigger.AvailableNow, the offsets, the start and end rules and
+the tasks; this module answers their questions for TubeMQ):
 
-* driver: joins the group through the master, holds the partitions the master assigns on their brokers,
-  reports their bounds each trigger (:meth:`TubeStreamReader.survey`), and stores each committed batch's
-  end as the group's offset;
+* a stream's driver joins the group through the master, holds the partitions the master assigns on their brokers,
+  reports their bounds each trigger (:meth:`TubeAdapter.survey`), and stores each committed batch's end as the
+  group's offset; a batch read's driver lists the topics' partitions under a generated group and checks them
+  against the master's configuration (:meth:`TubeAdapter.catalog`);
 * executors: each task registers its partition under a private read group, reads exactly ``[start, end)``
   and releases it (:mod:`tubespark.tubemq.client.ranges`).
 
 Offsets are ``{"brokerId:topic:partitionId": offset}``; Spark's checkpoint is the source of truth, the
 group's offsets on the brokers follow it for monitoring and for hand-overs between queries. Where each
-partition starts, and the state each is in, is the :class:`PartitionLedger`'s (rules a-e).
+partition starts is the :class:`PartitionLedger`'s (rules a-e), kept in each partition's state record.
 
 A partition the master assigned but that is not usable this trigger (its broker is down or restarting,
 or a stale registration still occupies it) plans no new data and stays in the offsets; the group session
@@ -23,37 +24,34 @@ query's offset lost acknowledged messages (TubeMQ acknowledges before the data i
 from __future__ import annotations
 
 import logging
+import uuid
 import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
-from tubespark.errors import (
-    AvailableNowIncompleteError,
-    BrokerConnectionError,
-    DataLossError,
-    TubeSparkError,
-    UnknownTopicError,
-)
-from tubespark.spark.offset_rules import check_named_partitions, check_offset
+from tubespark.errors import AvailableNowIncompleteError, BrokerConnectionError, TubeSparkError, UnknownTopicError
+from tubespark.spark.broker import Broker, Catalog, Deferring, Range, Survey
+from tubespark.spark.offset_rules import check_named_partitions, resolve_start
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_time
-from tubespark.spark.origins import Origin
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
-from tubespark.spark.stream_engine import StreamEngine, Survey
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.group import HeldPartition
 from tubespark.tubemq.client.placement import configured_partitions
+from tubespark.tubemq.client.ranges import Bounds as ProbedBounds
 from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
 from tubespark.tubemq.errors import AdminApiError
-from tubespark.tubemq.spark.by_time import start_at_time
+from tubespark.tubemq.spark.availability import served_partitions
+from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.ledger import OFFSET_UNITS, PARTITION_LISTING, PartitionLedger, PartitionState
 from tubespark.tubemq.spark.membership import GroupMembership
 from tubespark.tubemq.spark.options import TubeMQOptions
+from tubespark.tubemq.spark.origins import TopicOrigins
 from tubespark.tubemq.spark.read_task import QueueRange, read_range, skipped_bundles
+from tubespark.tubemq.spark.topics import subscribed_topics
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
@@ -62,10 +60,6 @@ log = logging.getLogger(__name__)
 
 AssignmentUnavailableError = AvailableNowIncompleteError
 """The name this error had when only TubeMQ streams raised it."""
-
-ORIGIN_TIMEOUT_S = 5.0
-"""Longest wait for the master's web API when learning topics' origins without ``masterWebUrl`` set (port 8080
-of the master hosts is a guess there: a firewall that drops it must not hold a query's first batch long)."""
 
 FINGERPRINT_WINDOW = 8
 """Index records read below an offset to find a partition's last message there: several partitions of one
@@ -97,35 +91,32 @@ class _LostAcknowledged(BoundsPolicy):
                                        f"past {start} (the offsets' #last check)")
 
 
-class TubeStreamReader(StreamEngine):
-    """Stream reader of the ``tubemq`` format."""
+class TubeAdapter(Broker):
+    """The ``tubemq`` format's broker object: a stream's group member, or a batch read's private planner."""
 
-    source = "tubemq"
-    record_size = INDEX_RECORD_SIZE
+    name = "tubemq"
+    units = OFFSET_UNITS
+    listing = PARTITION_LISTING
     policy = _LostAcknowledged()
-    origin_advice = ("Set masterWebUrl (the masters' web API, port 8080 by default) so the offsets record each "
-                     "topic deployment's creation time and a checkpoint from another cluster or topic incarnation "
-                     "fails with ForeignCheckpointError instead; to tell now, compare the topic's createDate in "
-                     "the master's admin_query_topic_deploy_info with when this checkpoint was written")
 
-    def __init__(self, options: TubeMQOptions) -> None:
-        super().__init__(options)
+    def __init__(self, options: TubeMQOptions, *, batch: bool = False) -> None:
+        super().__init__(options, batch=batch)
         self.options: TubeMQOptions = options
+        self.origins = TopicOrigins(options)
+        self.run_id = uuid.uuid4().hex[:12]
         self.group: str = options.group or ""
         self.read_group = f"{self.group}-tubespark-read"
-        self.ledger = PartitionLedger()
-        self.member = GroupMembership(options, self.run_id, self.stop)
-        self._stored: Offsets = {}
+        self.batch_group = f"tubespark-batch-{self.run_id}"
+        """A batch read's generated group (visible as such in TubeMQ's admin tools): no group is needed from the
+        user; each task reads under its own read group and releases every registration when it ends."""
+        self.ledger = PartitionLedger(self.states)
+        self.member = GroupMembership(options, self.run_id, self._terminated)
         self._down: set[str] = set()  # brokers that did not take this trigger's offsets: planned nothing
         self._last_reader: BrokerClient | None = None  # fingerprint reads: one client (and connection per broker)
+        self._planner: BrokerClient | None = None  # a batch read's probes and time searches
+        self._probed: dict[str, ProbedBounds] = {}  # a batch read's partitions' bounds, as the broker told them
         self.skipped_bundles = 0
         """Messages read tasks skipped as unparseable so far (``skippedBundlesPath``; ``ignoreParseErrors``)."""
-
-    def task_state(self) -> dict[str, Any]:
-        return {"run_id": self.run_id}
-
-    def restore_task_state(self, state: dict[str, Any]) -> None:
-        self.run_id = self.member.run_id = state["run_id"]
 
     # --- where partitions start -------------------------------------------------------------------
 
@@ -182,12 +173,60 @@ class TubeStreamReader(StreamEngine):
                 raise
             log.warning("cannot learn the bounds of %s yet (its start is resolved once it answers): %s", key, exc)
             return None
-        if wanted == "earliest":
-            return bounds.min_offset
-        if wanted == "latest":
-            return bounds.max_offset
-        check_offset("startingOffsets", key, int(wanted), bounds.max_offset, OFFSET_UNITS)
-        return int(wanted)
+        return resolve_start("startingOffsets", opts.starting_offsets, key, low=bounds.min_offset,
+                             high=bounds.max_offset, default=EARLIEST, units=OFFSET_UNITS,
+                             fail_on_data_loss=opts.fail_on_data_loss)
+
+    def _terminated(self) -> None:
+        self.on_terminate()  # looked up now: the stream engine sets it after this object is built
+
+    # --- a batch read ------------------------------------------------------------------------------------
+
+    def catalog(self) -> Catalog:
+        """The partitions the master lists, checked against its configuration (:mod:`.availability`): one
+        configured on a broker that does not serve it is unavailable, and so is every partition of a broker the
+        master lists but that does not answer (crashed or stalled, not yet released by the master: that takes its
+        heartbeat timeout)."""
+        opts = self.options
+        topics = subscribed_topics(opts)  # an unknown topic or an unreachable master fails here, on the driver
+        served = served_partitions(topics, opts)
+        catalog = Catalog(unavailable=dict(served.missing), reasons=dict(served.reasons), topics=topics,
+                          checked=served.checked)
+        self._planner = self._planner or BrokerClient(f"{self.batch_group}.planner", opts.client_settings())
+        for ref in served.listed:
+            self.member.refs[ref.key] = ref
+            if ref.broker_id in catalog.unavailable:
+                catalog.unavailable[ref.broker_id] += (ref.key,)
+                continue
+            try:
+                self._probed[ref.key] = probe_bounds(self._planner, ref, f"{self.batch_group}-probe")
+            except BrokerConnectionError as exc:
+                catalog.reasons[ref.broker_id] = (f"broker {ref.broker_id} ({ref.broker.address}): listed by the "
+                                                  f"master but not answering ({exc})")
+                answered = tuple(key for key in catalog.bounds if self.member.refs[key].broker_id == ref.broker_id)
+                catalog.unavailable[ref.broker_id] = (*answered, ref.key)
+                for key in answered:
+                    del catalog.bounds[key]
+                continue
+            found = self._probed[ref.key]
+            catalog.bounds[ref.key] = Bounds(found.min_offset, found.max_offset)
+        return catalog
+
+    def position_at(self, key: str, bounds: Bounds, option: str) -> int | None:
+        """A start or end time (``startingTimestamp``, ``startingOffsetsByTimestamp``, ``endingTimestamp``,
+        ``endingOffsetsByTimestamp``) wins over the offsets option: the offset of the first message stored at or
+        after it (tubespark/tubemq/spark/by_time.py)."""
+        opts = self.options
+        if option == "startingOffsets":
+            when = wanted_time(opts.starting_timestamp, opts.starting_offsets_by_timestamp, key)
+            search = start_at_time
+        else:
+            when = wanted_time(opts.ending_timestamp, opts.ending_offsets_by_timestamp, key)
+            search = end_at_time
+        if when is None or self._planner is None:
+            return None
+        return search(self._planner, self.member.refs[key], self._probed[key], when, f"{self.batch_group}-time",
+                      opts)
 
     # --- each trigger ------------------------------------------------------------------------------
 
@@ -343,6 +382,9 @@ class TubeStreamReader(StreamEngine):
                 log.warning("AvailableNow: cannot learn the max offset of %s yet: %s", key, exc)
         return target
 
+    def available_now_wait_s(self) -> float:
+        return self.options.assignment_timeout_ms / 1000
+
     def wait_for_change(self, timeout_s: float) -> None:
         self.member.session().wait_for_change(timeout_s)
 
@@ -369,35 +411,6 @@ class TubeStreamReader(StreamEngine):
         ref = self.member.refs.get(key)
         return None if ref is None else self.member.session().brokers.pool.opened(ref.broker.address)
 
-    def origin_scope(self, key: str) -> str | None:
-        """A topic's deployment on one broker (``brokerId:topic``): the master creates and deletes it as one."""
-        broker_id, topic, _partition = PartitionRef.parse_key(key)
-        return f"{broker_id}:{topic}"
-
-    def origins(self, scopes: Collection[str]) -> Mapping[str, Origin]:
-        """Each deployment's ``createDate`` at the master (its web API, one call): a cluster started anew, or
-        a topic deleted and re-created, has other ones. Raises :class:`AdminApiError` when no web API answers."""
-        topics = {scope.split(":", 1)[1] for scope in scopes}
-        timeout_s = self.options.request_timeout_ms / 1000
-        if not self.options.master_web_urls:
-            timeout_s = min(timeout_s, ORIGIN_TIMEOUT_S)
-        placement = configured_partitions(self.options.web_urls(), topics, timeout_s=timeout_s)
-        out: dict[str, Origin] = {}
-        for deploy in placement.deployments:
-            scope, mark = f"{deploy.broker_id}:{deploy.topic}", deploy.created_mark
-            if deploy.configured and mark is not None and scope in scopes:
-                out[scope] = Origin(mark, self.describe_origin(mark))
-        return out
-
-    def scope_name(self, scope: str) -> str:
-        broker_id, topic = scope.split(":", 1)
-        return f"topic {topic} on broker {broker_id}"
-
-    def describe_origin(self, mark: int) -> str:
-        """``20261125074442`` -> ``2026-11-25 07:44:42 (the master's clock)``."""
-        t = f"{mark:014d}"
-        return f"{t[:4]}-{t[4:6]}-{t[6:8]} {t[8:10]}:{t[10:12]}:{t[12:]} (the master's clock)"
-
     def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
         """Read under a private probe group: the read tasks' group may hold the partition right now."""
         with self.member.probe_broker() as broker:
@@ -406,31 +419,35 @@ class TubeStreamReader(StreamEngine):
 
     # --- tasks and offsets ----------------------------------------------------------------------------
 
-    def read_tasks(self, ranges: Mapping[str, tuple[int, int]]) -> Sequence[InputPartition]:
-        missing = [key for key in ranges if key not in self.member.refs]
-        if missing:  # a restart replays a batch for partitions we no longer hold: look their brokers up
-            topics = {PartitionRef.parse_key(k)[1] for k in missing}
-            # a master restarting right now must not fail the batch: wait for it like the session does
-            layouts = call_with_retry(
-                lambda: self.member.layout(topics),
-                RetryPolicy(timeout_s=self.options.assignment_timeout_ms / 1000, backoff_s=0.5, max_backoff_s=5.0),
-                what=f"look up the brokers of {sorted(topics)}")
-            for parts in layouts.values():
-                self.member.refs.update({p.key: p for p in parts})
-            self.member.refs.update(self._configured_refs([k for k in missing if k not in self.member.refs]))
-        defer = self.task_deferral()
+    def gone(self, keys: Collection[str]) -> dict[str, str]:
+        """A restart replays a batch for partitions this member no longer holds: their brokers are looked up (the
+        master's listing, else its configuration); one found in neither no longer exists."""
+        missing = [key for key in keys if key not in self.member.refs]
+        if not missing:
+            return {}
+        topics = {PartitionRef.parse_key(k)[1] for k in missing}
+        # a master restarting right now must not fail the batch: wait for it like the session does
+        layouts = call_with_retry(
+            lambda: self.member.layout(topics),
+            RetryPolicy(timeout_s=self.options.assignment_timeout_ms / 1000, backoff_s=0.5, max_backoff_s=5.0),
+            what=f"look up the brokers of {sorted(topics)}")
+        for parts in layouts.values():
+            self.member.refs.update({p.key: p for p in parts})
+        self.member.refs.update(self._configured_refs([k for k in missing if k not in self.member.refs]))
+        return {key: "neither the master nor its configuration lists it" for key in missing
+                if key not in self.member.refs}
+
+    def read_tasks(self, ranges: Sequence[Range], defer: Deferring = None) -> Sequence[InputPartition]:
         tasks: list[InputPartition] = []
-        for key, (low, high) in ranges.items():
-            ref = self.member.refs.get(key)
-            if ref is None:
-                if self.options.fail_on_data_loss:
-                    raise DataLossError(f"partition {key} no longer exists but offsets [{low}, {high}) were "
-                                        f"planned; set failOnDataLoss=false to skip it")
-                log.warning("partition %s vanished; skipping offsets [%d, %d)", key, low, high)
-                continue
-            client_id = f"{self.read_group}.{self.run_id}.{ref.broker_id}.{ref.partition_id}.{ref.topic}"
+        for index, (key, low, high) in enumerate(ranges):
+            ref = self.member.refs[key]
+            if self.batch:  # splits of one partition run at the same time: each needs its own read group
+                group, client_id = f"{self.batch_group}-r{index}", f"{self.batch_group}.{index}"
+            else:
+                group = self.read_group
+                client_id = f"{self.read_group}.{self.run_id}.{ref.broker_id}.{ref.partition_id}.{ref.topic}"
             tasks.append(QueueRange(ref.broker_id, ref.host, ref.port, ref.topic, ref.partition_id, low, high,
-                                    self.read_group, client_id, defer))
+                                    group, client_id, defer))
         return tasks
 
     def _configured_refs(self, keys: Sequence[str]) -> dict[str, PartitionRef]:
@@ -459,17 +476,11 @@ class TubeStreamReader(StreamEngine):
                         "(down or restarting): its read task waits for the broker", key, deployment.broker_address)
         return refs
 
-    def read_partition(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, QueueRange):
-            raise TypeError(f"a tubemq read task is a QueueRange, not {type(partition).__name__}")
-        return read_range(partition, self.options)
-
-    def driver_read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The executors' read without the outage wait: a check or an estimate the driver makes must not hold
-        every trigger of the query for ``outageTimeoutMs`` (it is tried again at a later trigger)."""
-        if not isinstance(partition, QueueRange):
-            raise TypeError(f"a tubemq read task is a QueueRange, not {type(partition).__name__}")
-        return read_range(partition, self.options, outage_s=0, defer=False)
+    def read(self, task: InputPartition, *, driver: bool = False) -> Iterator[pa.RecordBatch]:
+        """A driver's read does not wait out an outage (it is tried again at a later trigger)."""
+        if not isinstance(task, QueueRange):
+            raise TypeError(f"a tubemq read task is a QueueRange, not {type(task).__name__}")
+        return read_range(task, self.options, outage_s=0, defer=False) if driver else read_range(task, self.options)
 
     def store_offsets(self, offsets: Offsets) -> None:
         """Store ``offsets`` as the group's for the partitions held (commitToGroup); never raises. Brokers
@@ -481,20 +492,21 @@ class TubeStreamReader(StreamEngine):
         session = self.member.session()
         for key, item in sorted(session.held().items()):
             address = item.ref.broker.address
-            if key not in offsets or self._stored.get(key) == offsets[key] or address in self._down:
+            if key not in offsets or self.states[key].stored == offsets[key] or address in self._down:
                 continue
             if self.ledger.state(key) is PartitionState.REVOKED:
                 continue  # held again: the group's offset decides where it resumes (rule d), don't overwrite it
             try:
                 session.commit(item.ref, offsets[key])
-                self._stored[key] = offsets[key]
+                self.states[key].stored = offsets[key]
             except TubeSparkError as exc:  # the next commit or plan tries again
                 if isinstance(exc, BrokerConnectionError):
                     self._down.add(address)
                 log.warning("could not store offset %d for %s in group %s: %s", offsets[key], key, self.group, exc)
 
     def close(self) -> None:
-        reader, self._last_reader = self._last_reader, None
-        if reader is not None:
-            reader.close()
+        for client in (self._last_reader, self._planner):
+            if client is not None:
+                client.close()
+        self._last_reader = self._planner = None
         self.member.close()
