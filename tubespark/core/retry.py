@@ -85,6 +85,16 @@ class RetryPolicy:
         ceiling = min(self.max_backoff_s, self.backoff_s * 2.0 ** (retry - 1))
         return ceiling * random.uniform(0.5, 1.0)
 
+    def allows(self, tries: int, elapsed_s: float = 0.0) -> bool:
+        """Whether the bound allows another try after ``tries`` tries, the first ``elapsed_s`` seconds ago.
+
+        For loops that keep their own count (a pipelined sender whose failures come back one request at a
+        time); :func:`call_with_retry` and :func:`poll` ask it too, so every loop's bound means the same.
+        """
+        if self.attempts is not None and tries >= self.attempts:
+            return False
+        return self.timeout_s is None or elapsed_s < self.timeout_s
+
     def should_retry(self, exc: BaseException) -> bool:
         """Whether ``exc`` is an error this policy retries (see ``retry_on``)."""
         rule = self.retry_on
@@ -108,14 +118,13 @@ class _Tries:
         self.what = what
         self.sleep = sleep
         self.clock = clock
-        self.deadline = None if policy.timeout_s is None else clock() + policy.timeout_s
+        self.started = clock()
+        self.deadline = None if policy.timeout_s is None else self.started + policy.timeout_s
         self.count = 0
 
     def another(self) -> bool:
         """Whether the bound allows one more try after the ``count`` made so far."""
-        if self.policy.attempts is not None and self.count >= self.policy.attempts:
-            return False
-        return self.deadline is None or self.clock() < self.deadline
+        return self.policy.allows(self.count, self.clock() - self.started)
 
     def wait(self, reason: str) -> None:
         """Log why and sleep before the next try, never past the deadline."""

@@ -29,6 +29,7 @@ from tubespark.core.options import (
     OptionSpec,
     ParsedOptions,
     Parser,
+    choice,
     parse_bool,
     parse_byte_size,
     parse_duration_ms,
@@ -41,10 +42,12 @@ from tubespark.core.settings import ConnectionSettings
 from tubespark.core.shared_dir import parse_shared_directory
 from tubespark.errors import OptionError
 from tubespark.spark.offsets import OffsetSpec, parse_offset_spec
+from tubespark.spark.unavailable import CHOICES as UNAVAILABLE_CHOICES
+from tubespark.spark.unavailable import FAIL
 
 __all__ = [
-    "COMMIT_TO_GROUP", "EVERY_BROKER", "SHARED", "BrokerTerms", "SharedOption", "SharedOptions", "SharedSpec",
-    "every_broker_specs", "own_option_table", "shared_option_table",
+    "COMMIT_TO_GROUP", "EVERY_BROKER", "GROUP", "ON_UNAVAILABLE_PARTITIONS", "SHARED", "BrokerTerms", "SharedOption",
+    "SharedOptions", "SharedSpec", "every_broker_specs", "own_option_table", "shared_option_table",
 ]
 
 KEY = "<key>"
@@ -183,6 +186,12 @@ FAIL_ON_DATA_LOSS = SharedOption(
     "and read what is left; after a broker lost acknowledged messages, the query resumes where the broker's "
     "offsets diverge from what it read (the offsets' `#last@` marks), so every message written at the reused "
     "offsets is read.")
+ON_UNAVAILABLE_PARTITIONS = SharedOption(
+    "onUnavailablePartitions", FAIL, choice(*UNAVAILABLE_CHOICES), "Batch reads: partitions the read should "
+    "cover whose broker does not serve them now (down or stopped). `fail`: fail before reading anything, naming "
+    "each broker and its partitions (`PartitionsUnavailableError`). `skip`: read what is served and log, as a "
+    "warning, what was left out.")
+"""What counts as unavailable is each broker's own evidence, which its note says (the meaning differs there)."""
 CONNECT_TIMEOUT = SharedOption(
     "connectTimeoutMs", None, parse_positive_int, "TCP connect timeout.", applies="both",
     default_from=lambda terms: terms.settings.default_ms("connect_timeout_s"))
@@ -228,13 +237,18 @@ DEFERRED_RANGES_PATH = SharedOption(
 
 EVERY_BROKER: tuple[SharedOption, ...] = (
     TOPIC, STARTING_OFFSETS, ENDING_OFFSETS, MAX_RECORDS_PER_PARTITION, MAX_OFFSETS_PER_TRIGGER,
-    MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MAX_BYTES_PER_TRIGGER, FAIL_ON_DATA_LOSS, CONNECT_TIMEOUT,
-    REQUEST_TIMEOUT, MAX_IN_FLIGHT, SEND_RETRIES, OUTAGE_TIMEOUT, DEFER_ON_OUTAGE, DEFERRED_RANGES_PATH,
+    MIN_OFFSETS_PER_TRIGGER, MAX_TRIGGER_DELAY, MAX_BYTES_PER_TRIGGER, FAIL_ON_DATA_LOSS, ON_UNAVAILABLE_PARTITIONS,
+    CONNECT_TIMEOUT, REQUEST_TIMEOUT, MAX_IN_FLIGHT, SEND_RETRIES, OUTAGE_TIMEOUT, DEFER_ON_OUTAGE,
+    DEFERRED_RANGES_PATH,
 )
 """The options every broker's data source has, parsed into the attributes of :class:`SharedOptions`."""
 
 # --- some brokers -------------------------------------------------------------------------------
 
+GROUP = SharedOption(
+    "group", None, None, "Consumer group.")
+"""Each broker gives its parser (its own rules for group names) and says, in its note, what the group does
+there: the brokers balance and store offsets differently, so that part of the meaning truly differs."""
 COMMIT_TO_GROUP = SharedOption(
     "commitToGroup", "true", parse_bool, "Streams with a `group`: when a micro-batch commits, store its end "
     "offsets as the group's offsets on the brokers, so the broker's admin tools show the group's lag and "
@@ -253,7 +267,7 @@ BUNDLE_COMPRESSION = SharedOption(
     "bundleCompression", None, None, "Writing: how each bundle's rows are compressed.", applies=WRITE)
 
 SHARED: tuple[SharedOption, ...] = (
-    *EVERY_BROKER, COMMIT_TO_GROUP, VERIFY_CHECKSUMS, BUNDLE_MAX_ROWS, BUNDLE_MAX_BYTES, BUNDLE_LINGER_MS,
+    *EVERY_BROKER, GROUP, COMMIT_TO_GROUP, VERIFY_CHECKSUMS, BUNDLE_MAX_ROWS, BUNDLE_MAX_BYTES, BUNDLE_LINGER_MS,
     BUNDLE_COMPRESSION,
 )
 """Every shared option, in the order the README's shared table lists them."""
@@ -281,6 +295,7 @@ class SharedOptions(ParsedOptions):
     max_trigger_delay_ms: int
     max_bytes_per_trigger: int | None
     fail_on_data_loss: bool
+    on_unavailable_partitions: str
     connect_timeout_ms: int
     request_timeout_ms: int
     max_in_flight: int

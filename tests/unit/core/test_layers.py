@@ -6,11 +6,18 @@ A broker folder stacks ``errors`` (its own error classes) < ``wire`` (bytes <-> 
 shared Spark layer ``tubespark.spark`` knows no broker; no broker imports another; no layer imports the
 package root; the connector never imports the test bed. The checker is plain AST walking, so a violation
 names file, line and the rule it breaks.
+
+Two more rules keep modules apart: no import cycle between the package's modules (``TYPE_CHECKING`` and lazy
+imports count: a cycle is two modules that cannot be read, or changed, one without the other), and no module
+uses a ``_private`` name of another module (an attribute another module defines and this one does not, or a
+``_name`` imported from outside its own package): what a module offers the others is its public face.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -30,10 +37,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(source: str, module: str, is_package: bool = False) -> list[tuple[int, str]]:
-    """Every module ``source`` imports, as absolute names, with line numbers."""
+def imports_of(source: str | ast.Module, module: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """Every module ``source`` (text, or its syntax tree) imports, as absolute names, with line numbers."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(source) if isinstance(source, str) else source):
         if isinstance(node, ast.Import):
             found.extend((node.lineno, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -110,6 +117,85 @@ def _package_files() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "pb" not in p.relative_to(PACKAGE).parts)
 
 
+@cache
+def _sources() -> dict[str, tuple[Path, ast.Module]]:
+    """Every module of the package, parsed once: module name -> (file, syntax tree)."""
+    return {module_name(p): (p, ast.parse(p.read_text())) for p in _package_files()}
+
+
+def import_graph(sources: Mapping[str, tuple[Path, str | ast.Module]]) -> dict[str, set[str]]:
+    """Which of the given modules each one imports (``from a.b import c`` is module ``a.b.c`` when there is
+    one, else ``a.b``); lazy and ``TYPE_CHECKING`` imports included."""
+    graph: dict[str, set[str]] = {}
+    for module, (path, source) in sources.items():
+        graph[module] = set()
+        for _line, name in imports_of(source, module, path.name == "__init__.py"):
+            parts = name.split(".")
+            target = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in sources),
+                          None)
+            if target is not None and target != module:
+                graph[module].add(target)
+    return graph
+
+
+def import_cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """One cycle (as a path that ends where it starts) per back edge a depth-first walk of ``graph`` meets."""
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the walk's path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target):], target])
+            elif target not in state:
+                visit(target, path)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    return cycles
+
+
+def private_names(tree: ast.Module) -> set[str]:
+    """The ``_names`` (not dunders) a module defines: functions, classes, attributes and variables it sets."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr if isinstance(node, ast.Attribute) else node.id)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def private_reaches(module: str, tree: ast.Module, others: Mapping[str, set[str]],
+                    is_package: bool = False) -> list[str]:
+    """Where ``module`` uses another module's ``_private`` name: ``x._name`` (``x`` not ``self``/``cls``)
+    of a name only other modules of the package (``others``: module -> its private names) define, or
+    ``from m import _name`` unless ``m`` is its own package (a package's private modules and names are its
+    modules' to share, as ``wire/twin.py`` loads ``wire/_native``)."""
+    own = private_names(tree)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                and node.attr not in own):
+            owners = sorted(other for other, names in others.items() if other != module and node.attr in names)
+            if owners:
+                found.append(f"line {node.lineno}: {ast.unparse(node)} (private to {', '.join(owners)})")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _within(node.module or "", "tubespark"):
+            package = module if is_package else module.rpartition(".")[0]
+            for alias in node.names:
+                if (alias.name.startswith("_") and not alias.name.startswith("__")
+                        and node.module != package):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name} (private to "
+                                 f"{node.module})")
+    return found
+
+
 def test_every_import_respects_the_layers() -> None:
     broken = []
     for path in _package_files():
@@ -119,6 +205,59 @@ def test_every_import_respects_the_layers() -> None:
             if why:
                 broken.append(f"{path.relative_to(ROOT)}:{line} imports {imported}: {why}")
     assert not broken, "\n".join(broken)
+
+
+def test_no_import_cycle_between_the_packages_modules() -> None:
+    graph = import_graph(_sources())
+    assert not import_cycles(graph), "\n".join(" -> ".join(cycle) for cycle in import_cycles(graph))
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    sources = _sources()
+    privates = {module: private_names(tree) for module, (_path, tree) in sources.items()}
+    broken = [f"{path.relative_to(ROOT)} {where}" for module, (path, tree) in sources.items()
+              for where in private_reaches(module, tree, privates, path.name == "__init__.py")]
+    assert not broken, "\n".join(broken)
+
+
+def test_the_cycle_checker_finds_a_cycle_through_a_type_checking_import() -> None:
+    sources: dict[str, tuple[Path, str | ast.Module]] = {
+        "tubespark.b.client.producer": (Path("producer.py"), "from tubespark.b.client.batch import Batch"),
+        "tubespark.b.client.batch": (Path("batch.py"), "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                         "    from tubespark.b.client.producer import Producer"),
+        "tubespark.b.client.common": (Path("common.py"), "import tubespark.b.client.batch"),
+    }
+    assert import_cycles(import_graph(sources)) == [
+        ["tubespark.b.client.batch", "tubespark.b.client.producer", "tubespark.b.client.batch"]]
+    del sources["tubespark.b.client.batch"]
+    assert import_cycles(import_graph(sources)) == []
+
+
+@pytest.mark.parametrize(("source", "reached"), [
+    ("def send(producer):\n    producer._shield(part, exc)", "producer._shield"),
+    ("class Batch:\n    def run(self):\n        self.producer._acknowledged_by(part)",
+     "self.producer._acknowledged_by"),
+    ("from tubespark.b.client.producer import _log_placement", "import _log_placement"),
+    ("def f(p):\n    return p._visit_token", "p._visit_token"),
+])
+def test_the_private_checker_catches_a_reach_into_another_module(source: str, reached: str) -> None:
+    others = {"tubespark.b.client.producer": {"_shield", "_acknowledged_by", "_visit_token", "_log_placement"}}
+    found = private_reaches("tubespark.b.client.batch", ast.parse(source), others)
+    assert len(found) == 1 and reached in found[0], found
+
+
+@pytest.mark.parametrize("source", [
+    "class A:\n    def f(self):\n        return self._shield",  # its own
+    "class A:\n    def __init__(self):\n        self._shield = 1\n    def same(self, other):\n"
+    "        return other._shield",  # a name this module defines: another instance of its own class
+    "def f(item):\n    return item._replace(x=1)",  # a namedtuple's API, defined by no module of the package
+    "import sys\nsys._getframe()",
+    "from tubespark.b.wire import _native",  # a private module of its own package
+    "from __future__ import annotations",
+])
+def test_the_private_checker_allows_what_is_not_another_modules(source: str) -> None:
+    others = {"tubespark.b.client.producer": {"_shield"}, "tubespark.b.wire": {"_native"}}
+    assert private_reaches("tubespark.b.wire.twin", ast.parse(source), others) == []
 
 
 def test_the_checker_sees_the_package() -> None:

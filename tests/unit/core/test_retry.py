@@ -224,3 +224,44 @@ def test_poll_log_level_is_the_policys(caplog: pytest.LogCaptureFixture) -> None
              sleep=t.sleep, clock=t.clock)
     assert [r.levelno for r in caplog.records] == [logging.DEBUG, logging.DEBUG]
     assert all("quiet wait" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("policy", "tries", "elapsed_s", "allowed"), [
+    (RetryPolicy(attempts=3), 2, 0.0, True),
+    (RetryPolicy(attempts=3), 3, 0.0, False),  # attempts counts every try, the first included
+    (RetryPolicy(attempts=1), 1, 0.0, False),  # 1: no retry
+    (RetryPolicy(timeout_s=5.0), 100, 4.9, True),
+    (RetryPolicy(timeout_s=5.0), 1, 5.0, False),  # no new try at the deadline
+    (RetryPolicy(timeout_s=0.0), 1, 0.0, False),
+    (RetryPolicy(timeout_s=5.0, attempts=3), 3, 1.0, False),  # the first bound reached wins
+    (RetryPolicy(timeout_s=5.0, attempts=3), 2, 5.5, False),
+])
+def test_allows_is_the_bound_every_loop_shares(policy: RetryPolicy, tries: int, elapsed_s: float,
+                                               allowed: bool) -> None:
+    assert policy.allows(tries, elapsed_s) is allowed
+
+
+def test_a_loop_that_counts_its_own_tries_stops_where_call_with_retry_stops() -> None:
+    policy = RetryPolicy(timeout_s=1.0, attempts=4, backoff_s=0.3, max_backoff_s=0.3)
+    t = FakeTime()
+    fn = Failing(*[busy() for _ in range(10)])
+    with pytest.raises(ServerBusyError):
+        run(fn, policy, t)
+    own = 1
+    while policy.allows(own, sum(t.sleeps[:own - 1])):  # tries take no time here: only the waits between
+        own += 1
+    assert own == fn.calls
+
+
+def test_no_backoff_outside_core_computes_its_own_exponent() -> None:
+    """A retry loop's waits are :meth:`RetryPolicy.delay`'s (doubling, capped, jittered), not ``2 ** n`` of its
+    own: the TANK producer's re-sends had one (issue 38)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[3] / "tubespark"
+    own = [f"{path.relative_to(package)}:{node.lineno}: {ast.unparse(node)}"
+           for path in sorted(package.rglob("*.py")) if path.relative_to(package).parts[0] != "core"
+           for node in ast.walk(ast.parse(path.read_text()))
+           if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and not isinstance(node.right, ast.Constant)]
+    assert not own, own

@@ -9,6 +9,8 @@ a real one cannot be made to answer "busy" on demand.
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
 import struct
 import threading
@@ -20,10 +22,11 @@ import pytest
 from tests.doubles.fakepeer import closed_port_address
 from tubespark.errors import BrokerUnavailableError, RangeReadError, ServerBusyError, UnknownTopicError
 from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient
-from tubespark.rocketmq.client.ranges import RangeReader
+from tubespark.rocketmq.client.ranges import PULL_BATCH, RangeReader
 from tubespark.rocketmq.errors import NoNameServerAvailableError
 from tubespark.rocketmq.wire import codes
 from tubespark.rocketmq.wire.frame import FLAG_RESPONSE, Command, decode_command, encode_command
+from tubespark.rocketmq.wire.message import StoredMessage, encode_stored
 from tubespark.rocketmq.wire.route import MessageQueue
 
 MQ = MessageQueue("events", "broker-a", 0)
@@ -172,3 +175,62 @@ def test_a_route_the_name_server_gave_before_and_lost_is_an_outage_not_an_unknow
     finally:
         client.close()
         server.close()
+
+
+class FlakyGroup(AnsweringNameServer):
+    """Name server for topic ``events`` and, on the same socket, broker ``broker-a`` over ``n`` messages; a pull
+    at an offset in ``busy`` answers SYSTEM_BUSY once (the offset is then taken out)."""
+
+    def __init__(self, n: int, busy: set[int]) -> None:
+        super().__init__(codes.SUCCESS)
+        self.n = n
+        self.busy = busy
+        self.pulls = 0
+
+    def answer(self, request: Command) -> Command:
+        if request.code == codes.PULL_MESSAGE:
+            offset, count = int(request.ext["queueOffset"]), int(request.ext["maxMsgNums"])
+            self.pulls += 1
+            if offset in self.busy:
+                self.busy.discard(offset)
+                return Command(codes.SYSTEM_BUSY, remark="scripted busy", flag=FLAG_RESPONSE)
+            messages = [StoredMessage("events", 0, o, b"m%d" % o, {}, 1, 1)
+                        for o in range(offset, min(offset + count, self.n))]
+            return Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=encode_stored(messages),
+                           ext={"nextBeginOffset": str(offset + len(messages)), "minOffset": "0",
+                                "maxOffset": str(self.n)})
+        route = {"queueDatas": [{"brokerName": "broker-a", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6}],
+                 "brokerDatas": [{"cluster": "c", "brokerName": "broker-a", "brokerAddrs": {"0": self.address}}]}
+        return Command(codes.SUCCESS, flag=FLAG_RESPONSE, body=json.dumps(route).encode())
+
+
+def test_busy_pulls_are_retried_under_cores_policy_and_every_message_arrives_once_in_order(caplog) -> None:
+    group = FlakyGroup(200, busy={0, 64, 160})
+    client = RocketMQClient([group.address], FAST)
+    try:
+        with caplog.at_level(logging.INFO, logger="tubespark.core.retry"):
+            reader = RangeReader(client, "tubespark_test", retry_s=5.0, depth=1)  # one pull at a time: one busy each
+            got = [m.body for batch in reader.read(MQ, 0, 200) for m in batch]
+    finally:
+        client.close()
+        group.close()
+    assert got == [b"m%d" % o for o in range(200)]
+    retried = [r.getMessage() for r in caplog.records if r.name == "tubespark.core.retry"]
+    assert len(retried) == 3 and all("reading events:broker-a:0 at offset" in line for line in retried), retried
+
+
+def test_the_retry_budget_counts_the_brokers_fault_not_the_time_the_caller_held_a_batch() -> None:
+    """The caller (a Spark task writing rows out) may hold a batch longer than ``retry_s``; a fault met after
+    that still gets its whole budget (before, the budget ran from the last answer and the read failed at once)."""
+    group = FlakyGroup(2 * PULL_BATCH, busy={PULL_BATCH})
+    client = RocketMQClient([group.address], FAST)
+    got: list[bytes] = []
+    try:
+        for batch in RangeReader(client, "tubespark_test", retry_s=0.3).read(MQ, 0, 2 * PULL_BATCH):
+            got += [m.body for m in batch]
+            if len(got) == PULL_BATCH:
+                time.sleep(0.6)  # the next window's pull, already answered busy, is looked at after this
+    finally:
+        client.close()
+        group.close()
+    assert got == [b"m%d" % o for o in range(2 * PULL_BATCH)]

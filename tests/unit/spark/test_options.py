@@ -16,6 +16,8 @@ from tubespark.rocketmq.spark import options as rocketmq
 from tubespark.spark.options import (
     COMMIT_TO_GROUP,
     EVERY_BROKER,
+    GROUP,
+    ON_UNAVAILABLE_PARTITIONS,
     SHARED,
     BrokerTerms,
     SharedOptions,
@@ -81,6 +83,7 @@ READ_VALUES = {
     "maxtriggerdelay": ("30s", "max_trigger_delay_ms", 30_000),
     "maxrecordsperpartition": ("1000", "max_records_per_partition", 1000),
     "failondataloss": ("False", "fail_on_data_loss", False),
+    "onunavailablepartitions": (" Skip ", "on_unavailable_partitions", "skip"),  # TANK's too (issue 38)
     "startingoffsets": (" Earliest ", "starting_offsets", "earliest"),
     "endingoffsets": ("LATEST", "ending_offsets", "latest"),
     "connecttimeoutms": ("1500", "connect_timeout_ms", 1500),
@@ -110,6 +113,7 @@ def test_shared_defaults_are_the_same_on_every_broker(broker):
             options.max_trigger_delay_ms) == (None, None, None, 15 * 60_000)
     assert (options.starting_offsets, options.ending_offsets, options.max_records_per_partition,
             options.fail_on_data_loss, options.send_retries) == ("latest", "latest", None, True, 3)
+    assert options.on_unavailable_partitions == "fail"
 
 
 def test_timeout_defaults_come_from_the_brokers_client_settings(broker):
@@ -130,6 +134,7 @@ BAD_SHARED_VALUES = [  # option, bad value, what the message says, mode
     ("maxTriggerDelay", "soon", "expected a duration like", "read"),
     ("maxRecordsPerPartition", "many", "expected a positive integer", "read"),
     ("failOnDataLoss", "maybe", "expected true or false", "read"),
+    ("onUnavailablePartitions", "sometimes", "expected fail or skip", "read"),
     ("startingOffsets", "yesterday", "expected earliest | latest", "read"),
     ("endingOffsets", "earliest", "expected latest", "read"),
     ("connectTimeoutMs", "0", "expected a positive integer", "read"),
@@ -183,6 +188,35 @@ def test_commit_to_group_is_one_option_on_both_group_brokers(group_broker):
         warnings.simplefilter("error")  # the new name never warns
         assert parse(group_broker, commitToGroup="false").commit_to_group is False
     assert parse(group_broker).commit_to_group is True
+
+
+def test_on_unavailable_partitions_is_one_option_whose_brokers_say_what_unavailable_means(broker):
+    module, *_ = BROKERS[broker]
+    spec = next(spec for spec in module.OPTIONS if spec.name == "onUnavailablePartitions")
+    assert spec.template is ON_UNAVAILABLE_PARTITIONS and spec.doc.startswith(ON_UNAVAILABLE_PARTITIONS.doc)
+    assert ("master's configuration" in spec.doc) == (broker == "tubemq")
+    assert ("name server" in spec.doc) == (broker == "rocketmq")
+    assert ("answered before in this process" in spec.doc) == (broker == "tank")
+
+
+@pytest.mark.parametrize("group_broker", GROUP_BROKERS)
+def test_group_is_one_option_on_both_group_brokers_with_each_brokers_name_rules(group_broker):
+    module, *_ = BROKERS[group_broker]
+    spec = next(spec for spec in module.OPTIONS if spec.name == "group")
+    assert isinstance(spec, SharedSpec) and spec.template is GROUP
+    assert spec.doc == f"{GROUP.doc} {module.TERMS.notes['group']}"
+    assert parse(group_broker, group=" etl_1 ").group == "etl_1"
+    if group_broker == "tubemq":  # TubeMQ: a letter first, 2 to 200 characters
+        with pytest.raises(OptionError, match=r"option group='1etl': expected a group name: a letter"):
+            parse(group_broker, group="1etl")
+    else:  # RocketMQ: its name characters, at most 120
+        assert parse(group_broker, group="1etl|a%b").group == "1etl|a%b"
+        with pytest.raises(OptionError, match=r"at most 120 chars"):
+            parse(group_broker, group="g" * 121)
+
+
+def test_tank_has_no_group():
+    assert "group" not in {spec.name for spec in tank.OPTIONS}
 
 
 @pytest.mark.parametrize("key", ["commitOffsets", "commitoffsets"])

@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future
 
-from tubespark.core.retry import RetryPolicy
+from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import BrokerConnectionError, DataLossError, NoDataError, RangeReadError, TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient
 from tubespark.rocketmq.net.connection import wait
@@ -62,44 +62,58 @@ class RangeReader:
         """``(queue, from, to)`` of every range skipped as lost (fail_on_data_loss off)."""
 
     def read(self, mq: MessageQueue, start: int, end: int) -> Iterator[list[StoredMessage]]:
-        """Messages of ``[start, end)`` in order, in lists of up to one pull each."""
+        """Messages of ``[start, end)`` in order, in lists of up to one pull each.
+
+        Each answer is one call under core's :class:`RetryPolicy` (``retry_s``, jittered backoff, the errors'
+        own ``retriable``): a fault ends the pipeline, the next try opens one from where the read stands (after
+        a lost connection or an answer without the data, on a re-read route), and every answer that moves the
+        read on starts the budget afresh. When the budget runs out the read fails with RangeReadError.
+        """
         pos = start
         policy = RetryPolicy(timeout_s=self.retry_s, backoff_s=0.2, max_backoff_s=2.0)
-        deadline = time.monotonic() + self.retry_s
+        pipeline: Generator[tuple[list[StoredMessage], int], None, None] | None = None
         failures = 0
         refresh = False
-        while pos < end:
-            try:
-                address = self.client.read_candidates(mq, refresh=refresh)[0]
-                for batch, next_pos in self._pipeline(address, mq, pos, end):
-                    pos = next_pos
-                    failures = 0
-                    deadline = time.monotonic() + self.retry_s
-                    if batch:
-                        yield batch
-            except (BrokerConnectionError, NoDataError) as exc:
-                if time.monotonic() >= deadline:
-                    raise self._gave_up(mq, start, end, pos, failures, exc) from exc
-                failures += 1
-                refresh = True
-                pause = policy.delay(failures)
-                log.info("reading %s at offset %d: %s; trying again in %.1fs (route re-read)", mq.key, pos, exc,
-                         pause)
-                time.sleep(pause)
-            except TubeSparkError as exc:
-                if not exc.retriable:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise self._gave_up(mq, start, end, pos, failures, exc) from exc
-                failures += 1
-                time.sleep(policy.delay(failures))
 
-    def _gave_up(self, mq: MessageQueue, start: int, end: int, pos: int, failures: int,
+        def step() -> tuple[list[StoredMessage], int] | None:
+            """The pipeline's next answer (None: it ended), opening one from ``pos`` first."""
+            nonlocal pipeline, failures, refresh
+            try:
+                if pipeline is None:
+                    address = self.client.read_candidates(mq, refresh=refresh)[0]
+                    pipeline = self._pipeline(address, mq, pos, end)
+                return next(pipeline, None)
+            except TubeSparkError as exc:
+                pipeline = None
+                failures += 1
+                refresh = refresh or isinstance(exc, (BrokerConnectionError, NoDataError))  # the route may move
+                raise
+
+        try:
+            while pipeline is not None or pos < end:
+                try:
+                    answer = call_with_retry(step, policy, what=f"reading {mq.key} at offset {pos}")
+                except TubeSparkError as exc:
+                    if not policy.should_retry(exc):
+                        raise
+                    raise self._gave_up(mq, start, end, pos, failures, exc) from exc
+                if answer is None:
+                    pipeline = None
+                    continue
+                failures = 0
+                batch, pos = answer
+                if batch:
+                    yield batch
+        finally:
+            if pipeline is not None:
+                pipeline.close()  # cancels its pulls in flight
+
+    def _gave_up(self, mq: MessageQueue, start: int, end: int, pos: int, tries: int,
                  exc: TubeSparkError) -> RangeReadError:
         """The error for a range whose retry budget ran out at ``pos`` (``exc``: the last, retriable, fault)."""
         return RangeReadError(f"{mq.key}: reading [{start}, {end}) failed at {pos} after {self.retry_s:g} s of "
                               f"retries; check that its broker group is up (Spark retries the task): {exc}",
-                              partition=mq.key, start=start, end=end, reached=pos, tries=failures + 1)
+                              partition=mq.key, start=start, end=end, reached=pos, tries=tries)
 
     def _pull(self, address: str, mq: MessageQueue, low: int, high: int) -> Future[Command]:
         cmd = headers.pull_request(group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=low,
@@ -108,7 +122,7 @@ class RangeReader:
         return self.client.call_async(address, cmd)
 
     def _pipeline(self, address: str, mq: MessageQueue, start: int,
-                  end: int) -> Iterator[tuple[list[StoredMessage], int]]:
+                  end: int) -> Generator[tuple[list[StoredMessage], int], None, None]:
         """``(messages, next offset)`` of consecutive windows from ``start``; raises on a failed pull."""
         windows: deque[tuple[int, int, Future[Command]]] = deque()
         issued = start

@@ -35,6 +35,7 @@ from tubespark.rocketmq.wire.filter import SQL92, SUB_ALL, TAG, Filter
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.options import (
     COMMIT_TO_GROUP,
+    GROUP,
     VERIFY_CHECKSUMS,
     BrokerTerms,
     SharedOptions,
@@ -42,7 +43,6 @@ from tubespark.spark.options import (
     own_option_table,
 )
 from tubespark.spark.tls_options import TlsOptions, tls_specs
-from tubespark.spark.unavailable import CHOICES as UNAVAILABLE_CHOICES
 
 __all__ = ["OPTIONS", "TERMS", "RocketMQOptions", "option_table"]
 
@@ -109,7 +109,14 @@ TERMS = BrokerTerms(
     "RocketMQ", KEY_FORM, KEY_EXAMPLE, is_queue_key, _names("topic"), ClientSettings,
     start_words=("earliest", "latest", "group"),
     defaults={"verifyChecksums": "false"},
+    parsers={"group": _group},
     notes={
+        "group": "Pull: where committed offsets are stored on commit (optional; needed for "
+                 "`startingOffsets=group`). Pop: required, the group the broker balances.",
+        "onUnavailablePartitions": "The partitions are queues, the brokers broker groups: queues of a broker "
+                                   "group that is not registered at the name server now (stopped or down; the "
+                                   "name server forgets such a group, so only queues this process was routed to "
+                                   "before or that the offsets options name are known).",
         "startingOffsets": "Also `group`: the group's committed offsets (needs `group`). Pop mode: only "
                            "`earliest` or `latest`, where a group that never consumed starts (the broker keeps "
                            "the group's position).",
@@ -133,6 +140,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("namesrv", None, parse_host_ports, "Name server addresses, `host:port[,host:port]`.", True,
                BOTH, attr="namesrvs"),
     *every_broker_specs(TERMS),
+    GROUP.spec(TERMS),
     COMMIT_TO_GROUP.spec(TERMS),
     VERIFY_CHECKSUMS.spec(TERMS),
     OptionSpec("consumeMode", PULL, choice(PULL, POP), "`pull`: one Spark partition per message queue, exact "
@@ -140,8 +148,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "balances queues), rows carry `receiptHandle`; streams ack after Spark's commit of the batch "
                "(at-least-once, `Trigger.AvailableNow` reads what was there at the start), a batch read acks "
                "what each task read (a consuming read)."),
-    OptionSpec("group", None, _group, "Consumer group. Pull: where committed offsets are stored on commit "
-               "(optional; needed for `startingOffsets=group`). Pop: required, the group the broker balances."),
     OptionSpec("includeProperties", "false", parse_bool, "Add a `properties` map<string,string> column with "
                "every message property."),
     OptionSpec("subExpression", SUB_ALL, _expression, "Which messages to read, filtered by the broker (pull and "
@@ -194,11 +200,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "takes nothing else). See docs/rocketmq/tls.md.", cert="For servers with "
                "`tls.server.need.client.auth=require`.",
                hosts="the `namesrv` address given, the broker addresses the name server lists"),
-    OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads: queues of a broker "
-               "group that is not registered at the name server now (stopped or down; the name server forgets such "
-               "a group, so only queues this process was routed to before or that the offsets options name are "
-               "known). `fail`: fail before reading anything, naming each group and its queues. `skip`: read the "
-               "other queues and log, as a warning, which were left out."),
 )
 
 PROTECTED = {"rocketmq.namesrvaddr": "namesrv", "namesrvaddr": "namesrv", "consumergroup": "group"}
@@ -230,7 +231,6 @@ class RocketMQOptions(TlsOptions, SharedOptions):
     producer_group: str
     auto_create_topic: bool
     failover_timeout_ms: int
-    on_unavailable_partitions: str
     access_key: str | None
     secret_key: str | None = field(repr=False)  # a parsed options object is printed, logged and pickled
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from tubespark.core.framed import wait
 from tubespark.core.outage import OutageWindow
+from tubespark.core.retry import RetryPolicy
 from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tank.client.broker import ClientSettings, TankClient
 from tubespark.tank.errors import LeaderMovedError
@@ -53,6 +54,9 @@ class Producer:
         self.client = TankClient(address, self.settings)
         self.max_in_flight = max_in_flight
         self.retries = retries
+        self.retry_policy = RetryPolicy(attempts=retries + 1, backoff_s=0.05, max_backoff_s=1.0)
+        """The re-sends' bound, backoff (a broker that just faulted gets a moment: 50 ms doubling up to 1 s,
+        jittered) and which errors they follow (the errors' own ``retriable``): core's one retry rule."""
         self._outage = OutageWindow(outage_s)  # after the retries, a broker that is down is waited for this long
         self._window: deque[_InFlight] = deque()
         self.requests_sent = 0
@@ -98,7 +102,7 @@ class Producer:
         try:
             results = wait(item.future, left, f"Produce to {topic} on {self.client.address}")
         except TubeSparkError as exc:
-            if not exc.retriable:
+            if not self.retry_policy.should_retry(exc):
                 raise
             self.client.reset()
             self._retry(item, item.request.topics[0][1], exc)
@@ -111,7 +115,7 @@ class Producer:
                 continue
             error = produce_error(result.code, f"{topic}/{result.partition}", leader=result.leader,
                                   broker=self.client.address)
-            if not error.retriable:
+            if not self.retry_policy.should_retry(error):
                 raise error
             if isinstance(error, LeaderMovedError):
                 log.info("%s: following the leader to %s", topic, error.address)
@@ -125,13 +129,14 @@ class Producer:
             self._outage.clear()
 
     def _retry(self, item: _InFlight, bundles: Sequence[ProduceBundle], error: TubeSparkError) -> None:
-        if item.attempt >= self.retries and not self._outage.allows(error):
+        tries = item.attempt + 1
+        if not self.retry_policy.allows(tries) and not self._outage.allows(error):
             final = self._outage.error(error, f"Produce to {item.request.topics[0][0]} on {self.client.address}")
             if final is error:
                 raise error
             raise final from error
         parts = list(bundles)
-        time.sleep(min(0.05 * 2 ** item.attempt, 1.0))  # a broker that just faulted gets a moment
+        time.sleep(self.retry_policy.delay(tries))
         log.info("re-sending %d bundle(s) to %s (try %d of %d) after: %s", len(parts), item.request.topics[0][0],
                  item.attempt + 2, self.retries + 1, error)
         self.resent += 1

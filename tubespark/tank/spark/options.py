@@ -4,8 +4,8 @@
 :func:`option_table`); :class:`TankOptions` is the parsed, typed, frozen result, built with core's
 framework (:mod:`tubespark.core.options`) before any network call: a bad value fails naming the
 option and the value. Offsets are TANK sequence numbers, keyed ``"topic:partition"``. The options every
-broker shares, and the ``bundle*`` options TANK shares with TubeMQ, are defined once in
-:mod:`tubespark.spark.options`; :data:`TERMS` says what they need to know of TANK.
+broker shares (``onUnavailablePartitions`` among them), and the ``bundle*`` options TANK shares with TubeMQ,
+are defined once in :mod:`tubespark.spark.options`; :data:`TERMS` says what they need to know of TANK.
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ TERMS = BrokerTerms(
     parsers={"bundleMaxBytes": int_between(1, MAX_FETCH_SIZE // 2), "bundleCompression": choice(*COMPRESSIONS)},
     notes={
         "topic": "Reading takes every partition of each.",
+        "onUnavailablePartitions": "Unavailable is a broker that answered before in this process and does not "
+                                   "now (its partitions cannot even be listed): `skip` then reads nothing and says "
+                                   "so.",
         "connectTimeoutMs": "Until the broker's greeting Ping.",
         "requestTimeoutMs": "A read task retries a failing fetch for 6 times this long.",
         "maxInFlight": "Produce requests, per task.",

@@ -2,19 +2,17 @@
 
 Both servers answer errors with HTTP 200 and ``{"result": false, "errCode": ..., "errMsg": ...}``, so the
 status code alone says nothing; every call here checks ``result`` and raises :class:`AdminApiError`.
-Standard library only (urllib). Monitoring reads the broker's offsets through it, and the local test
-cluster (``tubespark_testbed``) deploys brokers and topics with it.
+HTTP itself is core's helper (:mod:`tubespark.core.http`: timeouts, a bounded retry of the queries, one
+wording of the failures). Monitoring reads the broker's offsets through it, and the local test cluster
+(``tubespark_testbed``) deploys brokers and topics with it.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
+from tubespark.core.http import post_form_json
 from tubespark.tubemq.errors import AdminApiError
 
 DEFAULT_HTTP_TIMEOUT_S = 10.0
@@ -26,39 +24,16 @@ _QUERY_PREFIXES = ("admin_query_", "admin_get_", "admin_list_")
 
 
 def http_get_json(url: str, params: dict[str, Any], *, timeout: float = DEFAULT_HTTP_TIMEOUT_S) -> Any:
-    """POST ``params`` as a form to ``url`` and parse the JSON answer.
+    """POST ``params`` as a form to ``url`` and parse the JSON answer; :class:`AdminApiError` when that fails.
 
     POST rather than GET so long values (``offsetJsonInfo``) are not limited by URL length; both servers
-    read form fields from either.
+    read form fields from either. A query (``admin_query_...``) changes nothing, so a 5xx answer is asked
+    again (:mod:`tubespark.core.http`); a modify call is sent again only when its connection never opened.
     """
-    body = urllib.parse.urlencode({k: _to_param(v) for k, v in params.items() if v is not None}).encode()
-    req = urllib.request.Request(url, data=body, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-    except urllib.error.HTTPError as exc:
-        detail = describe_body(exc.read())
-        raise AdminApiError(f"HTTP {exc.code} from {url} ({params.get('method')}): {detail}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise AdminApiError(f"cannot reach {url} ({params.get('method')}): {exc}") from exc
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise AdminApiError(f"non-JSON answer from {url} ({params.get('method')}): {describe_body(raw)}") from None
-
-
-_TITLE = re.compile(rb"<title>(.*?)</title>", re.I | re.S)
-
-
-def describe_body(raw: bytes) -> str:
-    """An answer that is not the admin API's JSON, in a line: an HTML page (a web server's error page, another
-    server's console) by its title, not its markup; anything else by its first 200 characters."""
-    head = raw[:4096].lstrip()
-    if head[:1] == b"<":
-        title = _TITLE.search(head)
-        name = " ".join(title.group(1).decode(errors="replace").split()) if title else ""
-        return f"an HTML page ({name!r}), not the admin API" if name else "an HTML page, not the admin API"
-    return repr(raw[:200].decode(errors="replace"))
+    method = str(params.get("method"))
+    form = {k: _to_param(v) for k, v in params.items() if v is not None}
+    return post_form_json(url, form, timeout_s=timeout, idempotent=method.startswith(_QUERY_PREFIXES),
+                          what=method, error=AdminApiError)
 
 
 def _to_param(value: Any) -> str:

@@ -28,19 +28,44 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tubespark.core.outage import OutageWindow, backoff
 from tubespark.core.retry import RetryPolicy
 from tubespark.errors import BrokerConnectionError, RpcTimeoutError, TubeSparkError
-from tubespark.tubemq.client.common import check
-from tubespark.tubemq.net.connection import Connection
+from tubespark.tubemq.client.common import ClientSettings, check
+from tubespark.tubemq.net.connection import Connection, ConnectionPool
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.send import SendAnswer, SendRequest, encode_send_frames, parse_send_response
 
-if TYPE_CHECKING:
-    from tubespark.tubemq.client.producer import Producer
+
+class Sender(Protocol):
+    """What a batch needs of its producer (:class:`~tubespark.tubemq.client.producer.Producer` is one).
+
+    Declared here rather than imported, so that this module does not import the producer that imports it
+    (no import cycle), and the batch uses only the producer's public face: placement, shielding, the
+    connections and the broker credentials are the producer's to keep; the batch asks for them.
+    """
+
+    settings: ClientSettings
+    max_in_flight: int
+    max_retries: int
+    outage_s: float
+
+    @property
+    def pool(self) -> ConnectionPool: ...
+
+    @property
+    def probing(self) -> bool: ...
+
+    def broker_auth(self) -> tuple[int, str] | None: ...
+
+    def choose_partition(self, topic: str, key_hash: int | None = None) -> PartitionRef: ...
+
+    def shield(self, part: PartitionRef, exc: TubeSparkError) -> None: ...
+
+    def acknowledged_by(self, part: PartitionRef) -> None: ...
 
 
 @dataclass(slots=True)
@@ -84,7 +109,7 @@ class BatchSend:
     """One :meth:`Producer.send_prepared` call; also the :class:`~tubespark.core.framed.BatchSink` of its
     answers (``resolve``/``reject`` run on the connections' reader threads)."""
 
-    def __init__(self, producer: Producer, items: Sequence[Prepared]) -> None:
+    def __init__(self, producer: Sender, items: Sequence[Prepared]) -> None:
         self.producer = producer
         self.items = items
         self.window = max(1, producer.max_in_flight)
@@ -188,14 +213,14 @@ class BatchSend:
             indexes.append(index)
             size += len(items[index].request.data)
         producer = self.producer
-        auth = producer.settings.broker_auth(producer._visit_token)
+        auth = producer.broker_auth()
         requests = [items[i].request for i in indexes]
         timeout_ms = self.timeout_ms
         first = self.tag
         self.tag += len(indexes)
         tags = range(first, self.tag)
         try:
-            conn = producer._pool.get(address)
+            conn = producer.pool.get(address)
             ids = conn.call_framed_many(
                 lambda serials: encode_send_frames(requests, serials, timeout_ms, auth), parse_send_response, self,
                 tags)
@@ -214,6 +239,7 @@ class BatchSend:
         acknowledgements is most of what the sender does (issue 24; 0.4 of 1.1 us per message)."""
         sent, items, on_wire, outage, producer = self.sent, self.items, self.on_wire, self.outage, self.producer
         acknowledged = 0
+        probing = producer.probing  # once per window: a broker coming back is said at its next window at worst
         for tag, answer in answers:
             if type(answer) is not SendAnswer or not answer[0] or answer[1] not in _SUCCESS_CODES:
                 self._settle(tag, answer)
@@ -227,8 +253,8 @@ class BatchSend:
             acknowledged += 1
             if outage.since is not None:
                 outage.clear()
-            if producer._probing:
-                producer._acknowledged_by(item.partition)
+            if probing:
+                producer.acknowledged_by(item.partition)
         self.acknowledged += acknowledged
 
     def _settle(self, tag: int, answer: SendAnswer | BaseException) -> None:
@@ -243,7 +269,7 @@ class BatchSend:
                                                                         answer.appendTime)
             self.acknowledged += 1
             self.outage.clear()
-            self.producer._acknowledged_by(item.partition)
+            self.producer.acknowledged_by(item.partition)
             return
         try:
             if isinstance(answer, BaseException):
@@ -276,11 +302,11 @@ class BatchSend:
         # while the broker answers others on it, but not when it sent nothing for as long (stalled or
         # half-open: a socket that never answers again and never fails on its own), as the per-message path.
         if conn is not None and isinstance(exc, RpcTimeoutError):
-            producer._pool.drop_if_quiet(item.partition.address, self.wait_s)
+            producer.pool.drop_if_quiet(item.partition.address, self.wait_s)
         elif conn is not None and isinstance(exc, BrokerConnectionError):
             conn.close()  # the pool opens a new one on the next get
         if isinstance(exc, BrokerConnectionError) or getattr(exc, "code", None) == ErrCode.SERVICE_UNAVAILABLE:
-            producer._shield(item.partition, exc)
+            producer.shield(item.partition, exc)
         tries = self.tries[index] = self.tries.get(index, 0) + 1
         if self.error is None and self.policy.should_retry(exc) and tries <= producer.max_retries:
             heapq.heappush(self.retries, (time.monotonic() + self.policy.delay(tries), index, index))

@@ -53,7 +53,7 @@ from tubespark.tubemq.client.common import (
 )
 from tubespark.tubemq.client.deployed import check_deployed, elected_moments_ago, no_partition_listed
 from tubespark.tubemq.errors import NoMasterAvailableError, NotRegisteredError
-from tubespark.tubemq.net.connection import wait
+from tubespark.tubemq.net.connection import ConnectionPool, wait
 from tubespark.tubemq.wire.constants import Method
 from tubespark.tubemq.wire.errcodes import ErrCode
 from tubespark.tubemq.wire.formats import BrokerInfo, PartitionRef, TopicLayout
@@ -338,7 +338,16 @@ class Producer:
         with self._lock:
             return {broker_id for broker_id, until in self._shielded.items() if until > now}
 
-    def _shield(self, part: PartitionRef, exc: TubeSparkError) -> None:
+    @property
+    def pool(self) -> ConnectionPool:
+        """The producer's broker connections, one per address (a batch send writes on them)."""
+        return self._pool
+
+    def broker_auth(self) -> tuple[int, str] | None:
+        """A send's ``authInfo`` now: the master's latest visit token (and a signed token with credentials)."""
+        return self.settings.broker_auth(self._visit_token)
+
+    def shield(self, part: PartitionRef, exc: TubeSparkError) -> None:
         """Leave ``part``'s broker out of placement for ``shield_s`` after it failed a send."""
         with self._lock:
             fresh = part.broker_id not in self._shielded
@@ -349,7 +358,14 @@ class Producer:
                         "partitions for the next %.0f s (and re-sends what failed there)", part.broker_id,
                         part.broker.address, part.key, exc, self.shield_s)
 
-    def _acknowledged_by(self, part: PartitionRef) -> None:
+    @property
+    def probing(self) -> bool:
+        """True while a broker whose shield ended has acknowledged no send since: only then has
+        :meth:`acknowledged_by` anything to do (a batch asks once instead of calling it per message)."""
+        return bool(self._probing)
+
+    def acknowledged_by(self, part: PartitionRef) -> None:
+        """``part``'s broker acknowledged a send: if its shield had ended, say once that it is back."""
         if part.broker_id in self._probing:
             with self._lock:
                 back = part.broker_id in self._probing
@@ -487,9 +503,9 @@ class Producer:
                 elif isinstance(exc, BrokerConnectionError):
                     self._pool.drop(part.broker.address)
                 if isinstance(exc, BrokerConnectionError) or getattr(exc, "code", None) == ErrCode.SERVICE_UNAVAILABLE:
-                    self._shield(part, exc)
+                    self.shield(part, exc)
                 raise
-            self._acknowledged_by(part)
+            self.acknowledged_by(part)
             return result
 
         what = f"send to {record.partition.key}"
@@ -602,7 +618,7 @@ def _brokers_of(layout: TopicLayout) -> dict[int, str]:
 def _log_placement(topic: str, before: dict[int, str], now: dict[int, str]) -> None:
     """Say when the master stops or starts listing a broker's partitions of ``topic``: a broker that crashed or
     stopped leaves the placement once its registration lapses, often before any send to it failed (which
-    :meth:`Producer._shield` would log), and the user should see that the sink now routes around it."""
+    :meth:`Producer.shield` would log), and the user should see that the sink now routes around it."""
     for broker_id in sorted(before.keys() - now.keys()):
         if now:
             log.warning("TubeMQ broker %d (%s) no longer serves topic %s (the master stopped listing its "

@@ -39,6 +39,7 @@ from tubespark.spark.options import (
     BUNDLE_MAX_BYTES,
     BUNDLE_MAX_ROWS,
     COMMIT_TO_GROUP,
+    GROUP,
     VERIFY_CHECKSUMS,
     BrokerTerms,
     SharedOptions,
@@ -135,9 +136,6 @@ def _address_map(name: str, value: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs.items()))
 
 
-UNAVAILABLE_CHOICES = ("fail", "skip")
-"""``onUnavailablePartitions``: fail the batch read, or read what is served and say what was left out."""
-
 PAYLOAD_FORMATS = ("raw", "inlongmsg")
 MIN_BUNDLE_BYTES = 1024
 """The smallest ``bundleMaxBytes``: below it a bundle's framing dominates."""
@@ -169,9 +167,18 @@ TERMS = BrokerTerms(
     "TubeMQ", "brokerId:topic:partitionId", '{"1:mytopic:0": 280}', is_partition_key, _topics, ClientSettings,
     start_words=("earliest", "latest", "group"),
     defaults={"bundleMaxRows": "500", "bundleCompression": "snappy"},
-    parsers={"bundleMaxBytes": _bundle_bytes, "bundleCompression": choice(*BUNDLE_COMPRESSIONS)},
+    parsers={"bundleMaxBytes": _bundle_bytes, "bundleCompression": choice(*BUNDLE_COMPRESSIONS), "group": _group},
     notes={
         "startingOffsets": "Also `group`: the group's committed offsets on the brokers.",
+        "group": "The master balances the topic's partitions over the group's members; committed offsets are "
+                 "stored for it on the brokers. Required for streaming reads.",
+        "onUnavailablePartitions": "Also `backfill export`. The partitions are those the master's configuration "
+                                   "puts on a broker that does not serve them now (down, stopped, offline, "
+                                   "closed to consumers). Under `fail`, a read that cannot learn the "
+                                   "configuration at all (the master does not give it over RPC, as on a topic "
+                                   "under consumer-group authorization, and no web API answers at "
+                                   "`masterWebUrl`) fails too, even with every broker up "
+                                   "(`ConfigurationUnknownError`); under `skip` it logs that it could not check.",
         "maxInFlight": "SendMessage requests, per broker connection.",
         "bundleMaxRows": _INLONGMSG,
         "bundleMaxBytes": f"{_INLONGMSG} At least {MIN_BUNDLE_BYTES}; unset or larger: the topic's max message "
@@ -186,6 +193,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("master", None, parse_host_ports, "TubeMQ master RPC addresses, `host:port[,host:port]`.", True,
                BOTH, attr="masters"),
     *every_broker_specs(TERMS),
+    GROUP.spec(TERMS),
     COMMIT_TO_GROUP.spec(TERMS),
     VERIFY_CHECKSUMS.spec(TERMS),
     BUNDLE_MAX_ROWS.spec(TERMS),
@@ -205,9 +213,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
                applies="both", attr="master_web_urls"),
     OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
                "lists the topics again."),
-    OptionSpec("group", None, _group, "Consumer group. The master balances the topic's partitions over the "
-               "group's members; committed offsets are stored for it on the brokers. Required for streaming "
-               "reads."),
     OptionSpec("startingTimestamp", None, parse_timestamp, "Start every partition at its first message whose "
                "`msgTime` minute is at or after this time (epoch ms; see [Reading by time](#reading-by-time)). "
                "Wins over `startingOffsetsByTimestamp` and `startingOffsets`."),
@@ -224,14 +229,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "epoch ms}`, an end time per partition (as `endingTimestamp`); others follow `endingOffsets`."),
     OptionSpec("streamIds", "", _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
                "comma separated. Filtered on the broker."),
-    OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads (and `backfill "
-               "export`): partitions the master's configuration puts on a broker that does not serve them now (down, "
-               "stopped, offline, closed to consumers). `fail`: fail before reading anything, naming each broker and "
-               "its partitions (`PartitionsUnavailableError`); a read that cannot learn the configuration at all (the "
-               "master does not give it over RPC, as on a topic under consumer-group authorization, and no web "
-               "API answers at `masterWebUrl`) fails too, even with every broker up (`ConfigurationUnknownError`). "
-               "`skip`: read the other partitions and log, as a warning, which were left out, or that it could "
-               "not check."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
                "message's attributes."),
     OptionSpec("dedupAttribute", None, parse_attribute_name,
@@ -305,7 +302,6 @@ class TubeMQOptions(TlsOptions, SharedOptions):
     ending_timestamp: int | None
     ending_offsets_by_timestamp: dict[str, int] | None
     stream_ids: tuple[str, ...]
-    on_unavailable_partitions: str
     commit_to_group: bool
     include_attributes: bool
     verify_checksums: bool

@@ -1,0 +1,145 @@
+"""The HTTP helper (tubespark/core/http.py) and the TubeMQ admin clients on it, against a scripted local server:
+what is retried (a connection never opened: always; a 5xx or a broken connection: queries only; a read that
+timed out: never), that every call is bounded by its timeouts, and the one-line errors a user sees."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.doubles.fakepeer import closed_port_address
+from tubespark.core.http import RETRIES, post_form, post_form_json
+from tubespark.tubemq.client.admin import BrokerAdmin, MasterAdmin
+from tubespark.tubemq.errors import AdminApiError
+
+OK = {"result": True, "errCode": 0, "errMsg": "OK", "data": []}
+
+
+class Scripted:
+    """A web server answering each POST with the next of ``script`` (status, body; ``None``: drop the
+    connection without answering), then ``OK``; ``forms`` holds every form it received."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, bytes] | None] = []
+        self.forms: list[dict[str, str]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                fake.forms.append(dict(urllib.parse.parse_qsl(self.rfile.read(length).decode())))
+                step = fake.script.pop(0) if fake.script else (200, json.dumps(OK).encode())
+                if step is None:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                status, body = step
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def web() -> Iterator[Scripted]:
+    server = Scripted()
+    yield server
+    server.close()
+
+
+def _busy(times: int) -> list[tuple[int, bytes] | None]:
+    return [(503, b"<html><title>Service Unavailable</title></html>")] * times
+
+
+def test_a_query_answered_5xx_is_asked_again_and_its_answer_returned(web: Scripted) -> None:
+    web.script = _busy(RETRIES)
+    answer = MasterAdmin(web.url, "token")("admin_query_topic_deploy_info", topicName="t")
+    assert answer == OK
+    assert len(web.forms) == RETRIES + 1
+    assert web.forms[-1] == {"method": "admin_query_topic_deploy_info", "topicName": "t"}  # no token on a query
+
+
+def test_a_modify_call_answered_5xx_is_not_sent_again(web: Scripted) -> None:
+    web.script = _busy(1)
+    with pytest.raises(AdminApiError) as info:
+        MasterAdmin(web.url, "token")("admin_add_broker_configure", brokerId=1)
+    assert str(info.value) == (f"HTTP 503 from {web.url}/webapi.htm (admin_add_broker_configure): an HTML page "
+                               f"('Service Unavailable'), not the admin API")
+    assert len(web.forms) == 1
+    assert web.forms[0]["confModAuthToken"] == "token" and web.forms[0]["modifyUser"] == "tubespark"
+
+
+def test_a_query_still_5xx_after_the_retries_says_so_in_one_line(web: Scripted) -> None:
+    web.script = _busy(RETRIES + 1)
+    with pytest.raises(AdminApiError, match=r"^HTTP 503 from .*/ \(admin_query_offset\): an HTML page "
+                                            r"\('Service Unavailable'\), not the admin API$"):
+        BrokerAdmin(web.url)("admin_query_offset", groupName="g")
+    assert len(web.forms) == RETRIES + 1
+
+
+@pytest.mark.parametrize(("method", "tries"), [("admin_query_cluster_topic_view", RETRIES + 1),
+                                              ("admin_delete_topic", 1)])
+def test_a_connection_broken_mid_call_is_tried_again_only_for_a_query(web: Scripted, method: str,
+                                                                      tries: int) -> None:
+    web.script = [None] * (RETRIES + 1)
+    with pytest.raises(AdminApiError, match=rf"^cannot reach {web.url}/webapi.htm \({method}\): "):
+        MasterAdmin(web.url, "token")(method)
+    assert len(web.forms) == tries
+
+
+def test_a_closed_port_is_tried_again_quietly_and_named_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    url = f"http://{closed_port_address()}"
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO), pytest.raises(AdminApiError) as info:
+        MasterAdmin(url, "token")("admin_add_topic", topicName="t")  # never sent: safe to try again
+    text = str(info.value)
+    assert text.startswith(f"cannot reach {url}/webapi.htm (admin_add_topic): ") and "Connection refused" in text
+    assert "HTTPConnection" not in text and "Max retries" not in text and "\n" not in text, text
+    assert time.monotonic() - started < 10
+    retried = [r for r in caplog.records if "admin_add_topic at" in r.getMessage()]
+    assert len(retried) == RETRIES and all(r.levelno == logging.INFO for r in retried)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []  # a planner handles it: no warning
+
+
+def test_a_server_that_never_answers_fails_within_its_read_timeout_once() -> None:
+    """A read that timed out is not tried again: the caller's timeout bounds the call."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        with pytest.raises(AdminApiError, match=r"Read timed out"):
+            post_form(url, {"method": "admin_query_offset"}, timeout_s=0.5, idempotent=True, what="admin_query_offset",
+                      error=AdminApiError)
+        elapsed = time.monotonic() - started
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+    assert 0.5 <= elapsed < 1.5  # one read timeout (3x margin); each try of the read again would add 0.5 s
+
+
+def test_an_answer_that_is_not_json_is_named(web: Scripted) -> None:
+    web.script = [(200, b"not json at all")]
+    with pytest.raises(AdminApiError, match=r"^non-JSON answer from .* \(q\): 'not json at all'$"):
+        post_form_json(web.url, {}, timeout_s=2, idempotent=True, what="q", error=AdminApiError)
