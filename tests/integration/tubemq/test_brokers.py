@@ -27,8 +27,8 @@ from tubespark_testbed.errors import ClusterError
 
 from tests.integration.conftest import TopicPool
 from tests.integration.helpers import SharedSession, bodies, produce
+from tubespark.apps import backfill
 from tubespark.errors import PartitionsUnavailableError
-from tubespark.tubemq import backfill
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.configured import configured_by_master
 from tubespark.tubemq.client.metadata import topic_partitions
