@@ -21,7 +21,7 @@ from tubespark.errors import TubeSparkError
 
 
 def lag(args: argparse.Namespace) -> int:
-    from tubespark.tubemq.spark.monitoring import format_lag_table, group_lag
+    from tubespark.apps.group_lag import format_lag_table, group_lag
 
     rows = group_lag(args.master, args.group, [t.strip() for t in args.topic.split(",") if t.strip()],
                      broker_web=args.broker_web)

@@ -28,6 +28,7 @@ from tubespark_testbed.errors import ClusterError
 from tests.integration.conftest import TopicPool
 from tests.integration.helpers import SharedSession, bodies, produce
 from tubespark.apps import backfill
+from tubespark.apps.lag import parse_offsets  # the partitions' offsets, without the marks
 from tubespark.errors import PartitionsUnavailableError
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.configured import configured_by_master
@@ -35,7 +36,6 @@ from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.placement import Placement, configured_partitions
 from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.spark.batch_reader import TubeBatchReader
-from tubespark.tubemq.spark.monitoring import parse_offsets  # the partitions' offsets, without the marks
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.message import OutgoingMessage
 

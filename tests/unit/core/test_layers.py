@@ -137,8 +137,8 @@ def test_the_checker_sees_the_package() -> None:
             "tubespark.tank.net.connection", "tubespark.tank.client.ranges", "tubespark.tank.spark.source",
             "tubespark.rocketmq.wire.frame", "tubespark.rocketmq.net.connection", "tubespark.rocketmq.client.ranges",
             "tubespark.rocketmq.spark.source", "tubespark.version", "tubespark.tubemq.errors", "tubespark.tank.errors",
-            "tubespark.rocketmq.errors", "tubespark.apps.registry", "tubespark.apps.backfill",
-            "tubespark.cli"} <= modules
+            "tubespark.rocketmq.errors", "tubespark.apps.registry", "tubespark.apps.backfill", "tubespark.apps.lag",
+            "tubespark.apps.group_lag", "tubespark.cli"} <= modules
 
 
 def test_a_broker_folder_holds_only_its_layers() -> None:
