@@ -10,17 +10,16 @@ since the numbers are already in the event.
 * :class:`LagListener`, a Spark ``StreamingQueryListener``: keeps, per query, a history of per-partition backlog
   and rows/s (:class:`LagHistory`).
 
-Which source an offset map belongs to. The progress names a Python source only by its JVM object
-(``PythonMicroBatchStreamWithTriggerAvailableNow@1a2b3c``), never by its format, so a source is recognised by its
-offsets: each format's partition keys have their own shape, checked by the broker's own key rule, and each
-format steps its offsets by its own amount per message (:data:`OFFSET_FORMS`). TANK's ``topic:partition`` has
-one ``:``; TubeMQ's ``brokerId:topic:partitionId`` and RocketMQ's ``topic:brokerName:queueId`` have two. A map
-whose keys are TubeMQ-shaped (a numeric first part, a topic starting with a letter) is TubeMQ's only when every
-offset is a multiple of 28 (TubeMQ offsets are positions of 28-byte index records: docs/tubemq/protocol.md,
-"Index offsets"); RocketMQ is the one format that may still look the same (an all-digit topic on a broker named
-like a TubeMQ topic, with every offset a multiple of 28), and it is read as TubeMQ then. Offsets of anything else
-(Kafka's ``{"topic": {"0": 5}}``, RocketMQ's pop mode, which hands out messages and has no positions) give no
-sample.
+Which source an offset map belongs to (docs/spark/progress.md). The progress names a Python source only by its JVM
+object (``PythonMicroBatchStreamWithTriggerAvailableNow@1a2b3c``), never by its format, so a source is recognised by
+its offsets: each format's partition keys have their own shape, checked by the broker's own key rule, and each
+format steps its offsets by its own amount per message (:data:`OFFSET_FORMS`). TANK's ``topic:partition`` has one
+``:``; TubeMQ's ``brokerId:topic:partitionId`` and RocketMQ's ``topic:brokerName:queueId`` have two. A map whose
+keys are TubeMQ-shaped (a numeric first part, a topic starting with a letter) is TubeMQ's only when every offset is
+a multiple of 28 (TubeMQ offsets are positions of 28-byte index records: docs/tubemq/protocol.md, "Index offsets");
+RocketMQ is the one format that may still look the same (an all-digit topic on a broker named like a TubeMQ topic,
+with every offset a multiple of 28), and it is read as TubeMQ then. Offsets of anything else (Kafka's ``{"topic":
+{"0": 5}}``, RocketMQ's pop mode, which hands out messages and has no positions) give no sample.
 """
 
 from __future__ import annotations
