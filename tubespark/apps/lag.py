@@ -18,8 +18,8 @@ format steps its offsets by its own amount per message (:data:`OFFSET_FORMS`). T
 keys are TubeMQ-shaped (a numeric first part, a topic starting with a letter) is TubeMQ's only when every offset is
 a multiple of 28 (TubeMQ offsets are positions of 28-byte index records: docs/tubemq/protocol.md, "Index offsets");
 RocketMQ is the one format that may still look the same (an all-digit topic on a broker named like a TubeMQ topic,
-with every offset a multiple of 28), and it is read as TubeMQ then. Offsets of anything else (Kafka's ``{"topic":
-{"0": 5}}``, RocketMQ's pop mode, which hands out messages and has no positions) give no sample.
+with every offset a multiple of 28), and it is read as TubeMQ then. Offsets of anything else
+(Kafka's ``{"topic": {"0": 5}}``, RocketMQ's pop mode, which hands out messages and has no positions) give no sample.
 """
 
 from __future__ import annotations
