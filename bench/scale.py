@@ -162,8 +162,7 @@ def driver_child(args: argparse.Namespace) -> int:
     rpcs = RpcCounter()
     import tracemalloc
 
-    from tubespark.tubemq.spark.stream_reader import TubeStreamReader
-
+    from tubespark.spark.stream_engine import StreamEngine
     from tubespark.tubemq.spark.source import TubeMQDataSource
 
     rss_base = status_kib("VmRSS")
@@ -171,7 +170,7 @@ def driver_child(args: argparse.Namespace) -> int:
         tracemalloc.start()
     source = TubeMQDataSource(_source_options(args.master, args.web_urls, args.topic, args.option))
     reader = source.streamReader(source.schema())
-    assert isinstance(reader, TubeStreamReader)
+    assert isinstance(reader, StreamEngine)
 
     def say(doc: dict[str, Any]) -> None:
         print(json.dumps(doc), flush=True)

@@ -2,6 +2,6 @@
 
 import sys
 
-from tubespark.tubemq.backfill import main
+from tubespark.apps.backfill import main
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """``tubespark`` command line: backfills and a consumer group's lag.
 
-    tubespark backfill export|publish ...   # see tubespark.tubemq.backfill
+    tubespark backfill export|publish ...   # see tubespark.apps.backfill
     tubespark lag --master M --group G --topic T [--broker-web URL]   # per-partition backlog
 
     tubespark demo [--seconds N]            # streaming demo on an embedded local cluster (tubespark[cluster])
@@ -21,7 +21,7 @@ from tubespark.errors import TubeSparkError
 
 
 def lag(args: argparse.Namespace) -> int:
-    from tubespark.tubemq.spark.monitoring import format_lag_table, group_lag
+    from tubespark.apps.group_lag import format_lag_table, group_lag
 
     rows = group_lag(args.master, args.group, [t.strip() for t in args.topic.split(",") if t.strip()],
                      broker_web=args.broker_web)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                          help="the broker's HTTP admin URL (http://host:webPort), to show committed offsets")
     args, rest = parser.parse_known_args(argv)
     if args.command == "backfill":
-        from tubespark.tubemq.backfill import main as backfill
+        from tubespark.apps.backfill import main as backfill
 
         return backfill(rest)
     if args.command == "demo":

@@ -303,7 +303,6 @@ class SharedOptions(ParsedOptions):
     outage_timeout_ms: int
     defer_on_outage: bool
     deferred_ranges_path: str | None
-    on_unavailable_partitions: str
 
     def check(self, mode: str) -> None:
         if mode == WRITE and self.topics and len(self.topics) > 1:

@@ -16,7 +16,7 @@ import sys
 
 SCRIPT = """
 import json
-from tubespark.tubemq.backfill import backfill_session
+from tubespark.apps.backfill import backfill_session
 spark = backfill_session("export")
 context = spark.sparkContext
 print(json.dumps({"option": context.getConf().get("spark.ui.showConsoleProgress"),

@@ -16,8 +16,8 @@ from pyspark.sql import functions as F
 from tests.integration.helpers import SharedSession, bodies, produce
 from tests.interop.javaclient import JavaClient
 from tests.readers import TubeBatchReader
+from tubespark.apps import backfill
 from tubespark.errors import ChecksumMismatchError, ServerBusyError
-from tubespark.tubemq import backfill
 from tubespark.tubemq.client.batch_send import BatchSend
 from tubespark.tubemq.spark import writer
 from tubespark.tubemq.spark.options import TubeMQOptions

@@ -28,14 +28,14 @@ from tubespark_testbed.errors import ClusterError
 from tests.integration.conftest import TopicPool
 from tests.integration.helpers import SharedSession, bodies, produce
 from tests.readers import TubeBatchReader
+from tubespark.apps import backfill
+from tubespark.apps.lag import parse_offsets  # the partitions' offsets, without the marks
 from tubespark.errors import PartitionsUnavailableError
-from tubespark.tubemq import backfill
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.configured import configured_by_master
 from tubespark.tubemq.client.metadata import topic_partitions
 from tubespark.tubemq.client.placement import Placement, configured_partitions
 from tubespark.tubemq.client.producer import Producer
-from tubespark.tubemq.spark.monitoring import parse_offsets  # the partitions' offsets, without the marks
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.message import OutgoingMessage
 

@@ -41,10 +41,10 @@ from pyspark.errors import StreamingQueryException
 from tubespark_testbed import ClusterSettings, LocalCluster
 
 from tests.integration.helpers import produce
+from tubespark.apps.lag import parse_offsets  # the partitions' offsets, without the reader's marks
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.group import GroupSession
-from tubespark.tubemq.spark.monitoring import parse_offsets  # the partitions' offsets, without the reader's marks
 from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

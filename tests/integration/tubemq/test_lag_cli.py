@@ -47,7 +47,7 @@ def test_lag_per_partition_from_query_progress(spark, tubemq_cluster, topic_fact
     """``progress_lag(query.lastProgress)``: exact messages behind per batch, then 0 once caught up."""
     import uuid
 
-    from tubespark.tubemq.spark.monitoring import progress_lag
+    from tubespark.apps.lag import progress_lag
 
     master, topic = tubemq_cluster.master_address, topic_factory(1, 1)
     produce(master, topic, bodies([b"m%d" % i for i in range(100)]))

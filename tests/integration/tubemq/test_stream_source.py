@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from tests.integration.helpers import produce
-from tubespark.tubemq.spark.monitoring import parse_offsets
+from tubespark.apps.lag import parse_offsets
 from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

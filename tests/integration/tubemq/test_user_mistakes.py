@@ -91,8 +91,8 @@ def test_topic_not_deployed(spark, tubemq_cluster, capsys):
     """Every path fails an unknown topic within 3 s with the stream's line (issue 25 item 6: a batch read took
     ~30 s, a write ~20 s, ``backfill export`` ~40 s and ``tubespark lag`` ~60 s, saying "does not accept
     publishing" for reads): they learn partitions as a producer, which the master never tells "no such topic"."""
+    from tubespark.apps.backfill import export, parser
     from tubespark.cli import main as cli_main
-    from tubespark.tubemq.backfill import export, parser
 
     master = tubemq_cluster.master_address
     topic = "never_deployed_" + uuid.uuid4().hex[:8]

@@ -1,11 +1,14 @@
 """The layer rules of ARCHITECTURE.md, checked on every import in the package (lazy ones included).
 
 A broker folder stacks ``errors`` (its own error classes) < ``wire`` (bytes <-> messages, no sockets) <
-``net`` < ``client`` < ``spark``; all of them build on the shared ``tubespark.errors``, ``tubespark.version``,
-``tubespark.core`` and ``tubespark.formats``; a broker's ``errors`` imports nothing but the shared errors; the
-shared Spark layer ``tubespark.spark`` knows no broker; no broker imports another; no layer imports the
-package root; the connector never imports the test bed. The checker is plain AST walking, so a violation
-names file, line and the rule it breaks.
+``net`` < ``client`` < ``spark``, and holds nothing else; all of them build on the shared ``tubespark.errors``,
+``tubespark.version``, ``tubespark.core`` and ``tubespark.formats``; a broker's ``errors`` imports nothing but the
+shared errors; the shared Spark layer ``tubespark.spark`` knows no broker; no broker imports another.
+Applications (``tubespark.apps``: the backfill, lag, the format registry) sit above every broker and may import
+any of them; only the package root and the command line (``tubespark``, ``tubespark.cli``, ``tubespark.__main__``)
+import applications, and nothing imports those three: no layer and no application imports the package root.
+The connector never imports the test bed. The checker is plain AST walking, so a violation names file, line and
+the rule it breaks.
 
 Two more rules keep modules apart: no import cycle between the package's modules (``TYPE_CHECKING`` and lazy
 imports count: a cycle is two modules that cannot be read, or changed, one without the other), and no module
@@ -27,7 +30,9 @@ PACKAGE = ROOT / "tubespark"
 BROKER_LAYERS = ("errors", "wire", "net", "client", "spark")
 SHARED = ("tubespark.errors", "tubespark.version", "tubespark.core", "tubespark.formats")
 SPARK_LIBS = ("pyspark", "pyarrow", "pandas")
-APP_MODULES = ("tubespark", "tubespark.__main__", "tubespark.cli")
+ENTRY_MODULES = ("tubespark", "tubespark.__main__", "tubespark.cli")
+"""The package root and the command line: above everything, imported by nothing in the package."""
+APPS = "tubespark.apps"
 
 
 def module_name(path: Path) -> str:
@@ -62,7 +67,7 @@ def _broker_and_layer(module: str) -> tuple[str, str] | None:
     """``("tubemq", "client")`` for ``tubespark.tubemq.client.group``; ``None`` outside broker folders."""
     parts = module.split(".")
     if len(parts) < 2 or parts[0] != "tubespark" or parts[1] in ("core", "spark", "formats", "errors", "version",
-                                                                 "cli", "__main__"):
+                                                                 "cli", "__main__", "apps"):
         return None
     return parts[1], (parts[2] if len(parts) > 2 else "")
 
@@ -71,19 +76,25 @@ def violation(module: str, imported: str) -> str | None:
     """Why ``module`` may not import ``imported``, or ``None`` when the import is allowed."""
     if _within(imported, "tubespark_testbed"):
         return "the connector never imports the test bed"
-    if module in APP_MODULES:
+    if module in ENTRY_MODULES:
         return None
+    if imported in ENTRY_MODULES or imported.startswith("tubespark.__"):
+        return ("no layer or application imports the package root or the command line (they sit above every "
+                "layer and import the applications; the version is tubespark.version, register is in "
+                "tubespark.apps.registry)")
+    if _within(imported, APPS) and not _within(module, APPS):
+        return ("only the package root and the command line import tubespark.apps (applications sit above the "
+                "brokers: a layer that needs one's code holds it itself)")
+    if _within(module, APPS):
+        return None  # an application may use every layer below it, and Spark
     own = _broker_and_layer(module)
-    spark_allowed = _within(module, "tubespark.spark") or (own is not None and own[1] in ("spark", "backfill"))
+    spark_allowed = _within(module, "tubespark.spark") or (own is not None and own[1] == "spark")
     if any(_within(imported, lib) for lib in SPARK_LIBS) and not spark_allowed:
         return "only Spark layers import pyspark/pyarrow/pandas"
     if own is not None and own[1] == "wire" and imported.partition(".")[0] in ("socket", "ssl", "threading"):
         return "the wire codec is bytes only: no sockets or threads"
     if not _within(imported, "tubespark"):
         return None
-    root = imported == "tubespark" or (imported.startswith("tubespark.__") and imported not in APP_MODULES)
-    if root and (own is None or own[1] in BROKER_LAYERS):  # apps and backfill tools may
-        return "no layer imports the package root (it sits above every layer; the version is tubespark.version)"
     if own is not None and own[1] == "errors" and not _within(imported, "tubespark.errors"):
         return "a broker's errors module imports only the shared errors (it is the bottom of the broker's layers)"
     if any(_within(module, shared) for shared in SHARED):
@@ -97,13 +108,11 @@ def violation(module: str, imported: str) -> str | None:
     if own is None:
         return None
     if any(_within(imported, shared) for shared in (*SHARED, "tubespark.spark")):
-        return None if own[1] in ("spark", "backfill") or not _within(imported, "tubespark.spark") else \
+        return None if own[1] == "spark" or not _within(imported, "tubespark.spark") else \
             "only a broker's Spark layer imports the shared Spark layer"
     target = _broker_and_layer(imported)
     if target is None:
-        # a broker's tools outside its layers (backfill) may use the package's entry points
-        return None if own[1] not in BROKER_LAYERS and imported in APP_MODULES else \
-            f"{imported} is not a layer a broker may import"
+        return f"{imported} is not a layer a broker may import"
     if target[0] != own[0]:
         return "no broker imports another broker"
     if own[1] not in BROKER_LAYERS or target[1] not in BROKER_LAYERS:
@@ -267,7 +276,16 @@ def test_the_checker_sees_the_package() -> None:
             "tubespark.tank.net.connection", "tubespark.tank.client.ranges", "tubespark.tank.spark.source",
             "tubespark.rocketmq.wire.frame", "tubespark.rocketmq.net.connection", "tubespark.rocketmq.client.ranges",
             "tubespark.rocketmq.spark.source", "tubespark.version", "tubespark.tubemq.errors", "tubespark.tank.errors",
-            "tubespark.rocketmq.errors"} <= modules
+            "tubespark.rocketmq.errors", "tubespark.apps.registry", "tubespark.apps.backfill", "tubespark.apps.lag",
+            "tubespark.apps.group_lag", "tubespark.cli"} <= modules
+
+
+def test_a_broker_folder_holds_only_its_layers() -> None:
+    """An application in a broker's folder (the backfill job once lived in tubespark/tubemq/) sits below nothing
+    that may import it: it goes in tubespark.apps."""
+    strays = sorted(str(path.relative_to(ROOT)) for path in _package_files()
+                    if (own := _broker_and_layer(module_name(path))) is not None and own[1] not in ("", *BROKER_LAYERS))
+    assert not strays, strays
 
 
 @pytest.mark.parametrize(("module", "source", "rule"), [
@@ -275,7 +293,7 @@ def test_the_checker_sees_the_package() -> None:
     ("tubespark.tubemq.net.master", "import tubespark.tubemq.client.group", "higher layer"),
     ("tubespark.tubemq.client.group", "from tubespark.tubemq.spark import options", "higher layer"),
     ("tubespark.tubemq.client.group", "def f():\n    from tubespark.tubemq.spark.options import X", "higher layer"),
-    ("tubespark.tubemq.spark.monitoring", "from tubespark_testbed.local import LocalCluster", "test bed"),
+    ("tubespark.apps.lag", "from tubespark_testbed.local import LocalCluster", "test bed"),
     ("tubespark.core.retry", "from tubespark.tubemq.wire import errcodes", "shared foundations"),
     ("tubespark.spark.arrow", "from tubespark.tubemq.wire.message import ReceivedMessage", "knows no broker"),
     ("tubespark.tank.client.fetch", "from tubespark.tubemq.client.broker import BrokerClient", "another broker"),
@@ -294,6 +312,15 @@ def test_the_checker_sees_the_package() -> None:
     ("tubespark.rocketmq.errors", "from tubespark.tank.errors import TankProtocolError", "only the shared errors"),
     ("tubespark.tank.wire.codes", "from tubespark.rocketmq.errors import NoPermissionError", "another broker"),
     ("tubespark.errors", "from tubespark.tubemq.errors import RpcError", "shared foundations"),
+    ("tubespark.tubemq.backfill", "def main():\n    import tubespark", "package root"),
+    ("tubespark.tubemq.spark.batch_reader", "from tubespark.cli import main", "command line"),
+    ("tubespark.apps.backfill", "import tubespark", "package root"),
+    ("tubespark.apps.lag", "from tubespark import register", "package root"),
+    ("tubespark.apps.registry", "from tubespark.__main__ import main", "package root"),
+    ("tubespark.tubemq.spark.stream_reader", "from tubespark.apps.lag import LagListener", "import tubespark.apps"),
+    ("tubespark.tubemq.client.group", "def f():\n    from tubespark.apps import group_lag", "import tubespark.apps"),
+    ("tubespark.spark.source", "from tubespark.apps.registry import register", "import tubespark.apps"),
+    ("tubespark.core.options", "import tubespark.apps.backfill", "import tubespark.apps"),
 ])
 def test_the_checker_catches_each_kind_of_break(module: str, source: str, rule: str) -> None:
     reasons = [violation(module, name) for _line, name in imports_of(source, module)]
@@ -305,7 +332,13 @@ def test_the_checker_catches_each_kind_of_break(module: str, source: str, rule: 
     ("tubespark.tubemq.spark.read_task", "from tubespark.spark.arrow import x\nimport pyarrow"),
     ("tubespark.tubemq.net.connection", "from tubespark.core.framed import FramedConnection"),
     ("tubespark.tubemq.client.broker", "from tubespark.tubemq.wire.pb import broker_service_pb2"),
-    ("tubespark.cli", "from tubespark.tubemq.spark.monitoring import group_lag"),
+    ("tubespark.cli", "from tubespark.apps.group_lag import group_lag"),
+    ("tubespark.cli", "from tubespark import __version__"),
+    ("tubespark", "from tubespark.apps.registry import register"),
+    ("tubespark.apps.backfill", "from tubespark.apps.registry import register\nimport pyspark"),
+    ("tubespark.apps.backfill", "from tubespark.tubemq.client.store_counts import exact_messages"),
+    ("tubespark.apps.lag", "from tubespark.tank.spark.options import TERMS\nfrom tubespark.spark.planning import x"),
+    ("tubespark.apps.group_lag", "from tubespark.tubemq.client.broker import BrokerClient"),
     ("tubespark.tubemq.client.common", "from tubespark.version import __version__"),
     ("tubespark.tubemq.wire.frame", "from tubespark.tubemq.errors import BadTokenError"),
     ("tubespark.tank.spark.read_task", "from tubespark.tank.errors import LeaderMovedError"),

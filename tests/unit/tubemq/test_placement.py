@@ -12,8 +12,8 @@ from tests.doubles.fakebroker import FakeBroker, FakeMaster
 from tests.doubles.fakepeer import closed_port_address
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
 from tests.readers import TubeBatchReader
+from tubespark.apps import backfill
 from tubespark.errors import PartitionsUnavailableError, UnknownTopicError
-from tubespark.tubemq import backfill
 from tubespark.tubemq.client.common import ClientSettings
 from tubespark.tubemq.client.configured import configured_by_master
 from tubespark.tubemq.client.placement import configured_partitions

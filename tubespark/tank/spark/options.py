@@ -32,7 +32,6 @@ from tubespark.spark.options import (
     every_broker_specs,
     own_option_table,
 )
-from tubespark.spark.unavailable import CHOICES as UNAVAILABLE_CHOICES
 from tubespark.tank.client.broker import ClientSettings
 from tubespark.tank.wire.bundle import COMPRESSIONS
 from tubespark.tank.wire.requests import MAX_FETCH_SIZE
@@ -113,10 +112,6 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "The broker may send more (whole bundles); a bundle larger than this is fetched again whole."),
     OptionSpec("clientId", ClientSettings.default("client_id"), _client_id, "Client id sent with fetch and "
                "produce requests (a random suffix is added per connection).", False, BOTH),
-    OptionSpec("onUnavailablePartitions", "fail", choice(*UNAVAILABLE_CHOICES), "Batch reads: a broker that "
-               "answered before in this process and does not now (its partitions cannot even be listed). `fail`: "
-               "fail before reading anything, naming the broker. `skip`: read nothing and log, as a warning, that "
-               "the broker was left out."),
 )
 
 
@@ -134,7 +129,6 @@ class TankOptions(SharedOptions):
     bundle_max_bytes: int
     bundle_linger_ms: int
     bundle_compression: str
-    on_unavailable_partitions: str
 
     def check(self, mode: str) -> None:
         super().check(mode)

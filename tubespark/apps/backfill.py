@@ -1,4 +1,4 @@
-"""Backfills between TubeMQ and files, for ``spark-submit`` or ``python -m tubespark.tubemq.backfill``.
+"""Backfills between TubeMQ and files, for ``spark-submit`` or ``python -m tubespark.apps.backfill``.
 
     export   read a topic's offset range and write it as parquet (or json/csv)
     publish  read parquet (or json/csv) and publish every row to a topic
@@ -19,74 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
+from tubespark.apps.progress import Progress
+from tubespark.apps.registry import register
 from tubespark.errors import TubeSparkError
 from tubespark.tubemq.client.store_counts import exact_messages
 
 if TYPE_CHECKING:  # pyspark is imported when a backfill runs: the parser works without it
     from pyspark.sql import DataFrame, SparkSession
-
-
-class Progress:
-    """Prints Spark's task progress every few seconds from a background thread, and a summary whose rate is
-    over the time tasks ran: a short backfill spends most of its time starting Spark and planning, and a
-    rate over all of it (267 rows/s for 2,000 rows) reads as a broken connector."""
-
-    def __init__(self, spark: SparkSession, label: str, interval_s: float = 2.0, out: TextIO = sys.stderr,
-                 poll_s: float = 0.2) -> None:
-        self.spark, self.label, self.interval_s, self.out, self.poll_s = spark, label, interval_s, out, poll_s
-        self.started = time.monotonic()
-        self.first_task: float | None = None  # when a task was first seen running or done
-        self.last_task: float | None = None  # when tasks were last seen running
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Progress:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        tracker = self.spark.sparkContext.statusTracker()
-        printed = time.monotonic()
-        while not self._stop.wait(self.poll_s):
-            done = total = running = 0
-            for stage_id in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(stage_id)
-                if info:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
-                    running += info.numActiveTasks
-            self.observe(time.monotonic(), done=done, running=running)
-            if total and time.monotonic() - printed >= self.interval_s:
-                printed = time.monotonic()
-                print(f"  {self.label}: {done}/{total} tasks, {printed - self.started:.0f}s", file=self.out,
-                      flush=True)
-
-    def observe(self, now: float, *, done: int, running: int) -> None:
-        """Record one look at the active stages: tasks done and running at ``now``."""
-        if running or done:
-            if self.first_task is None:
-                self.first_task = now
-            self.last_task = now
-
-    def summary(self, rows: int, size: int, now: float | None = None) -> str:
-        now = time.monotonic() if now is None else now
-        elapsed = max(now - self.started, 1e-6)
-        if self.first_task is None or self.last_task is None:  # too quick to see a task: the whole time
-            return (f"{self.label}: {rows:,} rows, {size / 1e6:.1f} MB in {elapsed:.1f}s "
-                    f"({rows / elapsed:,.0f} rows/s, {size / 1e6 / elapsed:.1f} MB/s)")
-        busy = max(self.last_task + self.poll_s - self.first_task, self.poll_s)
-        return (f"{self.label}: {rows:,} rows, {size / 1e6:.1f} MB in {elapsed:.1f}s; {rows / busy:,.0f} rows/s, "
-                f"{size / 1e6 / busy:.1f} MB/s over the {busy:.1f}s tasks ran (the first "
-                f"{self.first_task - self.started:.1f}s: Spark starting its tasks)")
 
 
 EXIT_LEFT_OUT = 3
@@ -244,10 +186,8 @@ def backfill_session(action: str) -> SparkSession:
 
 def main(argv: list[str] | None = None, *, session_factory: Callable[[], SparkSession] | None = None) -> int:
     args = parser().parse_args(argv)
-    import tubespark
-
     spark = (session_factory or (lambda: backfill_session(args.action)))()
-    tubespark.register(spark)
+    register(spark)
     try:
         return export(spark, args) if args.action == "export" else publish(spark, args)
     except TubeSparkError as exc:

@@ -8,7 +8,8 @@ import io
 
 import pytest
 
-from tubespark.tubemq.backfill import Progress, parser
+from tubespark.apps.backfill import parser
+from tubespark.apps.progress import Progress
 
 
 def help_text(*argv: str) -> str:

@@ -1,91 +1,17 @@
-"""The pure parts of tubespark.tubemq.spark.monitoring: offsets -> backlog, progress -> samples, tables."""
+"""``tubespark lag``'s pure parts (tubespark.apps.group_lag): a TubeMQ group's partitions -> backlog, the table,
+the broker admin API's answers."""
 
 from __future__ import annotations
 
 import http.server
-import json
 import threading
 
 import pytest
 
+from tubespark.apps.group_lag import PartitionLag, broker_offsets, format_lag_table, parse_admin_offsets
 from tubespark.tubemq.errors import AdminApiError
-from tubespark.tubemq.spark.monitoring import (
-    LagHistory,
-    LagListener,
-    PartitionLag,
-    backlog_messages,
-    broker_offsets,
-    format_lag_table,
-    parse_admin_offsets,
-    parse_offsets,
-    sample_from_progress,
-)
 
 K0, K1 = "1:t:0", "1:t:1"
-
-
-def test_parse_offsets_accepts_tubemq_offsets_only() -> None:
-    assert parse_offsets(json.dumps({K0: 28, K1: 0})) == {K0: 28, K1: 0}
-    assert parse_offsets({K0: 56}) == {K0: 56}
-    assert parse_offsets({K0: 56, K0 + "#last": 7, "1:t#origin": 20261125074442}) == {K0: 56}  # marks are no lag
-    for other in (None, "", "not json", "{}", '{"topic": {"0": 5}}', '{"a": 1}', json.dumps({K0: "x"}), "42"):
-        assert parse_offsets(other) is None
-
-
-def test_backlog_is_in_messages_and_never_negative() -> None:
-    assert backlog_messages({K0: 28, K1: 280}, {K0: 28 * 11, K1: 140}) == {K0: 10, K1: 0}
-    assert backlog_messages({}, {K0: 280}) == {K0: 0}  # unknown end: nothing known to be behind
-
-
-def _progress(batch: int, end: dict, latest: dict | None, rows: int = 5) -> dict:
-    return {"id": "q1", "batchId": batch, "timestamp": "2024-05-01T10:00:00.000Z",
-            "sources": [{"description": "tubemq", "endOffset": json.dumps(end),
-                         "latestOffset": json.dumps(latest) if latest is not None else None,
-                         "numInputRows": rows, "inputRowsPerSecond": "NaN", "processedRowsPerSecond": 12.5}]}
-
-
-def test_sample_from_progress_dict() -> None:
-    sample = sample_from_progress(_progress(3, {K0: 280, K1: 28}, {K0: 560, K1: 28}))
-    assert sample is not None
-    assert sample.batch_id == 3 and sample.num_input_rows == 5
-    assert sample.backlog == {K0: 10, K1: 0} and sample.total_backlog == 10
-    assert sample.input_rows_per_second == 0.0 and sample.processed_rows_per_second == 12.5
-    assert sample.at == 1714557600.0
-    # no latestOffset reported (older PySpark): backlog 0 rather than a guess
-    assert sample_from_progress(_progress(4, {K0: 280}, None)).backlog == {K0: 0}
-
-
-def test_sample_ignores_other_sources() -> None:
-    progress = {"batchId": 1, "sources": [{"endOffset": '{"kafka_topic": {"0": 10}}', "numInputRows": 3}]}
-    assert sample_from_progress(progress) is None
-    assert sample_from_progress(json.dumps(_progress(1, {K0: 0}, {K0: 28}))).backlog == {K0: 1}
-
-
-class _Obj:
-    def __init__(self, **kw) -> None:
-        self.__dict__.update(kw)
-
-
-def test_listener_records_history_per_query_from_progress_objects() -> None:
-    listener = LagListener()
-    for batch, end in enumerate((0, 280, 560)):
-        source = _Obj(endOffset=json.dumps({K0: end}), latestOffset=json.dumps({K0: 560}), numInputRows=10,
-                      inputRowsPerSecond=5.0, processedRowsPerSecond=7.0)
-        progress = _Obj(id="abc", batchId=batch, timestamp=f"2024-05-01T10:00:0{batch}.000Z", sources=[source])
-        listener.onQueryProgress(_Obj(progress=progress))
-    samples = listener.history.samples("abc")
-    assert [s.total_backlog for s in samples] == [20, 10, 0]
-    assert listener.history.latest_backlog() == {K0: 0}
-    rows = listener.history.to_rows("abc")
-    assert len(rows) == 3 and rows[0]["partition"] == K0 and rows[0]["inputRowsPerSecond"] == 5.0
-
-
-def test_history_is_bounded() -> None:
-    history = LagHistory(max_samples=2)
-    for batch in range(5):
-        history.add("q", sample_from_progress(_progress(batch, {K0: 0}, {K0: 28})))
-    assert [s.batch_id for s in history.samples("q")] == [3, 4]
-    assert history.samples("nope") == [] and LagHistory().samples() == []
 
 
 def test_partition_lag_and_table() -> None:
