@@ -185,7 +185,7 @@ def driver_child(args: argparse.Namespace) -> int:
     connects.counts.clear()
     limit = reader.getDefaultReadLimit()
     rss_started = status_kib("VmRSS")
-    say({"ready": len(reader.member.assigned()), "start_s": round(start_s, 3), "start_connects": start_connects,
+    say({"ready": len(reader.broker.member.assigned()), "start_s": round(start_s, 3), "start_connects": start_connects,
          "start_connects_by_address": start_by_address})
     plans: list[float] = []
     latest: list[float] = []
