@@ -99,7 +99,7 @@ class Broker(ABC):
         """Skip the calling test where :meth:`expire` cannot work (before it sets anything up)."""
         pytest.skip(f"{self.name} cannot remove old data within a test: {self.cannot_expire}")
 
-    cannot_expire = "it has no way to"
+    cannot_expire = "no way to delete old data on demand"
 
     def expire(self, topic: str, key: str, offset: int) -> None:
         """Make ``offset`` the first available offset of partition ``key`` (see the module docstring)."""
@@ -131,8 +131,8 @@ class TubeMQ(Broker):
     record_size = 28
     cannot_expire = ("the session cluster's broker deletes expired segments only in its cleanup pass (at most once "
                      "a minute, default every 3 minutes) and only whole segments (64 MiB here): a partition whose "
-                     "first offset is above 0 takes a dedicated cluster and minutes of waiting. "
-                     "tests/integration/tubemq/test_data_loss.py has that cluster and covers the stream case")
+                     "first offset is above 0 takes a dedicated cluster and minutes of waiting; "
+                     "tests/integration/tubemq/test_data_loss.py has one and covers the case (batch and stream)")
     released_s = 40.0
     """How long the master may take to release a stopped broker's partitions (its heartbeat timeout is 10 s here; a
     graceful stop is released at once)."""
@@ -315,7 +315,7 @@ class Tank(Broker):
         return held
 
     def stop(self, topic: str) -> None:
-        """Close the listener and every connection (clients see refused connections); the data stays."""
+        """Close the listener and every connection (new connections fail at once); the data stays."""
         self.double.stop()
 
     def start(self) -> None:
