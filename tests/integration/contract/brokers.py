@@ -13,7 +13,14 @@ A contract test is written once and runs against every broker through :class:`Br
   ``startingOffsets``/``endingOffsets`` JSON takes and a row's :attr:`Broker.key_column` /
   :attr:`Broker.offset_column` show;
 * ``restart()``: stop the broker, keep it down :data:`DOWN_S` seconds at least, start it again on the same
-  port with the same data, and return once it serves.
+  port with the same data, and return once it serves; ``stop(topic)`` and ``start()`` are its two halves
+  (``stop`` returns once a read of ``topic`` would find the broker down);
+* ``server_of(key)``: how an error names the broker that holds partition ``key``;
+* ``record_size``: offset units per message (TubeMQ's offsets are byte positions of 28-byte index records,
+  the others count messages, so every number is a message boundary there);
+* ``expire(topic, key, offset)``: remove partition ``key``'s messages below ``offset`` as retention would, so
+  ``offset`` becomes its first available one. Only the TANK double can do that within a test: the real servers
+  delete old data only in their own periodic cleanup (see each class), so there it skips the test.
 
 The brokers: TubeMQ and RocketMQ are the real servers of the test session (``tubemq_cluster`` and
 ``rocketmq_stack`` in ``tests/integration/conftest.py``); TANK is the documented double
@@ -27,6 +34,8 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import pytest
 
 from tests.doubles.tank_broker import TankBroker
 from tests.integration.helpers import bodies
@@ -69,8 +78,32 @@ class Broker(ABC):
     @abstractmethod
     def held(self, topic: str) -> Held: ...
 
+    record_size = 1
+
     @abstractmethod
-    def restart(self) -> None: ...
+    def stop(self, topic: str) -> None: ...
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    def restart(self) -> None:
+        """Stop, stay down :data:`DOWN_S` seconds, start on the same port with the same data."""
+        self.stop("")
+        time.sleep(DOWN_S)
+        self.start()
+
+    @abstractmethod
+    def server_of(self, key: str) -> str: ...
+
+    def require_expiry(self) -> None:
+        """Skip the calling test where :meth:`expire` cannot work (before it sets anything up)."""
+        pytest.skip(f"{self.name} cannot remove old data within a test: {self.cannot_expire}")
+
+    cannot_expire = "no way to delete old data on demand"
+
+    def expire(self, topic: str, key: str, offset: int) -> None:
+        """Make ``offset`` the first available offset of partition ``key`` (see the module docstring)."""
+        self.require_expiry()
 
     def batch(self, spark: Any, topic: str, **options: str) -> Any:
         """``spark.read`` of ``topic`` (a DataFrame)."""
@@ -95,6 +128,14 @@ class TubeMQ(Broker):
     name = format = "tubemq"
     key_column = "partitionKey"
     offset_column = "offset"
+    record_size = 28
+    cannot_expire = ("the session cluster's broker deletes expired segments only in its cleanup pass (at most once "
+                     "a minute, default every 3 minutes) and only whole segments (64 MiB here): a partition whose "
+                     "first offset is above 0 takes a dedicated cluster and minutes of waiting; "
+                     "tests/integration/tubemq/test_data_loss.py has one and covers the case (batch and stream)")
+    released_s = 40.0
+    """How long the master may take to release a stopped broker's partitions (its heartbeat timeout is 10 s here; a
+    graceful stop is released at once)."""
 
     def __init__(self, cluster: Any, topic_factory: Callable[..., str]) -> None:
         self.cluster = cluster
@@ -134,12 +175,23 @@ class TubeMQ(Broker):
                 broker.close()
         return held
 
-    def restart(self) -> None:
+    def stop(self, topic: str) -> None:
         """A clean stop (SIGTERM): the broker flushes what it acknowledged. A kill -9 would lose its memory
-        cache, TubeMQ's own durability window, which tubemq/test_faults_*.py cover with their own clusters."""
+        cache, TubeMQ's own durability window, which tubemq/test_faults_*.py cover with their own clusters.
+        Returns once the master lists none of ``topic``'s partitions (it released the broker)."""
+        from tubespark.tubemq.client.metadata import topic_partitions
+
         self.cluster.process("broker").stop(grace_s=10.0)
-        time.sleep(DOWN_S)
+        deadline = time.monotonic() + self.released_s
+        while topic and topic_partitions(self.cluster.master_address, [topic], timeout_s=5, missing_ok=True)[topic]:
+            assert time.monotonic() < deadline, f"the master still lists {topic} after {self.released_s:.0f} s"
+            time.sleep(0.5)
+
+    def start(self) -> None:
         self.cluster.restart("broker", kill=False)  # already stopped: starts it, waits until topics serve
+
+    def server_of(self, key: str) -> str:
+        return f"broker {key.split(':', 1)[0]}"  # brokerId:topic:partitionId
 
 
 class RocketMQ(Broker):
@@ -148,6 +200,9 @@ class RocketMQ(Broker):
     name = format = "rocketmq"
     key_column = "queueKey"
     offset_column = "queueOffset"
+    cannot_expire = ("the broker deletes commit log files only when they are older than fileReservedTime (hours) "
+                     "or the disk is nearly full, and the session's commit log holds every topic: removing old "
+                     "data would take other tests' messages too")
 
     def __init__(self, stack: Any) -> None:
         self.stack = stack
@@ -196,13 +251,17 @@ class RocketMQ(Broker):
                 held[mq.key] = [(m.queue_offset, m.body) for batch in reader.read(mq, low, high) for m in batch]
         return held
 
-    def restart(self) -> None:
-        """A clean stop (SIGTERM: the broker unregisters from the name server), then the same start."""
+    def stop(self, topic: str) -> None:
+        """A clean stop (SIGTERM: the broker unregisters from the name server at once)."""
+        self.stack.node("broker-a").process.stop(grace_s=10.0)
+
+    def start(self) -> None:
         node = self.stack.node("broker-a")
-        node.process.stop(grace_s=10.0)
-        time.sleep(DOWN_S)
         self.stack.restart_broker(node)
         self.stack.wait_registered(node)
+
+    def server_of(self, key: str) -> str:
+        return key.split(":")[1]  # topic:brokerName:queueId
 
 
 class Tank(Broker):
@@ -255,6 +314,21 @@ class Tank(Broker):
                                                      for seq, value in zip(c.seqs, c.values, strict=True)]
         return held
 
-    def restart(self) -> None:
-        """Close the listener and every connection, stay down, listen again on the same port (data kept)."""
-        self.double.restart(down_s=DOWN_S)
+    def stop(self, topic: str) -> None:
+        """Close the listener and every connection (new connections fail at once); the data stays."""
+        self.double.stop()
+
+    def start(self) -> None:
+        """Listen again on the same port."""
+        self.double.start()
+
+    def server_of(self, key: str) -> str:
+        return self.double.address
+
+    def require_expiry(self) -> None:
+        """The double removes old data at once (:meth:`TankBroker.drop_before`)."""
+
+    def expire(self, topic: str, key: str, offset: int) -> None:
+        """Retention in the double: the bundles wholly below ``offset`` go (``offset`` must start a bundle)."""
+        partition = int(key.rsplit(":", 1)[1])
+        self.double.drop_before(topic, partition, offset)

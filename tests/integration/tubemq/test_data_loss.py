@@ -104,3 +104,41 @@ def test_start_below_retention_fails_or_skips(spark, expired):
     message = str(error.value)
     assert "offsets [0, " in message and f"of {key} are gone" in message
     assert "set failOnDataLoss=false" in message
+
+
+def test_a_batch_read_from_below_retention_fails_naming_the_loss_or_reads_from_the_first_offset(spark, expired, caplog):
+    """The batch half of the contract case tests/integration/contract/test_start_end_rules.py cannot run on the
+    session cluster (issue 38): failOnDataLoss=true fails with a DataLossError naming the partition, its first
+    available offset and startingOffsets; false reads from the first available offset, with a WARNING."""
+    from tubespark.errors import DataLossError, unwrap
+    from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+    from tubespark.tubemq.spark.options import TubeMQOptions
+
+    master, key = expired.cluster.master_address, expired.key
+    expired.wait_for_a_clear_minute()
+    ref = produce(master, TOPIC, bodies([b"batch-marker"]))[0].partition
+    broker = BrokerClient("retention-batch")
+    try:
+        first = probe_bounds(broker, ref, "retention-batch").min_offset
+    finally:
+        broker.close()
+    assert first > 0, "the partition kept its first offset: nothing was removed"
+    options = {"master": master, "topic": TOPIC, "startingOffsets": json.dumps({key: 0})}
+
+    def read(**extra: str) -> list[bytes]:
+        frame = spark.read.format("tubemq").options(**options, **extra).load()
+        return sorted(bytes(r.value) for r in frame.select("value").collect())
+
+    with pytest.raises(Exception) as raised:  # noqa: PT011 (Spark's wrapper: the typed error is asserted next)
+        read()
+    error = unwrap(raised.value)
+    assert isinstance(error, DataLossError), str(raised.value)[-3000:]
+    assert key in str(error) and "startingOffsets" in str(error) and str(first) in str(error), str(error)
+
+    everything = sorted(bytes(r.value) for r in spark.read.format("tubemq").option("master", master)
+                        .option("topic", TOPIC).load().select("value").collect())  # earliest: what is left
+    assert b"batch-marker" in everything and not [v for v in everything if v.startswith(b"old-")]
+    assert read(failOnDataLoss="false") == everything
+    with caplog.at_level("WARNING"):  # Spark plans in a worker whose log this process cannot see: plan here
+        TubeBatchReader(TubeMQOptions.from_raw({**options, "failOnDataLoss": "false"}, mode="read")).plan()
+    assert [r for r in caplog.records if r.levelname == "WARNING" and key in r.getMessage()], caplog.text
