@@ -198,6 +198,9 @@ def test_a_start_off_a_message_boundary_fails_naming_the_nearest_or_starts_at_th
 def test_a_batch_read_while_the_broker_is_down_fails_naming_it_unless_skipped(spark, broker: Broker, filled, caplog):
     """The read names its partitions (``startingOffsets`` JSON): a RocketMQ name server keeps no record of a
     stopped group, so only a read that names its queues (or a process that saw them) can know what is missing."""
+    if broker.format == "tubemq":  # the same case on three brokers, for the whole of CI's time budget
+        pytest.skip("TubeMQ: tests/integration/tubemq/test_brokers.py::"
+                    "test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_skipped")
     topic, held = filled
     named = json.dumps({key: messages[0][0] for key, messages in held.items()})
     server = broker.server_of(sorted(held)[0])

@@ -110,8 +110,9 @@ def test_a_batch_read_from_below_retention_fails_naming_the_loss_or_reads_from_t
     """The batch half of the contract case tests/integration/contract/test_start_end_rules.py cannot run on the
     session cluster (issue 38): failOnDataLoss=true fails with a DataLossError naming the partition, its first
     available offset and startingOffsets; false reads from the first available offset, with a WARNING."""
-    from tubespark.errors import DataLossError, unwrap
     from tubespark.tubemq.spark.batch_reader import TubeBatchReader
+
+    from tubespark.errors import DataLossError, unwrap
     from tubespark.tubemq.spark.options import TubeMQOptions
 
     master, key = expired.cluster.master_address, expired.key

@@ -35,7 +35,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from tubespark.errors import BrokerUnavailableError, TubeSparkError
-from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember
+from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember, remembered
 from tubespark.rocketmq.spark.options import QUEUE_LISTING, RocketMQOptions
 from tubespark.rocketmq.spark.read_task import READ_GROUP, PullRange, read_range
 from tubespark.rocketmq.wire.route import MessageQueue
@@ -122,12 +122,22 @@ class PullAdapter(Broker):
         remember(MessageQueue.parse_key(key) for spec in (opts.starting_offsets, opts.ending_offsets)
                  if isinstance(spec, dict) for key in spec if MessageQueue.parse_key(key).topic in topics)
         client = self.client
-        queues = all_queues(client, topics)  # an unknown topic fails here, on the driver
+        queues: list[MessageQueue] = []
         catalog = Catalog()
         for topic in topics:
-            for group, known in client.down_groups(topic, client.route(topic)).items():
+            try:
+                route = client.route(topic)  # an unknown topic fails here, on the driver
+            except BrokerUnavailableError:  # no group routes it now: down, when this process knows its queues
+                down = remembered(topic)
+                if not down:
+                    raise
+            else:
+                queues += route.read_queues()
+                down = client.down_groups(topic, route)
+            for group, known in down.items():
                 catalog.unavailable[group] = (*catalog.unavailable.get(group, ()), *(mq.key for mq in known))
                 catalog.reasons[group] = f"broker group {group} (not registered at the name server: stopped or down)"
+        queues.sort()
         if catalog.unavailable and opts.on_unavailable_partitions == FAIL:
             catalog.unasked = tuple(mq.key for mq in queues)  # the read fails naming the groups: asking the live
             return catalog  # ones first would only delay that
