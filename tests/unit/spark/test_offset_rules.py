@@ -70,3 +70,21 @@ def test_an_end_before_its_start_fails() -> None:
     with pytest.raises(OptionError, match="for k the starting offset 6 is after the ending one 5: fix startingOffsets "
                                           "or endingOffsets"):
         check_range("k", 6, 5)
+
+
+def test_a_start_below_the_first_offset_is_data_loss_on_every_broker_unless_fail_on_data_loss_is_false(caplog):
+    """One rule for TubeMQ, TANK and RocketMQ, batch reads and new streams (issue 38): before, TANK's stream called it
+    an OptionError, TubeMQ's and RocketMQ's batch reads planned it and left their read tasks to find the gap."""
+    from tubespark.errors import DataLossError
+    from tubespark.spark.offset_rules import resolve_start
+
+    with pytest.raises(DataLossError, match=r"option startingOffsets: t:0 is at 2, below the partition's first "
+                                            r"available offset 6.*failOnDataLoss=false to read from 6"):
+        resolve_start("startingOffsets", {"t:0": 2}, "t:0", low=6, high=9, default=EARLIEST)
+    with caplog.at_level("WARNING"):
+        assert resolve_start("startingOffsets", {"t:0": 2}, "t:0", low=6, high=9, default=EARLIEST,
+                             fail_on_data_loss=False) == 6
+    assert "failOnDataLoss=false: reading from 6" in caplog.text
+    assert resolve_start("startingOffsets", {"t:0": 7}, "t:0", low=6, high=9, default=EARLIEST) == 7
+    assert resolve_start("startingOffsets", EARLIEST, "t:0", low=6, high=9, default=EARLIEST) == 6
+    assert resolve_start("startingOffsets", {"t:0": 2}, "t:0", low=None, high=9, default=EARLIEST) == 2  # low unknown
