@@ -50,12 +50,13 @@ class _Broker(Broker):
         self.stored.append(dict(offsets))
 
 
-class _Engine(StreamEngine):
-    """The engine over a :class:`_Broker`, its table within reach of the tests."""
+def _engine(options: Any) -> StreamEngine:
+    return StreamEngine(_Broker(options))
 
-    def __init__(self, options: Any) -> None:
-        super().__init__(_Broker(options))
-        self.high, self.down, self.stored = self.broker.high, self.broker.down, self.broker.stored
+
+def _broker(engine: StreamEngine) -> _Broker:
+    assert isinstance(engine.broker, _Broker)
+    return engine.broker
 
 
 TOKEN = 4242
@@ -77,11 +78,11 @@ def reports(tmp_path) -> DeferredRanges:
     return found
 
 
-def _ranges(engine: _Engine, start: dict[str, int], end: dict[str, int]) -> dict[str, tuple[int, int]]:
+def _ranges(engine: StreamEngine, start: dict[str, int], end: dict[str, int]) -> dict[str, tuple[int, int]]:
     return {task.value[0]: (task.value[1], task.value[2]) for task in engine.partitions(start, end)}
 
 
-def _run_task(engine: _Engine, start: dict[str, int], end: dict[str, int], key: str, reached: int | None) -> None:
+def _run_task(engine: StreamEngine, start: dict[str, int], end: dict[str, int], key: str, reached: int | None) -> None:
     """Run ``key``'s task of the batch ``(start, end]`` as an executor would: its broker goes down at ``reached``
     (it defers, when it may) or it reads the whole range (``None``)."""
     (task,) = [t for t in engine.partitions(start, end) if t.value[0] == key]
@@ -112,9 +113,9 @@ CASES = [
 
 @pytest.mark.parametrize(("report", "down", "max_rows", "want_end", "want_ranges"), CASES)
 def test_the_next_batch_after_a_deferral(reports, report, down, max_rows, want_end, want_ranges):
-    engine = _Engine(_options(reports.location, max_offsets_per_trigger=max_rows))
+    engine = _engine(_options(reports.location, max_offsets_per_trigger=max_rows))
     if down:
-        engine.down.add("a")
+        _broker(engine).down.add("a")
     start = {"a": 100, "b": 100, "a#last": 7, "b#last": 8, "#deferrals": TOKEN}
     want_end = {**want_end, "#deferrals": TOKEN}
     reports.record(report)
@@ -128,33 +129,33 @@ def test_the_next_batch_after_a_deferral(reports, report, down, max_rows, want_e
     assert "a#last" not in end or end["a"] != 60, "the fingerprint of the unread old end is dropped"
     assert end.get("b#last") == 8
     assert _ranges(engine, start, end) == want_ranges
-    assert engine.stored[0]["a"] == report.reached, "the group offset is stored at the remainder's start"
+    assert _broker(engine).stored[0]["a"] == report.reached, "the group offset is stored at the remainder's start"
     assert engine.deferrals == [report]
 
 
 def test_the_moved_offset_is_carried_while_the_broker_is_down_and_read_once_when_it_is_back(reports):
-    engine = _Engine(_options(reports.location))
-    engine.down.add("a")
+    engine = _engine(_options(reports.location))
+    _broker(engine).down.add("a")
     batch1 = {"a": 100, "b": 100, "#deferrals": TOKEN}
     reports.record(Deferral("a", 40, 100, 60))
     batch2 = engine.latestOffset(dict(batch1), ReadAllAvailable())
     engine.commit(batch1)  # Spark commits a batch after planning the next: never past the remainder's start
-    assert engine.stored[-1]["a"] == 60
-    engine.high["b"] = 150
+    assert _broker(engine).stored[-1]["a"] == 60
+    _broker(engine).high["b"] = 150
     batch3 = engine.latestOffset(dict(batch2), ReadAllAvailable())
     assert BatchOffsets.parse(batch3).positions == {"a": 60, "b": 150}
     assert _ranges(engine, batch2, batch3) == {"b": (100, 150)}, "a plans nothing while down"
     assert reports.take({"a": 100}) == {}, "the consumed report was deleted as stale"
     engine.commit(batch2)
-    assert engine.stored[-1]["a"] == 60
-    engine.down.clear()
-    engine.high["a"] = 130
+    assert _broker(engine).stored[-1]["a"] == 60
+    _broker(engine).down.clear()
+    _broker(engine).high["a"] = 130
     batch4 = engine.latestOffset(dict(batch3), ReadAllAvailable())
     assert _ranges(engine, batch3, batch4) == {"a": (60, 130)}
     batch5 = engine.latestOffset(dict(batch4), ReadAllAvailable())
     assert batch5 == batch4, "nothing more: no batch, no remainder read twice"
     engine.commit(batch4)
-    assert engine.stored[-1] == {"a": 130, "b": 150}
+    assert _broker(engine).stored[-1] == {"a": 130, "b": 150}
     assert BatchOffsets.parse(batch4).deferrals == TOKEN, "the query keeps its token for life"
 
 
@@ -163,8 +164,8 @@ def test_a_restarted_driver_finds_the_report_again(reports):
     planning and Spark writing the offset log plans the same deferral again."""
     reports.record(Deferral("a", 40, 100, 60))
     start = {"a": 100, "b": 100, "#deferrals": TOKEN}
-    first = _Engine(_options(reports.location)).latestOffset(dict(start), ReadAllAvailable())
-    again = _Engine(_options(reports.location)).latestOffset(dict(start), ReadAllAvailable())
+    first = _engine(_options(reports.location)).latestOffset(dict(start), ReadAllAvailable())
+    again = _engine(_options(reports.location)).latestOffset(dict(start), ReadAllAvailable())
     assert first == again == {"a": 100, "a#from": 60, "b": 100, "#deferrals": TOKEN}
 
 
@@ -172,7 +173,7 @@ def test_by_default_read_tasks_wait_for_their_broker_and_nothing_is_reported(tmp
     """No ``deferredRangesPath``: no place is known to outlive the driver and to be seen by the executors (a temp
     dir is gone when the driver is rescheduled elsewhere), so tasks wait for their broker and lose nothing; the
     offsets carry no token."""
-    engine = _Engine(_options())
+    engine = _engine(_options())
     engine.deferral_scope = lambda: "orders-tubespark-read"  # type: ignore[attr-defined]  # the old group key
     start = {"a": 0, "b": 0}
     end = engine.latestOffset(dict(start), ReadAllAvailable())
@@ -189,10 +190,10 @@ def test_two_queries_with_one_group_name_on_two_clusters_lose_nothing_through_on
     hook that keyed the reports by group; set here, this test shows that loss on the code before the fix. The engine
     has no such hook now.)"""
     shared = tmp_path / "shared"
-    query_a, query_b = _Engine(_options(shared)), _Engine(_options(shared))
+    query_a, query_b = _engine(_options(shared)), _engine(_options(shared))
     for engine in (query_a, query_b):
         engine.deferral_scope = lambda: "orders-tubespark-read"  # type: ignore[attr-defined]  # the old group key
-    query_b.high = {"a": 70, "b": 70}  # the same partition keys ("1:soak:0" on any default install)
+    _broker(query_b).high = {"a": 70, "b": 70}  # the same partition keys ("1:soak:0" on any default install)
     a_start, b_start = {"a": 0, "b": 0}, {"a": 0, "b": 0}
     a_end = query_a.latestOffset(dict(a_start), ReadAllAvailable())
     b_end = query_b.latestOffset(dict(b_start), ReadAllAvailable())
@@ -200,10 +201,10 @@ def test_two_queries_with_one_group_name_on_two_clusters_lose_nothing_through_on
     _run_task(query_a, a_start, a_end, "b", reached=None)
     for key in ("a", "b"):
         _run_task(query_b, b_start, b_end, key, reached=None)
-    query_b.high = {"a": 90, "b": 90}
+    _broker(query_b).high = {"a": 90, "b": 90}
     b_next = query_b.latestOffset(dict(b_end), ReadAllAvailable())  # B plans (and cleans) first
     assert "a#from" not in b_next, "B took nothing of A's"
-    query_a.down.add("a")
+    _broker(query_a).down.add("a")
     a_next = query_a.latestOffset(dict(a_end), ReadAllAvailable())
     assert a_next["a"] == 60 and a_next["a#from"] == 60, f"A's unread rest [60, 100) must be read: {a_next}"
     assert query_a.deferrals == [Deferral("a", 0, 100, 60)]
@@ -218,11 +219,11 @@ def test_a_driver_restarted_where_the_reports_are_not_stops_rather_than_take_the
     start = {"a": 100, "b": 100, "#deferrals": TOKEN}
     elsewhere = tmp_path / "another-machine"
     with pytest.raises(DataLossError, match=r"deferredRangesPath \(directory query-4242\).*same directory"):
-        _Engine(_options(elsewhere)).latestOffset(dict(start), ReadAllAvailable())
+        _engine(_options(elsewhere)).latestOffset(dict(start), ReadAllAvailable())
     with pytest.raises(DataLossError, match="deferredRangesPath is not set now"):
-        _Engine(_options()).latestOffset(dict(start), ReadAllAvailable())
-    lenient = _Engine(_options(elsewhere, fail_on_data_loss=False))
-    lenient.high["b"] = 150
+        _engine(_options()).latestOffset(dict(start), ReadAllAvailable())
+    lenient = _engine(_options(elsewhere, fail_on_data_loss=False))
+    _broker(lenient).high["b"] = 150
     end = lenient.latestOffset(dict(start), ReadAllAvailable())
     assert BatchOffsets.parse(end).positions == {"a": 100, "b": 150}
     assert BatchOffsets.parse(end).deferrals not in (None, TOKEN)
@@ -233,23 +234,23 @@ def test_a_batch_replayed_where_the_reports_are_not_reports_there_and_the_next_p
     """A restart on another machine before Spark committed the last batch: Spark replays it whole, its tasks report
     in the new directory, and that is the batch's proof: the next plan takes the replay's deferral, no error."""
     start, end = {"a": 40, "b": 40, "#deferrals": TOKEN}, {"a": 100, "b": 100, "#deferrals": TOKEN}
-    elsewhere = _Engine(_options(tmp_path / "another-machine"))
+    elsewhere = _engine(_options(tmp_path / "another-machine"))
     _run_task(elsewhere, start, end, "a", reached=70)  # the replay: a's broker is down from 70
     _run_task(elsewhere, start, end, "b", reached=None)
-    elsewhere.down.add("a")
+    _broker(elsewhere).down.add("a")
     nxt = elsewhere.latestOffset(dict(end), ReadAllAvailable())
     assert nxt == {"a": 70, "a#from": 70, "b": 100, "#deferrals": TOKEN}
 
 
 def test_a_new_query_draws_its_token_once_and_marks_its_directory(tmp_path):
-    engine = _Engine(_options(tmp_path))
+    engine = _engine(_options(tmp_path))
     start = {"a": 0, "b": 0}
     end = engine.latestOffset(dict(start), ReadAllAvailable())
     token = BatchOffsets.parse(end).deferrals
     assert token is not None and DeferredRanges(str(tmp_path), token).found()
-    engine.high = {"a": 200, "b": 200}
+    _broker(engine).high = {"a": 200, "b": 200}
     assert BatchOffsets.parse(engine.latestOffset(dict(end), ReadAllAvailable())).deferrals == token
-    other = _Engine(_options(tmp_path)).latestOffset(dict(start), ReadAllAvailable())
+    other = _engine(_options(tmp_path)).latestOffset(dict(start), ReadAllAvailable())
     assert BatchOffsets.parse(other).deferrals != token, "another query never gets the same directory"
 
 
@@ -261,8 +262,8 @@ def test_a_complete_attempt_clears_an_earlier_attempts_report(reports):
 
 def test_a_reports_directory_that_cannot_be_read_plans_no_batch(reports, monkeypatch):
     """Planning on without the reports could pass over a remainder for good: no batch until they can be read."""
-    engine = _Engine(_options(reports.location))
-    engine.high["b"] = 150
+    engine = _engine(_options(reports.location))
+    _broker(engine).high["b"] = 150
     start = {"a": 100, "b": 100, "#deferrals": TOKEN}
 
     def unreachable(self, positions):

@@ -15,6 +15,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from tests.doubles.fakebroker import FakeBroker, FakeMaster, wait_until
 from tests.doubles.fakeweb import FakeDeploy, FakeMasterWeb
 from tests.readers import TubeBatchReader, TubeStreamReader
+from tests.unit.tubemq.conftest import stream_readers, two_partitions
 from tubespark.errors import DataLossError, ForeignCheckpointError, OptionError, UnknownTopicError
 from tubespark.spark.planning import share_by_backlog, split_range
 from tubespark.tubemq.spark import membership
@@ -37,10 +38,7 @@ def partitions_of(offsets: dict[str, int]) -> dict[str, int]:
 
 @pytest.fixture
 def broker() -> Iterator[FakeBroker]:
-    with FakeBroker(batch_size=7) as fake:
-        p0, p1 = fake.add_topic(TOPIC, stores=2)
-        fake.append(p0, *[f"a{i}".encode() for i in range(10)])
-        fake.append(p1, *[f"b{i}".encode() for i in range(30)])
+    with two_partitions(TOPIC) as fake:
         yield fake
 
 
@@ -52,21 +50,8 @@ def keys(broker: FakeBroker) -> tuple[str, str]:
 
 @pytest.fixture
 def make_reader(monkeypatch, master: FakeMaster, broker: FakeBroker) -> Iterator:
-    monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)
-    readers: list[TubeStreamReader] = []
-
-    def make(assign: bool = True, **raw: str) -> TubeStreamReader:
-        if assign:
-            master.push_event(EventType.CONNECT, broker.partitions(TOPIC))
-        options = TubeMQOptions.from_raw({"master": master.address, "topic": TOPIC, "group": GROUP, **FAST, **raw},
-                                         mode="read")
-        reader = TubeStreamReader(options)
-        readers.append(reader)
-        return reader
-
-    yield make
-    for reader in readers:
-        reader.stop()
+    with stream_readers(monkeypatch, master, broker, TOPIC, {"group": GROUP, **FAST}) as make:
+        yield make
 
 
 def test_initial_offsets(make_reader, broker, keys):

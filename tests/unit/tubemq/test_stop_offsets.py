@@ -19,12 +19,10 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster
+from tests.unit.tubemq.conftest import stream_readers, two_partitions
 from tubespark.errors import OptionError
 from tubespark.spark.stream_engine import StreamEngine
-from tubespark.tubemq.spark import membership
-from tubespark.tubemq.spark.adapter import TubeAdapter
 from tubespark.tubemq.spark.source import TubeMQDataSource
-from tubespark.tubemq.wire.constants import EventType
 
 GROUP = "stop_group"
 TOPIC = "topic_stop"
@@ -34,29 +32,14 @@ FAST = {"connectTimeoutMs": "1000", "requestTimeoutMs": "2000", "heartbeatInterv
 
 @pytest.fixture
 def broker() -> Iterator[FakeBroker]:
-    with FakeBroker(batch_size=7) as fake:
-        p0, p1 = fake.add_topic(TOPIC, stores=2)
-        fake.append(p0, *[f"a{i}".encode() for i in range(10)])
-        fake.append(p1, *[f"b{i}".encode() for i in range(30)])
+    with two_partitions(TOPIC) as fake:
         yield fake
 
 
 @pytest.fixture
 def make_reader(monkeypatch, master: FakeMaster, broker: FakeBroker) -> Iterator:
-    monkeypatch.setattr(membership, "install_shutdown_hooks", lambda stop: None)
-    readers: list[StreamEngine] = []
-
-    def make(**raw: str) -> StreamEngine:
-        master.push_event(EventType.CONNECT, broker.partitions(TOPIC))
-        source = TubeMQDataSource({"master": master.address, "topic": TOPIC, "group": GROUP, **FAST, **raw})
-        reader = source.streamReader(None)  # type: ignore[arg-type]  # the schema is not looked at
-        assert isinstance(reader, StreamEngine) and isinstance(reader.broker, TubeAdapter), reader
-        readers.append(reader)
-        return reader
-
-    yield make
-    for reader in readers:
-        reader.stop()
+    with stream_readers(monkeypatch, master, broker, TOPIC, {"group": GROUP, **FAST}) as make:
+        yield make
 
 
 def spark_planned(checkpoint: Path, batch: int, end: dict) -> None:
