@@ -20,7 +20,7 @@ from tubespark.errors import DataLossError, ForeignCheckpointError, OptionError,
 from tubespark.spark.planning import share_by_backlog, split_range
 from tubespark.tubemq.spark import membership
 from tubespark.tubemq.spark.adapter import AssignmentUnavailableError
-from tubespark.tubemq.spark.ledger import PartitionState
+from tubespark.tubemq.spark.ledger import Assignment
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.constants import EventType, Method
 from tubespark.tubemq.wire.message import OutgoingMessage
@@ -899,7 +899,7 @@ def test_a_partition_whose_broker_is_down_is_not_a_vanished_one(make_reader, mas
             del broker.stores[(TOPIC, p1.partition_id)]
         end2 = reader.latestOffset(end, ReadAllAvailable())
         assert partitions_of(end2)[keys[1]] == end[keys[1]]  # kept where the query stands, nothing lost
-        assert reader.broker.ledger.state(keys[1]) is PartitionState.REVOKED
+        assert reader.broker.ledger.state(keys[1]) is Assignment.REVOKED
 
         web.topics[TOPIC] = []  # the topic's deployment deleted from the configuration
         # the fake master hands its next event to whichever member beats first: the old reader leaves, so p0 goes
@@ -950,4 +950,4 @@ def test_a_partition_whose_broker_is_down_is_not_a_vanished_one_when_no_web_api_
     broker.fault(Method.BROKER_REGISTER, "reset", times=None)  # its broker does not answer: down
     end2 = reader.latestOffset(end, ReadAllAvailable())
     assert partitions_of(end2)[keys[1]] == end[keys[1]]  # kept where the query stands
-    assert reader.broker.ledger.state(keys[1]) is PartitionState.REVOKED
+    assert reader.broker.ledger.state(keys[1]) is Assignment.REVOKED

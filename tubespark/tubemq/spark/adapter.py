@@ -46,7 +46,7 @@ from tubespark.tubemq.client.ranges import RangeReader, probe_bounds
 from tubespark.tubemq.errors import AdminApiError
 from tubespark.tubemq.spark.availability import served_partitions
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
-from tubespark.tubemq.spark.ledger import OFFSET_UNITS, PARTITION_LISTING, PartitionLedger, PartitionState
+from tubespark.tubemq.spark.ledger import OFFSET_UNITS, PARTITION_LISTING, Assignment, PartitionLedger
 from tubespark.tubemq.spark.membership import GroupMembership
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.origins import TopicOrigins
@@ -266,7 +266,7 @@ class TubeAdapter(Broker):
                 first = ledger.join_offset(key, None if item is None else item.stored_offset,
                                            partial(self._resolve_start, held=item))
                 if first is None:
-                    survey.unavailable[key] = pending.get(key, PartitionState.UNRESOLVED.value)
+                    survey.unavailable[key] = pending.get(key, Assignment.UNRESOLVED.value)
                     continue
                 survey.joined[key] = first
             self._survey_bounds(key, ref, item, pending, survey)
@@ -277,15 +277,15 @@ class TubeAdapter(Broker):
         """The bounds of one assigned partition, or why it cannot be read this trigger."""
         ledger = self.ledger
         if item is None:
-            why = pending.get(key, PartitionState.NOT_HELD.value)
-            ledger.mark(key, PartitionState.NOT_HELD, why)
+            why = pending.get(key, Assignment.NOT_HELD.value)
+            ledger.mark(key, Assignment.NOT_HELD, why)
             survey.unavailable[key] = why
             log.info("partition %s of group %s is assigned but not held (%s): no new data this trigger", key,
                      self.group, why)
             return
-        ledger.mark(key, PartitionState.HELD)
+        ledger.mark(key, Assignment.HELD)
         if ref.broker.address in self._down:
-            ledger.mark(key, PartitionState.OFFLINE)
+            ledger.mark(key, Assignment.OFFLINE)
             survey.unavailable[key] = f"broker {ref.broker.address} unreachable"
             return
         try:
@@ -299,7 +299,7 @@ class TubeAdapter(Broker):
         except TubeSparkError as exc:
             if isinstance(exc, BrokerConnectionError):
                 self._down.add(ref.broker.address)
-            ledger.mark(key, PartitionState.OFFLINE)
+            ledger.mark(key, Assignment.OFFLINE)
             survey.unavailable[key] = f"broker {ref.broker.address} did not answer: {exc}"
             log.warning("partition %s: broker %s unreachable, no new data this trigger (it stays assigned and is "
                         "registered again when the broker is back): %s", key, ref.broker.address, exc)
@@ -494,7 +494,7 @@ class TubeAdapter(Broker):
             address = item.ref.broker.address
             if key not in offsets or self.states[key].stored == offsets[key] or address in self._down:
                 continue
-            if self.ledger.state(key) is PartitionState.REVOKED:
+            if self.ledger.state(key) is Assignment.REVOKED:
                 continue  # held again: the group's offset decides where it resumes (rule d), don't overwrite it
             try:
                 session.commit(item.ref, offsets[key])

@@ -1,7 +1,7 @@
 """What a TubeMQ stream knows about each partition of its group, and the rules for where one starts.
 
 The master assigns partitions to the group's members; a partition the query knows is in one of the
-states of :class:`PartitionState`, kept here explicitly rather than spread over the reader. The start
+states of :class:`Assignment`, kept here explicitly rather than spread over the reader. The start
 rules (README "Where each partition starts"):
 
 (a) a partition in the checkpoint Spark restarts from resumes at the checkpoint's offset (the engine's);
@@ -42,7 +42,7 @@ PARTITION_LISTING = ("keys are brokerId:topic:partitionId; the master's web API 
 """How a user lists a TubeMQ topic's partitions, for an error that names a partition the topic does not have."""
 
 
-class PartitionState(enum.Enum):
+class Assignment(enum.Enum):
     """Where a partition of the query stands this trigger."""
 
     UNRESOLVED = "its start is not known yet"  # initial partition (rule b) whose startingOffsets awaits its broker
@@ -54,7 +54,7 @@ class PartitionState(enum.Enum):
 
 @dataclass
 class Entry:
-    state: PartitionState
+    state: Assignment
     initial: bool = False
     """Of the new query's first assignment and never held yet: it keeps its ``startingOffsets`` start even
     while the master moves it away (rule b)."""
@@ -81,17 +81,17 @@ class PartitionLedger:
     def _set(self, key: str, entry: Entry) -> None:
         self.table[key].extra = entry
 
-    def state(self, key: str) -> PartitionState | None:
+    def state(self, key: str) -> Assignment | None:
         entry = self.entry(key)
         return None if entry is None else entry.state
 
-    def mark(self, key: str, state: PartitionState, why: str = "") -> None:
+    def mark(self, key: str, state: Assignment, why: str = "") -> None:
         entry = self.entry(key)
         if entry is None:
             entry = Entry(state)
             self._set(key, entry)
         entry.state, entry.why = state, why or state.value
-        if state is PartitionState.HELD:
+        if state is Assignment.HELD:
             entry.initial = False
 
     # --- rule (b)/(e): a new query -----------------------------------------------------------------
@@ -104,10 +104,10 @@ class PartitionLedger:
         self._awaiting_first = not assigned
         for key in assigned:
             start = resolve(key)
-            self._set(key, Entry(PartitionState.HELD if key in held else PartitionState.NOT_HELD,
+            self._set(key, Entry(Assignment.HELD if key in held else Assignment.NOT_HELD,
                                  initial=key not in held))
             if start is None:
-                self.mark(key, PartitionState.UNRESOLVED)
+                self.mark(key, Assignment.UNRESOLVED)
             else:
                 offsets[key] = start
         return offsets
@@ -120,7 +120,7 @@ class PartitionLedger:
         if assigned:
             self._awaiting_first = False
             for key in assigned:
-                self._set(key, Entry(PartitionState.UNRESOLVED, initial=True))
+                self._set(key, Entry(Assignment.UNRESOLVED, initial=True))
 
     # --- partitions joining the query (rules b-e) ------------------------------------------------
 
@@ -128,14 +128,14 @@ class PartitionLedger:
         """Where a partition not in the offsets yet starts: ``startingOffsets`` for an initial one (rule b),
         else the group's committed offset (rule c); ``None`` while that cannot be known."""
         entry = self.entry(key)
-        if entry is not None and entry.state is PartitionState.UNRESOLVED:
+        if entry is not None and entry.state is Assignment.UNRESOLVED:
             first, rule = resolve(key), "startingOffsets (initial partition)"
         elif stored_offset is None:
             return None
         else:
             first, rule = stored_offset, "the group's committed offset (assigned by a later rebalance)"
         if first is not None:
-            self.mark(key, PartitionState.NOT_HELD if stored_offset is None else PartitionState.HELD)
+            self.mark(key, Assignment.NOT_HELD if stored_offset is None else Assignment.HELD)
             log.info("partition %s joins the query at offset %d: %s", key, first, rule)
         return first
 
@@ -145,18 +145,18 @@ class PartitionLedger:
         """An unassigned partition whose offset stays as it is without asking the master: an initial one
         never held (rule b) or one already known to be with another member (rule d)."""
         entry = self.entry(key)
-        return entry is not None and (entry.initial or entry.state is PartitionState.REVOKED)
+        return entry is not None and (entry.initial or entry.state is Assignment.REVOKED)
 
     def revoke(self, key: str, offset: int) -> None:
-        self._set(key, Entry(PartitionState.REVOKED, own_end=offset))
+        self._set(key, Entry(Assignment.REVOKED, own_end=offset))
         log.info("partition %s is no longer assigned to this query at offset %d", key, offset)
 
     def regain(self, key: str, own: int, stored_offset: int) -> int | None:
         """A partition held again: the group's offset when another member read on past ``own`` (rule d)."""
         entry = self.entry(key)
-        if entry is None or entry.state is not PartitionState.REVOKED:
+        if entry is None or entry.state is not Assignment.REVOKED:
             return None
-        self.mark(key, PartitionState.HELD)
+        self.mark(key, Assignment.HELD)
         if stored_offset > own:
             log.info("partition %s is back, and its group read on to %d: resuming there, not at this query's %d",
                      key, stored_offset, own)
