@@ -34,17 +34,20 @@ def settle_unavailable(topics: tuple[str, ...], on_unavailable: str, missing: Ma
     broker is called when no reason is known."""
     if not missing:
         return {}
-    detail = "; ".join(f"{reasons.get(b, f'{describe} {b}')}: {', '.join(keys)}"
+    detail = "; ".join(f"{reasons.get(b, f'{describe} {b}')}" + (f": {', '.join(keys)}" if keys else "")
                        for b, keys in sorted(missing.items()))
     count = count_keys(missing)
+    how_many = (f"{count} of its {total} partitions are" if count else
+                "partitions it cannot count (their broker cannot list them now) are")
     if on_unavailable == FAIL:
         raise PartitionsUnavailableError(
-            f"batch read of {', '.join(topics)}: {count} of its {total} partitions are on brokers that do not serve "
-            f"them now, so the read would return part of the data; nothing was read. {detail}. Wait until the "
+            f"batch read of {', '.join(topics)}: {how_many} on brokers that do not serve them now, so the read would "
+            f"return part of the data; nothing was read. {detail}. Wait until the "
             f"broker serves again, or set onUnavailablePartitions=skip to read the other partitions and leave "
             f"these out", dict(missing), {b: reasons.get(b, f"{describe} {b}") for b in missing})
-    log.warning("batch read of %s LEAVES OUT %d of its %d partitions (onUnavailablePartitions=skip), on brokers "
-                "that do not serve them now: %s", ", ".join(topics), count, total, detail)
+    log.warning("batch read of %s LEAVES OUT %s (onUnavailablePartitions=skip), on brokers that do not serve them "
+                "now: %s", ", ".join(topics), f"{count} of its {total} partitions" if count else "partitions it cannot "
+                "count", detail)
     return dict(missing)
 
 

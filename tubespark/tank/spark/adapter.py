@@ -35,7 +35,7 @@ from tubespark.spark.offset_rules import check_named_partitions, resolve_start
 from tubespark.spark.offsets import EARLIEST, Offsets
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
 from tubespark.tank.client.broker import TankClient
-from tubespark.tank.spark.bounds import PARTITION_LISTING, UNITS, discover
+from tubespark.tank.spark.bounds import PARTITION_LISTING, UNITS, discover, known_partitions
 from tubespark.tank.spark.bounds import Bounds as TankBounds
 from tubespark.tank.spark.options import TankOptions, split_key
 from tubespark.tank.spark.read_task import SeqRange, read_range
@@ -95,8 +95,10 @@ class TankAdapter(Broker):
         except TubeSparkError as exc:
             if not exc.retriable or never_answered(exc) is not None:
                 raise
-            return Catalog(unavailable={broker: ()}, reasons={broker: f"TANK broker {broker} does not answer ({exc}); "
-                                                                      f"its partitions cannot be listed"})
+            known = known_partitions(self.options)
+            listed = "" if known else "; its partitions cannot be listed"
+            return Catalog(unavailable={broker: known},
+                           reasons={broker: f"TANK broker {broker} does not answer ({exc}){listed}"})
         return Catalog(bounds={key: Bounds(b.first, b.next) for key, b in found.items()})
 
     def start_offsets(self) -> Offsets:

@@ -26,6 +26,19 @@ class Bounds:
         return partition_key(self.topic, self.partition)
 
 
+_SEEN: set[str] = set()
+"""Every partition this process discovered: what a batch read covers when its broker is down and cannot list them."""
+
+
+def known_partitions(options: TankOptions) -> tuple[str, ...]:
+    """The partitions of the option's topics this process knows of without asking the broker: those it discovered
+    before and those the ``startingOffsets`` / ``endingOffsets`` JSON names."""
+    named = {key for spec in (options.starting_offsets, options.ending_offsets) if isinstance(spec, dict)
+             for key in spec}
+    topics = set(options.topics or ())
+    return tuple(sorted(key for key in _SEEN | named if key.rsplit(":", 1)[0] in topics))
+
+
 def discover(options: TankOptions, client: TankClient | None = None) -> dict[str, Bounds]:
     """``{key: Bounds}`` of every partition of the option's topics (UnknownTopicError for a missing topic)."""
     own = client is None
@@ -37,6 +50,7 @@ def discover(options: TankOptions, client: TankClient | None = None) -> dict[str
                 following = info.high_water_mark + 1
                 first = min(max(info.first_available, 1), following)
                 found[partition_key(topic, info.partition)] = Bounds(topic, info.partition, first, following)
+        _SEEN.update(found)
         return found
     finally:
         if own:
