@@ -141,6 +141,8 @@ def test_the_moved_offset_is_carried_while_the_broker_is_down_and_read_once_when
     batch2 = engine.latestOffset(dict(batch1), ReadAllAvailable())
     engine.commit(batch1)  # Spark commits a batch after planning the next: never past the remainder's start
     assert _broker(engine).stored[-1]["a"] == 60
+    state = engine.partitions_state["a"]  # the one record of partition a: where its remainder starts, and why
+    assert (state.floor, engine.partitions_state.summary()) == (60, {"a": "unavailable", "b": "readable"})
     _broker(engine).high["b"] = 150
     batch3 = engine.latestOffset(dict(batch2), ReadAllAvailable())
     assert BatchOffsets.parse(batch3).positions == {"a": 60, "b": 150}
@@ -154,6 +156,8 @@ def test_the_moved_offset_is_carried_while_the_broker_is_down_and_read_once_when
     assert _ranges(engine, batch3, batch4) == {"a": (60, 130)}
     batch5 = engine.latestOffset(dict(batch4), ReadAllAvailable())
     assert batch5 == batch4, "nothing more: no batch, no remainder read twice"
+    assert (state.floor, state.latest, engine.partitions_state.summary()) == (None, 130, {"a": "readable",
+                                                                                       "b": "readable"})
     engine.commit(batch4)
     assert _broker(engine).stored[-1] == {"a": 130, "b": 150}
     assert BatchOffsets.parse(batch4).deferrals == TOKEN, "the query keeps its token for life"
