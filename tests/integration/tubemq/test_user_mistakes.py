@@ -130,7 +130,9 @@ def test_topic_not_deployed(spark, tubemq_cluster, capsys):
     assert line.endswith(CHECK_TOPIC), line
     for name, (text, seconds) in results.items():
         assert last_line(text) == line, (name, text[-3000:])
-        assert seconds <= 3.0, (name, seconds)
+        # the goal is about a second (printed above); the regression guarded took 20-60 s (a wait for the topic to
+        # appear): a bound of 5x the 3 s goal, so a busy machine does not fail it (issue 39 part 6)
+        assert seconds <= 15.0, (name, seconds)
 
 
 def assert_no_partition(line: str, topic: str, master: str) -> None:
