@@ -83,10 +83,11 @@ def post_form(url: str, form: Mapping[str, str], *, timeout_s: float, idempotent
         session.mount("https://", adapter)
 
         def attempt() -> bytes:
-            response = session.post(url, data=dict(form), timeout=timeout)
+            # a standby TubeMQ master answers 302 to its active peer: that is its answer, not a page to follow
+            response = session.post(url, data=dict(form), timeout=timeout, allow_redirects=False)
             if idempotent and response.status_code in RETRIED_STATUSES:
                 response.raise_for_status()  # an HTTPError, to try again
-            if response.status_code >= 400:
+            if response.status_code >= 300:
                 raise error(f"HTTP {response.status_code} from {url} ({what}): {describe_body(response.content)}")
             return response.content
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.contract.brokers import Broker
+from tests.integration.contract.brokers import EXPIRING, Broker
 from tests.integration.contract.runs import available_now_batches, values
 from tubespark.errors import DataLossError, OptionError, PartitionsUnavailableError, TubeSparkError, unwrap
 
@@ -103,7 +103,6 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
 def expired(broker: Broker) -> tuple[str, dict[str, int], dict[str, list[tuple[int, bytes]]]]:
     """A topic whose every partition lost its first :data:`OLD` messages to retention: ``(topic, a start below
     each partition's first available offset, what each holds now)``."""
-    broker.require_expiry()
     topic = broker.new_topic()
     broker.produce(topic, values(OLD * broker.partitions, "old"))
     before = broker.held(topic)
@@ -132,6 +131,7 @@ def assert_names_the_loss(error: TubeSparkError | None, text: str, below: dict[s
         f"the error does not name {key}'s first available offset {held[key][0][0]}: {message}"
 
 
+@pytest.mark.parametrize("broker", list(EXPIRING), indirect=True)
 def test_a_start_below_the_first_available_offset_fails_as_data_loss(spark, broker: Broker, expired, tmp_path):
     topic, below, held = expired
     start = json.dumps(below)
@@ -141,6 +141,7 @@ def test_a_start_below_the_first_available_offset_fails_as_data_loss(spark, brok
     assert_names_the_loss(error, text, below, held)
 
 
+@pytest.mark.parametrize("broker", list(EXPIRING), indirect=True)
 def test_a_start_below_the_first_available_offset_reads_from_it_without_fail_on_data_loss(
         spark, broker: Broker, expired, tmp_path, caplog):
     topic, below, held = expired
@@ -195,12 +196,12 @@ def test_a_start_off_a_message_boundary_fails_naming_the_nearest_or_starts_at_th
 # --- 3. a batch read while the broker is down --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("broker", ["rocketmq", "tank"], indirect=True)  # TubeMQ: the same case on three brokers,
 def test_a_batch_read_while_the_broker_is_down_fails_naming_it_unless_skipped(spark, broker: Broker, filled, caplog):
+    # tests/integration/tubemq/test_brokers.py::test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_
+    # skipped (one run of it fits CI's time budget)
     """The read names its partitions (``startingOffsets`` JSON): a RocketMQ name server keeps no record of a
     stopped group, so only a read that names its queues (or a process that saw them) can know what is missing."""
-    if broker.format == "tubemq":  # the same case on three brokers, for the whole of CI's time budget
-        pytest.skip("TubeMQ: tests/integration/tubemq/test_brokers.py::"
-                    "test_a_gracefully_stopped_broker_fails_a_batch_read_naming_it_unless_skipped")
     topic, held = filled
     named = json.dumps({key: messages[0][0] for key, messages in held.items()})
     server = broker.server_of(sorted(held)[0])

@@ -423,7 +423,7 @@ def test_spark_read_and_write_with_credentials_leak_no_password(cluster, tmp_pat
     worker_logs = [p for p in log_files if p.stem != str(result["driver_pid"])]
     assert worker_logs, f"no Spark worker logged tubespark (files: {[p.name for p in log_files]})"
     assert " DEBUG tubespark: process " in log_text, "the DEBUG level was not set up"
-    for logger in ("tubespark.tubemq.spark.batch_reader", "tubespark.spark.stream_engine",
+    for logger in ("tubespark.spark.batch_engine", "tubespark.spark.stream_engine",
                    "tubespark.spark.writers"):  # records of the source and sink from Spark's workers
         assert f" {logger}: " in "\n".join(p.read_text() for p in worker_logs), f"nothing logged by {logger}"
     # explain() printed the plans; the streaming one lists the options, with Spark's own redaction

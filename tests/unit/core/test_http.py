@@ -143,3 +143,13 @@ def test_an_answer_that_is_not_json_is_named(web: Scripted) -> None:
     web.script = [(200, b"not json at all")]
     with pytest.raises(AdminApiError, match=r"^non-JSON answer from .* \(q\): 'not json at all'$"):
         post_form_json(web.url, {}, timeout_s=2, idempotent=True, what="q", error=AdminApiError)
+
+
+def test_a_redirect_is_the_answer_not_a_page_to_follow(web: Scripted) -> None:
+    """A standby TubeMQ master answers every admin call 302 (to its active peer): the caller must see that answer
+    (the test bed tells a standby by it), not whatever the redirect leads to. requests follows redirects unless
+    told not to; the test bed's standby check timed out until it was told."""
+    web.script = [(302, b"Please send your request to the master Node")]
+    with pytest.raises(AdminApiError, match=r"HTTP 302 from .*Please send your request to the master Node"):
+        MasterAdmin(web.url, "token")("admin_query_broker_run_status", brokerId=1)
+    assert len(web.forms) == 1, "asked once: a redirect is no failure to try again"
