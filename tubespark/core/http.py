@@ -3,10 +3,11 @@
 Why a helper and not ``requests.post`` at each call site: every call needs the same three things, and each
 was easy to forget. An explicit connect *and* read timeout (a web port behind a black-holed route or a
 server that accepts and never answers would otherwise hold a Spark planner or a CLI without end). A bounded
-retry of what is safe to retry: a connection that could not be opened sent nothing, so it is tried again
-for every call; a broken connection or a 5xx answer only for a call the caller says is idempotent (a
-query), since a modify call may have been carried out. A read that timed out is not tried again: a server
-that did not answer within the timeout rarely does the next time, and the caller's timeout would silently
+retry of what is safe to retry: a connection whose opening timed out sent nothing, so it is tried again
+for every call (one refused is not: nothing listens there); a broken connection or a 5xx answer only for a
+call the caller says is idempotent (a query), since a modify call may have been carried out. A read that
+timed out is not tried again: a server that did not answer within the timeout rarely does the next time, and
+the caller's timeout would silently
 become several. So a call takes at most ``RETRIES + 1`` connect timeouts (plus the backoff) and one read
 timeout: with the default 10 s, no longer than a urllib call took before. And one wording of the failures,
 raised as the caller's own typed error (:class:`~tubespark.tubemq.errors.AdminApiError` for TubeMQ's admin
@@ -47,16 +48,30 @@ RETRIED_STATUSES = frozenset((500, 502, 503, 504))
 
 
 def _never_opened(exc: BaseException) -> bool:
-    """Whether ``exc`` is a connection that could not be opened (refused, unresolvable, connect timeout):
-    nothing was sent, so any call may be sent again."""
+    """Whether ``exc`` is a connection that could not be opened (unresolvable, connect timeout): nothing was sent,
+    so any call may be sent again."""
     if not isinstance(exc, requests.ConnectionError):
         return False
     reason = getattr(exc.args[0], "reason", exc.args[0]) if exc.args else None
-    return isinstance(exc, requests.ConnectTimeout) or isinstance(reason, ConnectTimeoutError)  # refused too
+    return isinstance(exc, requests.ConnectTimeout) or isinstance(reason, ConnectTimeoutError)
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether the connection was refused (ECONNREFUSED anywhere in its causes): not tried again, since nothing
+    listens on that port now, which a second try a moment later does not change, and a caller probing a guessed
+    web port (a master's 8080) must learn that at once, not after the backoff."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError) or "Connection refused" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _worth_again(idempotent: bool) -> Callable[[BaseException], bool]:
     def again(exc: BaseException) -> bool:
+        if _refused(exc):  # nothing listens there: trying again a moment later changes nothing
+            return False
         if _never_opened(exc):
             return True
         if not idempotent or isinstance(exc, requests.ReadTimeout):

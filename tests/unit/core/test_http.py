@@ -106,17 +106,18 @@ def test_a_connection_broken_mid_call_is_tried_again_only_for_a_query(web: Scrip
     assert len(web.forms) == tries
 
 
-def test_a_closed_port_is_tried_again_quietly_and_named_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_closed_port_is_named_in_one_line_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing listens there: a second try a moment later changes nothing, and a planner probing a guessed web port
+    (a master's 8080) must not wait out a backoff for it (half a second per call, many calls per CI run)."""
     url = f"http://{closed_port_address()}"
     started = time.monotonic()
     with caplog.at_level(logging.INFO), pytest.raises(AdminApiError) as info:
-        MasterAdmin(url, "token")("admin_add_topic", topicName="t")  # never sent: safe to try again
+        MasterAdmin(url, "token")("admin_add_topic", topicName="t")
     text = str(info.value)
     assert text.startswith(f"cannot reach {url}/webapi.htm (admin_add_topic): ") and "Connection refused" in text
     assert "HTTPConnection" not in text and "Max retries" not in text and "\n" not in text, text
-    assert time.monotonic() - started < 10
-    retried = [r for r in caplog.records if "admin_add_topic at" in r.getMessage()]
-    assert len(retried) == RETRIES and all(r.levelno == logging.INFO for r in retried)
+    assert time.monotonic() - started < 0.5 * 3  # one refused connect (ms), not the backoff of tries (~0.5 s)
+    assert [r for r in caplog.records if "admin_add_topic at" in r.getMessage()] == [], "tried again"
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []  # a planner handles it: no warning
 
 
