@@ -12,6 +12,7 @@ hold ``"-"`` while the broker has no running registration.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -44,22 +45,31 @@ class FakeDeploy:
                 "createUser": "tubespark", "createDate": self.created, "runInfo": run}
 
 
-class FakeMasterWeb:
-    """``http://127.0.0.1:<port>/webapi.htm``; ``topics`` maps a topic to its deployments (edit freely)."""
+Reply = tuple[int, str, bytes] | None
+"""An answer: HTTP status, content type, body; ``None`` drops the connection without answering."""
+
+
+class FormServer:
+    """A local web server for the unit tests of the HTTP clients: each POSTed form is recorded in ``forms`` and
+    answered by :meth:`reply`. ``url`` is ``http://127.0.0.1:<port>``; a context manager, or call :meth:`close`."""
 
     def __init__(self) -> None:
-        self.topics: dict[str, list[FakeDeploy]] = {}
-        self.calls: list[dict[str, str]] = []
+        self.forms: list[dict[str, str]] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 form = dict(urllib.parse.parse_qsl(self.rfile.read(length).decode()))
-                fake.calls.append(form)
-                body = json.dumps(fake.answer(form)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                fake.forms.append(form)
+                answer = fake.reply(form)
+                if answer is None:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                status, content_type, body = answer
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -71,6 +81,31 @@ class FakeMasterWeb:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
+    def reply(self, form: dict[str, str]) -> Reply:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FormServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class FakeMasterWeb(FormServer):
+    """``http://127.0.0.1:<port>/webapi.htm``; ``topics`` maps a topic to its deployments (edit freely); ``forms``
+    holds every call."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[FakeDeploy]] = {}
+        super().__init__()
+
+    def reply(self, form: dict[str, str]) -> Reply:
+        return 200, "application/json", json.dumps(self.answer(form)).encode()
+
     def answer(self, form: dict[str, str]) -> dict[str, Any]:
         if form.get("method") != "admin_query_topic_deploy_info":
             return {"result": False, "errCode": 400, "errMsg": f"Unsupported method {form.get('method')}"}
@@ -78,13 +113,3 @@ class FakeMasterWeb:
         data = [{"topicName": topic, "deployInfo": [d.as_json(topic) for d in deploys], "infoCount": len(deploys)}
                 for topic, deploys in self.topics.items() if not wanted or topic in wanted]
         return {"result": True, "errCode": 0, "errMsg": "OK", "count": len(data), "data": data}
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> FakeMasterWeb:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()

@@ -3,11 +3,9 @@ the broker admin API's answers."""
 
 from __future__ import annotations
 
-import http.server
-import threading
-
 import pytest
 
+from tests.doubles.fakeweb import FormServer, Reply
 from tubespark.apps.group_lag import PartitionLag, broker_offsets, format_lag_table, parse_admin_offsets
 from tubespark.tubemq.errors import AdminApiError
 
@@ -39,36 +37,22 @@ def test_lag_table_with_broker_web_says_the_group_never_committed() -> None:
     assert "total backlog: 1 messages" in table
 
 
-class _JettyPage(http.server.BaseHTTPRequestHandler):
+class _JettyPage(FormServer):
     """What a web server that is not a broker's admin API answers: an HTML error page."""
 
-    def do_POST(self) -> None:
-        body = (b"<html>\n<head>\n<meta http-equiv=\"Content-Type\" content=\"text/html\"/>\n<title>Error 404 Not "
-                b"Found</title>\n</head>\n<body><h2>HTTP ERROR 404</h2>\n<pre>Not Found</pre>\n<hr><i><small>"
-                b"Powered by Jetty://</small></i></body>\n</html>\n")
-        self.send_response(404)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    def reply(self, form: dict[str, str]) -> Reply:
+        return 404, "text/html", (
+            b"<html>\n<head>\n<meta http-equiv=\"Content-Type\" content=\"text/html\"/>\n<title>Error 404 Not "
+            b"Found</title>\n</head>\n<body><h2>HTTP ERROR 404</h2>\n<pre>Not Found</pre>\n<hr><i><small>"
+            b"Powered by Jetty://</small></i></body>\n</html>\n")
 
 
 def test_lag_with_a_wrong_broker_web_url_says_what_to_pass() -> None:
     """Issue 25 item 7: a URL that is no broker admin API gives one line naming the page and the fix, not the
     page's markup."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _JettyPage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        with pytest.raises(AdminApiError) as info:
-            broker_offsets(url, "g", "t")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _JettyPage() as server, pytest.raises(AdminApiError) as info:
+        broker_offsets(server.url, "g", "t")
+    url = server.url
     text = str(info.value)
     assert "<" not in text and "\n" not in text, text
     assert f"the broker web URL {url} did not answer as a TubeMQ broker's admin API: HTTP 404 from {url}/ " in text

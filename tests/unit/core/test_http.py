@@ -9,13 +9,12 @@ import logging
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.doubles.fakepeer import closed_port_address
+from tests.doubles.fakeweb import FormServer, Reply
 from tubespark.core.http import RETRIES, post_form, post_form_json
 from tubespark.tubemq.client.admin import BrokerAdmin, MasterAdmin
 from tubespark.tubemq.errors import AdminApiError
@@ -23,40 +22,17 @@ from tubespark.tubemq.errors import AdminApiError
 OK = {"result": True, "errCode": 0, "errMsg": "OK", "data": []}
 
 
-class Scripted:
+class Scripted(FormServer):
     """A web server answering each POST with the next of ``script`` (status, body; ``None``: drop the
     connection without answering), then ``OK``; ``forms`` holds every form it received."""
 
     def __init__(self) -> None:
         self.script: list[tuple[int, bytes] | None] = []
-        self.forms: list[dict[str, str]] = []
-        fake = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                fake.forms.append(dict(urllib.parse.parse_qsl(self.rfile.read(length).decode())))
-                step = fake.script.pop(0) if fake.script else (200, json.dumps(OK).encode())
-                if step is None:
-                    self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                status, body = step
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def reply(self, form: dict[str, str]) -> Reply:
+        step = self.script.pop(0) if self.script else (200, json.dumps(OK).encode())
+        return None if step is None else (step[0], "text/html", step[1])
 
 
 @pytest.fixture

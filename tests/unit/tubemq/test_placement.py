@@ -45,7 +45,7 @@ def test_a_broker_that_does_not_run_keeps_its_partitions_configured(web):
     listed = [f"1:{TOPIC}:0", f"1:{TOPIC}:10000", f"3:{TOPIC}:0"]
     assert placement.missing_from(listed) == {2: (f"2:{TOPIC}:0", f"2:{TOPIC}:10000"), 3: (f"3:{TOPIC}:10000",)}
     assert placement.deployment_of(f"2:{TOPIC}:0").num_stores == 2  # type: ignore[union-attr]
-    assert web.calls[0]["topicName"] == f"other_topic,{TOPIC}"  # one call for every topic
+    assert web.forms[0]["topicName"] == f"other_topic,{TOPIC}"  # one call for every topic
 
 
 def test_a_deleted_deployment_is_not_configured(web):
@@ -160,7 +160,7 @@ def test_a_read_that_can_check_logs_no_warning_and_skips_the_web_api(cluster, ca
     with caplog.at_level(logging.WARNING):
         tasks = TubeBatchReader(_options(master)).plan()
     assert {t.ref.broker_id for t in tasks} == {1, 2} and len(tasks) == 4
-    assert _warnings(caplog) == [] and web.calls == []  # nothing missing: nothing to ask the web API
+    assert _warnings(caplog) == [] and web.forms == []  # nothing missing: nothing to ask the web API
     _no_web_api_at_the_guess(monkeypatch)  # ... and none at all: the same
     with caplog.at_level(logging.WARNING):
         assert len(TubeBatchReader(_options(master)).plan()) == 4
