@@ -44,7 +44,7 @@ def _bench_run(tmp: Path) -> Iterator[Run]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "testbed"), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "bench", "--size", "smoke", "--cores", "2", "--sizes", "100",
-           "--cases", ",".join(CASES), "--repeats", "2", "--warmup", "1", "--out", str(out), "--chart", str(chart)]
+           "--cases", ",".join(CASES), "--repeats", "2", "--warmup", "0", "--out", str(out), "--chart", str(chart)]
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bench-smoke") as pool:
         yield Run(pool.submit(subprocess.run, cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100),
                   out, chart)

@@ -1,6 +1,6 @@
 """payloadFormat=inlongmsg end to end: real TubeMQ cluster, real Spark, InLong's own Java class.
 
-* 100,000 rows written as bundles (batch sink), read back exactly in batch and streaming (AvailableNow),
+* 30,000 rows written as bundles (batch sink), read back exactly in batch and streaming (AvailableNow),
   and copied by a streaming query (writeStream, bundled) to a second topic that reads back the same;
 * bundles written by ``org.apache.inlong.common.msg.InLongMsg`` (inlong-common 1.11.0) produced into a
   topic with ``msgEnType=2`` and read through Spark;
@@ -25,7 +25,7 @@ from tubespark.tubemq.wire.message import OutgoingMessage
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-ROWS = 100_000
+ROWS = 30_000
 BASE_MS = 1_772_600_000_000
 
 
@@ -75,7 +75,7 @@ def _assert_same_rows(observed: list[tuple], expected: list[tuple], what: str) -
                 f"{sorted(missing)[:5]}), {sum(extra.values())} extra or repeated (first: {sorted(extra)[:5]})")
 
 
-def test_100k_rows_as_bundles_read_back_exactly_in_batch_and_streaming(spark, tubemq_cluster, topic_factory,
+def test_rows_as_bundles_read_back_exactly_in_batch_and_streaming(spark, tubemq_cluster, topic_factory,
                                                                         tmp_path):
     master = tubemq_cluster.master_address
     topic, copy = topic_factory(partitions=4, stores=1), topic_factory(partitions=4, stores=1)
