@@ -1,4 +1,5 @@
-"""tubespark: Apache Spark <-> Apache InLong TubeMQ, in pure Python."""
+"""tubespark: Apache Spark <-> Apache InLong TubeMQ, TANK and RocketMQ, speaking each broker's protocol in Python
+(TubeMQ's hot wire paths have a compiled C twin, with a complete pure-Python twin where it is not built)."""
 
 from __future__ import annotations
 

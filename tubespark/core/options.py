@@ -1,4 +1,4 @@
-"""The options framework every broker's data source builds on: specs, common parsers, the README table.
+"""The options framework every broker's data source builds on: specs, common parsers, the Options page's tables.
 
 A broker declares its options once, as a tuple of :class:`OptionSpec` (name, default, parser,
 documentation, required, read/write/both), and a frozen dataclass deriving from
@@ -15,7 +15,7 @@ Option names are case-insensitive, as Spark's option map is (``maxoffsetspertrig
 ``maxOffsetsPerTrigger``); messages always use the documented spelling.
 
 Defaults are text, parsed by the same parser as a user's value: there is one default per setting and
-it is what the generated README table shows. Nothing here imports Spark.
+it is what the generated table of docs/reference/options.md shows. Nothing here imports Spark.
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def unknown_option_error(key: str, specs: Iterable[OptionSpec], source: str = ""
     close = difflib.get_close_matches(key.lower(), list(spelled), n=1, cutoff=0.75)
     where = f" for format('{source}')" if source else ""
     hint = f"did you mean {spelled[close[0]]}?" if close else "remove it, or correct its name"
-    return OptionError(f"unknown option {key!r}{where}: {hint} (see the README's option tables; names are "
+    return OptionError(f"unknown option {key!r}{where}: {hint} (see docs/reference/options.md; names are "
                        f"case-insensitive). Refused before reading or writing: Spark would ignore it silently")
 
 
@@ -331,7 +331,7 @@ class ParsedOptions:
 
 
 def render_table(specs: Iterable[OptionSpec], mode: str | None = None) -> str:
-    """Markdown table of ``specs`` (for ``mode`` only, when given), as embedded in the README."""
+    """Markdown table of ``specs`` (for ``mode`` only, when given), as embedded in docs/reference/options.md."""
     rows = ["| option | default | applies to | meaning |", "|---|---|---|---|"]
     for spec in specs:
         if mode and not spec.applies_to(mode):

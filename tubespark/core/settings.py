@@ -8,7 +8,7 @@ one name each: ``connect_timeout_s`` (opening a TCP connection, TLS included) an
 
 A field's default is the only default of that setting: the data source options that set it
 (``connectTimeoutMs``, ``requestTimeoutMs``, ``heartbeatIntervalMs``, ...) take their default text from
-:meth:`ConnectionSettings.default_ms`, so the README, the option parser and a client built without
+:meth:`ConnectionSettings.default_ms`, so the Options page, the option parser and a client built without
 options agree.
 """
 

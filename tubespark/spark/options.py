@@ -14,8 +14,8 @@ class derives from :class:`SharedOptions`, so every broker's options object carr
 for the same options (``max_offsets_per_trigger``, ``max_bytes_per_trigger``, ``min_offsets_per_trigger``,
 ``max_trigger_delay_ms``, ``fail_on_data_loss``, ...), which the shared stream engine reads.
 
-The README shows each shared option once (:func:`shared_option_table`); a broker's own table
-(:func:`own_option_table`) lists only the options it alone has.
+The Options page (docs/reference/options.md) shows each shared option once (:func:`shared_option_table`); a
+broker's own table (:func:`own_option_table`) lists only the options it alone has.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ SHARED: tuple[SharedOption, ...] = (
     *EVERY_BROKER, GROUP, COMMIT_TO_GROUP, VERIFY_CHECKSUMS, BUNDLE_MAX_ROWS, BUNDLE_MAX_BYTES, BUNDLE_LINGER_MS,
     BUNDLE_COMPRESSION,
 )
-"""Every shared option, in the order the README's shared table lists them."""
+"""Every shared option, in the order the Options page's shared table lists them."""
 
 
 def every_broker_specs(terms: BrokerTerms) -> tuple[SharedSpec, ...]:
@@ -313,7 +313,7 @@ class SharedOptions(ParsedOptions):
                               f"maxOffsetsPerTrigger={self.max_offsets_per_trigger}; lower the one or raise the other")
 
 
-# --- the README ----------------------------------------------------------------------------------
+# --- the Options page ----------------------------------------------------------------------------
 
 
 def own_option_table(specs: Iterable[OptionSpec], mode: str | None = None) -> str:

@@ -1,7 +1,7 @@
 """The benchmark harness (``python -m bench``) end to end at smoke size, with the cheap cases only.
 
 Not a timed test: it proves the command runs against a real cluster and real Spark and writes the JSON
-the README's Performance section describes (expected keys, positive rates, the broker's JVM flags).
+the Performance page (docs/performance/index.md) describes (expected keys, positive rates, the broker's JVM flags).
 The bench starts its own TubeMQ cluster (its broker on Java's default flags), so this costs ~40 s of
 cluster start-up plus a minute of Spark; it runs in the background from the start of the integration
 tests (in ``./dev test``'s side lane, whose other tests mostly wait: tubespark_testbed/lanes.py), and the test

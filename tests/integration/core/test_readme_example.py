@@ -1,10 +1,17 @@
-"""The README's walk-through, run exactly as written, block after block, on the cluster the README starts.
+"""The README's examples and the guides' walk-through, run exactly as written, on the clusters they name.
+
+Which blocks: every fenced block of README.md and the pages in ``PAGES`` whose marker says
+``<!-- run by: tests/integration/core/test_readme_example.py -->`` (tests/doc_blocks.py; the marker rule is
+checked by tests/unit/tooling/test_docs_site.py). They run in reading order, README first, as one script in
+one Python session (a reader pasting them one by one); a guide block that repeats a README block word for
+word (the TubeMQ guide opens with the README's example) runs once. The README's TubeMQ example writes and
+streams back ``demo_events``; the guide goes on to a copy stream into ``demo_copy`` and the monitoring
+page's lag blocks; the README's TANK example runs against the TANK test double (tests/doubles/tank_broker.py,
+in this process) and its RocketMQ example against the session's RocketMQ 5.3.3 stack, each followed by its
+guide's backfill block.
 
 Issue 25 item 2: the write block copied a stream to ``demo_copy``, a topic the README's cluster command
-never deployed, so it failed as written. The test takes the Python blocks from "Reading a stream" to
-"From outside Spark" in reading order, runs them as one script in one Python session (a reader pasting
-them one by one), and checks the README's cluster command deploys every topic they use, which is what
-the session cluster deploys for them too.
+never deployed, so it failed as written; the cluster command's topics are checked against the blocks.
 """
 
 from __future__ import annotations
@@ -14,18 +21,26 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.doc_blocks import ROOT, run_by
+from tests.doubles.tank_broker import TankBroker
 from tests.integration.conftest import README_TOPICS
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-README = Path(__file__).parents[3] / "README.md"
+ME = "tests/integration/core/test_readme_example.py"
+README = ROOT / "README.md"
+PAGES = [ROOT / "docs" / page for page in
+         ("tubemq/guide.md", "operations/monitoring.md", "tank/guide.md", "rocketmq/guide.md")]
+"""The site's pages whose marked blocks run here, after the README's, in this order."""
+TANK_TOPIC = "events"
+ROCKETMQ_TOPIC = "demo_orders"
+"""The topics the README's TANK and RocketMQ examples name (created here, as the README asks the reader to)."""
 
 EPILOGUE = '''
-for running in spark.streams.active:   # the test's own end: the README leaves the copy stream running
+for running in spark.streams.active:   # the test's own end: the guide leaves the copy stream running
     running.processAllAvailable()
     running.stop()
 print(spark.read.format("tubemq").option("master", master).option("topic", "demo_copy").load().count(), "copied")
@@ -33,37 +48,52 @@ print(spark.read.format("tubemq").option("master", master).option("topic", "demo
 
 
 def walkthrough() -> list[str]:
-    """The README's Python blocks from "Reading a stream" up to "From outside Spark", in reading order."""
-    section = README.read_text().split("## Reading a stream", 1)[1].split("### From outside Spark", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    """Every block this test runs, in reading order, a block repeated word for word kept once."""
+    blocks: list[str] = []
+    for page in [README, *PAGES]:
+        blocks += [code for code in run_by(page, ME) if code not in blocks]
+    return blocks
 
 
 def cluster_command_topics() -> set[str]:
     """The topics the README's ``tubespark_testbed start`` command deploys."""
-    section = README.read_text().split("## Reading a stream", 1)[1]
-    command = re.search(r"^python -m tubespark_testbed start (.*)$", section, re.M).group(1)
+    command = re.search(r"^python -m tubespark_testbed start (.*)$", README.read_text(), re.M).group(1)
     return {spec.split(":")[0] for spec in re.findall(r"--topic (\S+)", command)}
 
 
 def test_the_readme_cluster_command_deploys_every_topic_the_blocks_use():
     """Fails on the README before issue 25 item 2: ``demo_copy`` was written to, never deployed."""
-    used = {name for block in walkthrough() for name in re.findall(r'option\("topic", "(\w+)"\)', block)}
+    tubemq = [block for block in walkthrough() if 'format("tank")' not in block and 'format("rocketmq")' not in block]
+    used = {name for block in tubemq for name in re.findall(r'option\("topic", "(\w+)"\)', block)}
     assert used == {"demo_events", "demo_copy"}, used
     assert used <= cluster_command_topics(), cluster_command_topics()
     assert used <= set(README_TOPICS)
 
 
-def test_readme_walkthrough_runs_as_written(tubemq_cluster, tmp_path):
+def test_readme_walkthrough_runs_as_written(tubemq_cluster, rocketmq_stack, tmp_path):
     blocks = walkthrough()
-    assert len(blocks) >= 5, "the read, write, progress and listener blocks"
+    readme = run_by(README, ME)
+    assert len(readme) == 4, "the README's TubeMQ write and read blocks, its TANK and its RocketMQ example"
+    assert len(blocks) >= 9, "+ the guide's writes, the monitoring page's two, the TANK and RocketMQ backfills"
     shutil.rmtree("/tmp/tubespark-example", ignore_errors=True)
+    rocketmq_stack.create_topic(ROCKETMQ_TOPIC, 4)
     script = tmp_path / "walkthrough.py"
     script.write_text("\n".join(blocks) + EPILOGUE)
-    env = {**os.environ, "TUBEMQ_MASTER": tubemq_cluster.master_address,
-           "TUBEMQ_MASTER_WEB": tubemq_cluster.master_web_url, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    with TankBroker({TANK_TOPIC: 2}) as tank:
+        env = {**os.environ, "TUBEMQ_MASTER": tubemq_cluster.master_address,
+               "TUBEMQ_MASTER_WEB_URL": tubemq_cluster.master_web_url, "TANK_BROKER": tank.address,
+               "ROCKETMQ_NAMESRV": rocketmq_stack.namesrv_address, "PYSPARK_PYTHON": sys.executable}
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400, env=env,
+                              cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    count = int(re.search(r"^(\d+) events so far$", done.stdout, re.M).group(1))
-    assert count == 1000, done.stdout  # the sample block's events, read back by the read block
-    copied = int(re.search(r"^(\d+) copied$", done.stdout, re.M).group(1))
-    assert copied > 0, done.stdout  # the write block's copy stream reached demo_copy
+
+    def printed(label: str) -> int:
+        return int(re.search(rf"^(\d+) {label}$", done.stdout, re.M).group(1))
+
+    assert printed("events so far") == 1000, done.stdout  # the sample block's events, read back by the read block
+    assert printed("copied") > 0, done.stdout  # the guide's copy stream reached demo_copy
+    assert printed("TANK events") == 1000, done.stdout
+    assert printed("TANK messages backfilled") == 1000, done.stdout
+    assert printed("RocketMQ messages") == 1000, done.stdout
+    assert printed("RocketMQ messages backfilled") == 1000, done.stdout
+

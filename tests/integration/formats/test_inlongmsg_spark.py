@@ -105,8 +105,9 @@ def test_rows_as_bundles_read_back_exactly_in_batch_and_streaming(spark, tubemq_
     _assert_same_rows(_observed(stream_rows), expected, "AvailableNow stream")
     # Each record comes from the same partition at the same place in its bundle. Not the same `offset`: the
     # topic's 4 partitions share one store, where a message's offset is a lower bound counted from where its
-    # fetch began (README, the offset column; tubespark/tubemq/client/ranges.py), and the stream's fetches may
-    # begin elsewhere than the batch read's (seen in CI: one partition's offsets 2,520 higher, every value once)
+    # fetch began (docs/tubemq/guide.md, the offset column; tubespark/tubemq/client/ranges.py), and the stream's
+    # fetches may begin elsewhere than the batch read's (seen in CI: one partition's offsets 2,520 higher, every
+    # value once)
     _assert_same_rows(sorted((bytes(r.value), r.partitionKey, r.recordIndex) for r in stream_rows),
                       sorted((bytes(r.value), r.partitionKey, r.recordIndex) for r in batch_rows),
                       "the stream's partitions and places in bundles")

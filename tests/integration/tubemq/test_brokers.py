@@ -370,7 +370,7 @@ def test_a_deleted_deployment_is_not_configured_any_more(tubemq_brokers):
 
 def test_the_scale_bench_runs_on_three_brokers(tubemq_brokers, tmp_path):
     """``python -m bench.scale`` (issue 23 part 7) at its smallest: 12 partitions, 3 triggers. Not a timed test:
-    it proves the command measures a 3-broker topic end to end (the figures are in the README)."""
+    it proves the command measures a 3-broker topic end to end (the figures are in docs/performance/index.md)."""
     cluster, pool = tubemq_brokers
     topic = pool.take(4, 1)  # 4 partitions in one store on each broker: 12
     out = tmp_path / "scale.json"

@@ -6,7 +6,7 @@
 * a Trigger.AvailableNow run started right after a same-group query was killed (its registrations
   still occupy partitions on the broker) reads every partition the master assigned, or fails naming
   the partition, never finishes without one;
-* where each partition starts (README "Reading a stream"): initial partitions at startingOffsets
+* where each partition starts (docs/tubemq/guide.md#where-each-partition-starts): initial partitions at startingOffsets
   (``latest``, ``group``), a handed-over / regained partition at the group's committed offset;
 * a broker that comes back below the query's offset (it lost acknowledged, unflushed messages) is
   detected: failOnDataLoss=true fails naming the partition and both offsets, false resumes where the

@@ -3,7 +3,7 @@
 Dedicated cluster (the kill must not disturb the session cluster's other tests), whose broker writes
 straight to its files (``enableMemStore=false``): otherwise ``kill -9`` drops what the broker had
 acknowledged but kept in its memory cache (up to ``memCacheFlushIntvl``, 20 s by default), which is the
-broker's loss, not the reader's (README, Reliability).
+broker's loss, not the reader's (docs/guarantees.md, TubeMQ faults).
 The query runs small micro-batches; once the sink holds some rows the broker is killed, kept down for
 a while and restarted on the same ports and data. Executors retry the range read (resuming at the last
 batch boundary they yielded); if the query fails anyway (e.g. the driver's planning gave up), it is

@@ -2,7 +2,7 @@
 
 What a user relies on: every error tubespark raises is a ``TubeSparkError``; the shared module holds
 only broker-neutral kinds and each broker's own errors sit in ``tubespark.<broker>.errors``; the names
-the README tells users about import from where they always did; ``retriable`` is true exactly when the
+the documentation tells users about import from where they always did; ``retriable`` is true exactly when the
 same call may succeed after a backoff (tubespark/errors.py's docstring), which is what the retry helper
 filters on. Plus the TubeMQ errCode mapping.
 """
@@ -106,7 +106,7 @@ def test_each_broker_has_its_own_error_module(broker: str, names: set[str]) -> N
 
 
 @pytest.mark.parametrize(("module_name", "name"), [
-    # the error names README.md tells users about, where they live ...
+    # the error names the documentation (README.md, docs/) tells users about, where they live ...
     ("tubespark", "TubeSparkError"),
     ("tubespark.errors", "DataLossError"),
     ("tubespark.errors", "ForeignCheckpointError"),

@@ -297,7 +297,7 @@ def test_v4_attribute_text_stays_strict_as_inlongs_getattrs_is() -> None:
 
 def test_records_come_out_in_wire_order_not_grouped_by_attribute_set() -> None:
     # InLong's iterator would give a, a, b (grouped by attribute set, first seen first): same records,
-    # our order is the wire's (documented in the module and the README)
+    # our order is the wire's (documented in the module and docs/tubemq/bundles.md)
     records = [Record(b"1", {"s": "a"}), Record(b"2", {"s": "b"}), Record(b"3", {"s": "a"})]
     for version in (3, 4):
         decoded = decode_inlongmsg(encode_inlongmsg(records, version=version, compress=False, data_time=1000))

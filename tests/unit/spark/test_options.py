@@ -1,14 +1,14 @@
 """The options the brokers share (tubespark.spark.options): defined once, parsed the same on every broker, the
-old name of a renamed option working with a warning, and the README's option tables made from the definitions."""
+old name of a renamed option working with a warning, and the Options page's tables (docs/reference/options.md)
+made from the definitions."""
 
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import pytest
 
-from scripts.readme_options import BLOCKS, generated, tables
+from scripts.docs_options import BLOCKS, PAGE, generated, tables
 from tubespark.core.settings import ConnectionSettings
 from tubespark.errors import OptionError
 from tubespark.rocketmq.client.client import ClientSettings as RocketMQSettings
@@ -27,8 +27,6 @@ from tubespark.tank.client.broker import ClientSettings as TankSettings
 from tubespark.tank.spark import options as tank
 from tubespark.tubemq.client.common import ClientSettings as TubeMQSettings
 from tubespark.tubemq.spark import options as tubemq
-
-README = Path(__file__).resolve().parents[3] / "README.md"
 
 # broker -> (its options module, its parsed options class, what a read needs, what a write needs, its settings)
 BROKERS = {
@@ -255,23 +253,23 @@ def test_every_broker_refuses_a_misspelt_option_in_either_mode(broker, mode):
         parse(broker, mode, maxoffsetpertrigger="5")
 
 
-# --- the README ----------------------------------------------------------------------------------
+# --- the Options page -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list(BLOCKS))
-def test_readme_option_table_is_generated_from_the_definitions(name):
-    found = tables(README.read_text())
-    assert name in found, f"README.md lost its {name} block"
-    assert found[name] == BLOCKS[name][1](), f"README's {name} table is stale: run python scripts/readme_options.py"
+def test_the_option_table_is_generated_from_the_definitions(name):
+    found = tables(PAGE.read_text())
+    assert name in found, f"docs/reference/options.md lost its {name} block"
+    assert found[name] == BLOCKS[name][1](), f"the {name} table is stale: run python scripts/docs_options.py"
 
 
-def test_readme_option_blocks_are_exactly_what_the_script_writes():
-    readme = README.read_text()
-    assert generated(readme) == readme, "README's option blocks are stale: run python scripts/readme_options.py"
+def test_the_option_blocks_are_exactly_what_the_script_writes():
+    page = PAGE.read_text()
+    assert generated(page) == page, "docs/reference/options.md's blocks are stale: run python scripts/docs_options.py"
 
 
-def test_the_readme_documents_each_shared_option_once():
-    found = tables(README.read_text())
+def test_the_options_page_documents_each_shared_option_once():
+    found = tables(PAGE.read_text())
     every_table = "\n".join(found.values())
     for option in SHARED:
         assert every_table.count(f"| `{option.name}` |") == 1, option.name

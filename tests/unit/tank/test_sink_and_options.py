@@ -1,4 +1,4 @@
-"""The ``tank`` options (validated before any network call, the README table) and the sink's row handling
+"""The ``tank`` options (validated before any network call, the Options page's table) and the sink's row handling
 (bundling, routing, bad rows) against the TANK test double, without a Spark session."""
 
 from __future__ import annotations

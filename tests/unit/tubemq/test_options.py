@@ -1,4 +1,4 @@
-"""Options of the tubemq data source: validation before any network call, typed attributes, the README table."""
+"""Options of the tubemq data source: validation before any network call, typed attributes, the Options page's table."""
 
 from __future__ import annotations
 
@@ -278,7 +278,7 @@ def test_per_call_defaults():
 
 @pytest.mark.parametrize("spelled", ["maxOffsetPerTrigger", "maxoffsetpertrigger", "MAXOFFSETPERTRIGGER"])
 def test_a_misspelt_option_fails_naming_the_closest_one_as_documented(spelled):
-    # Spark lower-cases the keys of the option map: the suggestion is still in the README's spelling
+    # Spark lower-cases the keys of the option map: the suggestion is still in the Options page's spelling
     with pytest.raises(OptionError, match=rf"^unknown option '{spelled}' for format\('tubemq'\): did you mean "
                                           r"maxOffsetsPerTrigger\?"):
         parse(**{spelled: "5"})
@@ -327,9 +327,9 @@ def test_core_framework_on_its_own():
         OptionSpec("x", None, parse_bool, "X.", applies="sometimes")
 
 
-def test_readme_says_option_names_are_case_insensitive():
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    assert "case-insensitive" in readme and "case-sensitive" not in readme.replace("case-insensitive", "")
+def test_the_options_page_says_option_names_are_case_insensitive():
+    page = (Path(__file__).parents[3] / "docs" / "reference" / "options.md").read_text()
+    assert "case-insensitive" in page and "case-sensitive" not in page.replace("case-insensitive", "")
 
 
 @pytest.mark.parametrize(("text", "ms"), [("250", 250), ("500ms", 500), ("30s", 30_000), ("15m", 900_000),

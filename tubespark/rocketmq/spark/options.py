@@ -1,4 +1,4 @@
-"""Every option of the ``rocketmq`` data source, defined once (the README table is generated from it).
+"""Every option of the ``rocketmq`` data source, defined once (docs/reference/options.md's table is generated from it).
 
 Attributes are the option names in snake_case, except list-valued ones, which are plural
 (``namesrv`` -> ``namesrvs``, ``topic`` -> ``topics``). Parsing happens before any network call. The
@@ -197,7 +197,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "travel; it is kept out of logs, messages and the options' repr.", False, BOTH),
     *tls_specs("", enable="Connect with TLS, to the name servers and to the brokers alike, on the same ports "
                "(a RocketMQ 5 server takes TLS on its port unless its `tls.server.mode` is `disabled`; `enforcing` "
-               "takes nothing else). See docs/rocketmq/tls.md.", cert="For servers with "
+               "takes nothing else). See [RocketMQ's TLS](../rocketmq/tls.md).", cert="For servers with "
                "`tls.server.need.client.auth=require`.",
                hosts="the `namesrv` address given, the broker addresses the name server lists"),
 )
@@ -279,5 +279,5 @@ class RocketMQOptions(TlsOptions, SharedOptions):
 
 
 def option_table(mode: str | None = None) -> str:
-    """Markdown table of RocketMQ's own options (the README's RocketMQ section embeds it)."""
+    """Markdown table of RocketMQ's own options (docs/reference/options.md embeds it)."""
     return own_option_table(OPTIONS, mode)

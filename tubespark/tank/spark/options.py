@@ -1,6 +1,6 @@
 """Every option of the ``tank`` data source, defined once: name, default, parser and documentation.
 
-:data:`OPTIONS` is the table (the README's TANK option table is generated from it, see
+:data:`OPTIONS` is the table (docs/reference/options.md's TANK table is generated from it, see
 :func:`option_table`); :class:`TankOptions` is the parsed, typed, frozen result, built with core's
 framework (:mod:`tubespark.core.options`) before any network call: a bad value fails naming the
 option and the value. Offsets are TANK sequence numbers, keyed ``"topic:partition"``. The options every
@@ -150,5 +150,5 @@ class TankOptions(SharedOptions):
 
 
 def option_table(mode: str | None = None) -> str:
-    """Markdown table of TANK's own options (the README's TANK section embeds it)."""
+    """Markdown table of TANK's own options (docs/reference/options.md embeds it)."""
     return own_option_table(OPTIONS, mode)

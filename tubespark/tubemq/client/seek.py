@@ -7,7 +7,7 @@ was at a time, which says nothing for a new group. What a client can see is each
 chosen offsets under a private group and bisects the index range, ``ceil(log2(n + 1))`` reads for
 ``n`` records (about 20 for a million), each a register, one fetch and a release.
 
-Semantics, stated once for the README and the options:
+Semantics, stated once for the documentation (docs/tubemq/guide.md#reading-by-time) and the options:
 
 * times compare by the minute, in UTC (tubespark writes ``msgTime`` in UTC; a producer writing local
   time shifts the answer by its UTC offset): the answer is the first message whose minute is at or

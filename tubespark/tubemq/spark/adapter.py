@@ -83,12 +83,12 @@ class _LostAcknowledged(BoundsPolicy):
         return Resolution(bounds.high, f"the broker's max offset {bounds.high} is below this query's offset "
                                        f"{start}; the broker lost acknowledged messages (TubeMQ's durability "
                                        f"window: a broker killed before flushing its memory cache loses what it "
-                                       f"acknowledged; enableMemStore=false on the broker closes the window, README "
-                                       f"'TubeMQ's own durability window'). Offsets [{bounds.high}, {start}) will "
-                                       f"be reused by new messages, and the broker may already have written new "
-                                       f"ones below {bounds.high} since its restart. With failOnDataLoss=true a "
-                                       f"restart on this checkpoint keeps failing, also once the broker is refilled "
-                                       f"past {start} (the offsets' #last check)")
+                                       f"acknowledged; enableMemStore=false on the broker closes the window, see "
+                                       f"docs/guarantees.md#tubemqs-own-durability-window). Offsets "
+                                       f"[{bounds.high}, {start}) will be reused by new messages, and the broker "
+                                       f"may already have written new ones below {bounds.high} since its restart. "
+                                       f"With failOnDataLoss=true a restart on this checkpoint keeps failing, also "
+                                       f"once the broker is refilled past {start} (the offsets' #last check)")
 
 
 class TubeAdapter(Broker):

@@ -2,7 +2,7 @@
 
 The master assigns partitions to the group's members; a partition the query knows is in one of the
 states of :class:`Assignment`, kept here explicitly rather than spread over the reader. The start
-rules (README "Where each partition starts"):
+rules (docs/tubemq/guide.md#where-each-partition-starts):
 
 (a) a partition in the checkpoint Spark restarts from resumes at the checkpoint's offset (the engine's);
 (b) a new query's initial partitions, those the master assigns in its first rebalance (including ones a

@@ -1,8 +1,8 @@
 """Every option of the ``tubemq`` data source, defined once: name, default, parser and documentation.
 
-:data:`OPTIONS` is the table (the README's option table is generated from it); :class:`TubeMQOptions`
-is the parsed, typed, frozen result with one attribute per option, named by the option in snake_case
-(``maxOffsetsPerTrigger`` -> ``max_offsets_per_trigger``) except that list-valued options are plural
+:data:`OPTIONS` is the table (docs/reference/options.md's TubeMQ table is generated from it);
+:class:`TubeMQOptions` is the parsed, typed, frozen result with one attribute per option, named by the option
+in snake_case (``maxOffsetsPerTrigger`` -> ``max_offsets_per_trigger``) except that list-valued options are plural
 (``master`` -> ``masters``, ``topic`` -> ``topics``) and the ``tubemq.`` prefix is dropped
 (``tubemq.tlsEnable`` -> ``tls_enable``). Option names are case-insensitive, like Spark's option map.
 
@@ -214,8 +214,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("topicRefreshIntervalMs", "30000", parse_positive_int, "With `topicPattern`: how often a stream "
                "lists the topics again."),
     OptionSpec("startingTimestamp", None, parse_timestamp, "Start every partition at its first message whose "
-               "`msgTime` minute is at or after this time (epoch ms; see [Reading by time](#reading-by-time)). "
-               "Wins over `startingOffsetsByTimestamp` and `startingOffsets`."),
+               "`msgTime` minute is at or after this time (epoch ms; see "
+               "[Reading by time](../tubemq/guide.md#reading-by-time)). Wins over `startingOffsetsByTimestamp` "
+               "and `startingOffsets`."),
     OptionSpec("startingOffsetsByTimestamp", None, _timestamps, "JSON `{\"brokerId:topic:partitionId\": epoch "
                "ms}`: a start time per partition (as `startingTimestamp`); partitions not named follow "
                "`startingOffsets`."),
@@ -246,7 +247,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "failing with its name."),
     OptionSpec("payloadFormat", "raw", choice(*PAYLOAD_FORMATS), "`raw`: one row per TubeMQ message. `inlongmsg`: "
                "messages are InLong bundles (InLongMsg or MessageObjs, see [InLong message bundles]"
-               "(#inlong-message-bundles)); reading gives one row per record (plus a `recordIndex` column), "
+               "(../tubemq/bundles.md)); reading gives one row per record (plus a `recordIndex` column), "
                "writing packs rows into bundles.", False, BOTH),
     OptionSpec("ignoreParseErrors", "false", parse_bool, "With `payloadFormat=inlongmsg`: `false` fails the task "
                "on a message that is not a valid bundle, naming partition and offset; `true` skips it, logs it "
@@ -260,8 +261,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
     *tls_specs("tubemq.", enable="Connect with TLS: `master` then lists the masters' TLS ports, and the brokers' "
-               "TLS ports come from the master. See [TLS](#tls).", cert="TubeMQ 2.4.0 servers accept TLS only from "
-               "clients with a certificate signed by a CA in their trust store.",
+               "TLS ports come from the master. See [TLS](../operations/security.md#tls).",
+               cert="TubeMQ 2.4.0 servers accept TLS only from clients with a certificate signed by a CA in "
+               "their trust store.",
                hosts="the master address given, the broker address the master lists"),
     OptionSpec("brokerAddressMap", "", _address_map, "`listed=reachable[,...]` (each `host:port`): connect to a "
                "broker the master lists as `listed` at `reachable` instead, e.g. behind NAT or a port forward. "
@@ -353,5 +355,6 @@ class TubeMQOptions(TlsOptions, SharedOptions):
 
 
 def option_table(mode: str | None = None) -> str:
-    """Markdown table of TubeMQ's own options (the README embeds it; the shared ones have their own table)."""
+    """Markdown table of TubeMQ's own options (docs/reference/options.md embeds it; the shared ones have their own
+    table)."""
     return own_option_table(OPTIONS, mode)

@@ -1,11 +1,11 @@
-"""Write the README's option tables from the option definitions, or check they are current.
+"""Write the documentation site's option tables from the option definitions, or check they are current.
 
 Why a script: the tables are the user's reference and the definitions are the code's, so one is made
 from the other. Each table sits between ``<!-- NAME:begin ... -->`` and ``<!-- NAME:end -->`` in
-README.md; tests/unit/spark/test_options.py fails when one is stale.
+docs/reference/options.md (the site's Options page); tests/unit/spark/test_options.py fails when one is stale.
 
-    python scripts/readme_options.py          # rewrite the tables in README.md
-    python scripts/readme_options.py --check  # exit 1 if a table differs from the definitions
+    python scripts/docs_options.py          # rewrite the tables in docs/reference/options.md
+    python scripts/docs_options.py --check  # exit 1 if a table differs from the definitions
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from tubespark.spark.options import shared_option_table
 from tubespark.tank.spark import options as tank
 from tubespark.tubemq.spark import options as tubemq
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "options.md"
+"""The page holding every option table (its links are relative to docs/reference/)."""
 CHECKED_BY = "tests/unit/spark/test_options.py"
 
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
@@ -41,44 +42,45 @@ def _block(name: str) -> re.Pattern[str]:
 
 def block(name: str, table: str) -> str:
     """Block ``name`` holding ``table``, its begin marker naming the definitions and the check."""
-    return (f"<!-- {name}:begin (generated from {BLOCKS[name][0]} by scripts/readme_options.py; {CHECKED_BY} "
+    return (f"<!-- {name}:begin (generated from {BLOCKS[name][0]} by scripts/docs_options.py; {CHECKED_BY} "
             f"checks it) -->\n{table}\n<!-- {name}:end -->")
 
 
-def tables(readme: str) -> dict[str, str]:
-    """The current content of every block in ``readme`` (a missing block is left out)."""
+def tables(page: str) -> dict[str, str]:
+    """The current content of every block in ``page`` (a missing block is left out)."""
     found = {}
     for name in BLOCKS:
-        match = _block(name).search(readme)
+        match = _block(name).search(page)
         if match:
             found[name] = match.group(1) or ""
     return found
 
 
-def generated(readme: str) -> str:
-    """``readme`` with every block's marker and table made from the definitions (ValueError: a block is missing)."""
+def generated(page: str) -> str:
+    """``page`` with every block's marker and table made from the definitions (ValueError: a block is missing)."""
     for name, (_, render) in BLOCKS.items():
-        match = _block(name).search(readme)
+        match = _block(name).search(page)
         if match is None:
-            raise ValueError(f"README.md has no {name} block (<!-- {name}:begin ... --> ... <!-- {name}:end -->)")
+            raise ValueError(f"{PAGE.name} has no {name} block (<!-- {name}:begin ... --> ... <!-- {name}:end -->)")
         start, end = match.span()
-        readme = readme[:start] + block(name, render()) + readme[end:]
-    return readme
+        page = page[:start] + block(name, render()) + page[end:]
+    return page
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md's tables are stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the tables are stale")
     args = parser.parse_args(argv)
-    current = README.read_text()
+    current = PAGE.read_text()
     wanted = generated(current)
     if wanted == current:
         return 0
     if args.check:
-        print("README.md's option tables are stale: run python scripts/readme_options.py", file=sys.stderr)
+        print("docs/reference/options.md's option tables are stale: run python scripts/docs_options.py",
+              file=sys.stderr)
         return 1
-    README.write_text(wanted)
-    print("README.md's option tables rewritten")
+    PAGE.write_text(wanted)
+    print("docs/reference/options.md's option tables rewritten")
     return 0
 
 
