@@ -24,8 +24,8 @@ def spark_python(python: str | None = None) -> str:
     """What to put in ``PYSPARK_PYTHON`` so Spark's Python processes start in time on a busy machine.
 
     Spark's streaming-source process must start and connect back within a fixed 10 s; with a pip-installed
-    PySpark it compiles PySpark from ``pyspark.zip`` every time (1.2-1.6 CPU-s) unless started through this
-    script, which imports the installed package's bytecode instead (0.45-0.55). ``python``: the interpreter to run
+    PySpark it compiles PySpark from ``pyspark.zip`` every time (1.15-1.7 CPU-s) unless started through this
+    script, which imports the installed package's bytecode instead (0.45-0.58). ``python``: the interpreter to run
     (this one by default). ``os.environ.setdefault("PYSPARK_PYTHON", tubespark.spark_python())`` before the
     session starts; see docs/troubleshooting/busy-machine.md.
     """

@@ -3,8 +3,8 @@
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the ``PYTHONPATH`` of every Python process it starts
 (``PythonUtils.sparkPythonPath``): the daemon of each worker module and one process per streaming Python source
 (``PythonStreamingSourceRunner``, started without a daemon). Python never writes bytecode for modules it imports
-from a zip, so each such process compiles PySpark's modules again: 1.2-1.6 CPU-seconds to import the streaming
-source runner from the zip against 0.45-0.55 from the installed package (a 2-core Xeon). Spark gives a streaming
+from a zip, so each such process compiles PySpark's modules again: 1.15-1.7 CPU-seconds to import the streaming
+source runner from the zip against 0.45-0.58 from the installed package (a 2-core Xeon). Spark gives a streaming
 source's process a fixed 10 s to do that and connect back (``PythonWorkerFactory.createSimpleWorker``); on a
 loaded machine it did not always make it: ``Python worker failed to connect back``
 (docs/troubleshooting/busy-machine.md).
