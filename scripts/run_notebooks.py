@@ -5,7 +5,8 @@ sees what each cell prints and the monitoring plot).
 
 Each notebook runs as a reader would run it, with ``TUBEMQ_MASTER`` and ``TUBESPARK_NB_TOPIC`` unset: it
 starts its own local TubeMQ cluster (Java 17+, Maven) and stops it in its last cell, or in the cell that
-fails (each cell runs inside the notebook's ``stop_on_error()``). Needs ``pip install -e ".[test]"``
+fails (each cell runs inside the notebook's ``stop_on_error()``), and picks Spark's Python itself
+(``tubespark.use_spark_python()``, as a reader's run does). Needs ``pip install -e ".[test]"``
 (nbclient, ipykernel, matplotlib). The tests run the same notebooks against the session cluster
 (tests/integration/core/test_notebooks.py) without writing them.
 """
@@ -26,7 +27,6 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 def run(path: Path) -> None:
     notebook = nbformat.read(path, as_version=4)
     env = {k: v for k, v in os.environ.items() if k not in ("TUBEMQ_MASTER", "TUBESPARK_NB_TOPIC")}
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
     with tempfile.TemporaryDirectory(prefix="tubespark-nb-run-") as work:
         client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                                          resources={"metadata": {"path": work}})

@@ -151,8 +151,8 @@ def _command(cluster: LocalCluster, words: list[str]) -> str:
         return f"error: {exc}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tubespark_testbed", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, *, prog: str = "python -m tubespark_testbed") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log start-up phases")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("fetch", help="download the TubeMQ and RocketMQ servers and their dependencies into the cache "
@@ -190,7 +190,7 @@ def demo_main(argv: list[str] | None = None) -> int:
     """``tubespark demo [--seconds N]``: the connector's command line finds this through the entry point
     ``tubespark.commands`` of this distribution (``pip install 'tubespark[cluster]'``), so the connector
     offers the demo without importing the test bed."""
-    return main(["demo", *(sys.argv[1:] if argv is None else argv)])
+    return main(["demo", *(sys.argv[1:] if argv is None else argv)], prog="tubespark")
 
 
 def _topic_arg(value: str) -> str:

@@ -1,22 +1,28 @@
 """The demo on an embedded real TubeMQ cluster: ``python -m tubespark_testbed demo [--seconds N]``.
 
-The demo is the newcomer's first contact (``./dev demo``), so it says what it downloads, shows results
-and the group's lag while it runs, and cleans everything up on Ctrl-C. It lives with the test bed, not
-in the connector, because it starts a local cluster.
+The demo is the newcomer's first contact (``./dev demo``), so it says what it downloads and each start-up
+stage with its time, shows results and the group's lag while it runs, says why when the stream read nothing,
+and cleans everything up on Ctrl-C. It lives with the test bed, not in the connector, because it starts a
+local cluster. Spark's Python processes start through tubespark's start-up script unless ``PYSPARK_PYTHON`` is
+set (``tubespark.use_spark_python()``, docs/troubleshooting/busy-machine.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import random
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tubespark_testbed import artifacts
 from tubespark_testbed.local import LocalCluster
 
 DEMO_TOPIC = "demo_events"
@@ -43,19 +49,77 @@ def _event(rng: random.Random) -> tuple[str, bytes]:
     return kind, json.dumps(body).encode()
 
 
-def _produce_forever(master: str, stop: threading.Event, rate_per_s: float) -> None:
+@dataclass
+class Produced:
+    """What the demo's producer thread did: how many messages it sent, and the error that stopped it."""
+
+    sent: int = 0
+    error: str | None = None
+
+
+def _produce_forever(master: str, stop: threading.Event, rate_per_s: float, produced: Produced) -> None:
     from tubespark.tubemq.client.producer import Producer
     from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
 
     rng = random.Random(7)
-    with Producer(master) as producer:
-        producer.publish([DEMO_TOPIC])
-        while not stop.wait(1 / rate_per_s):
-            kind, body = _event(rng)
-            producer.send_async(DEMO_TOPIC, OutgoingMessage(body, msg_type=kind, msg_time=format_msg_time(
-                datetime.now(UTC)), attributes={"source": "demo"}))
-            if rng.random() < 0.1:
-                producer.flush()
+    try:
+        with Producer(master) as producer:
+            producer.publish([DEMO_TOPIC])
+            while not stop.wait(1 / rate_per_s):
+                kind, body = _event(rng)
+                producer.send_async(DEMO_TOPIC, OutgoingMessage(body, msg_type=kind, msg_time=format_msg_time(
+                    datetime.now(UTC)), attributes={"source": "demo"}))
+                produced.sent += 1
+                if rng.random() < 0.1:
+                    producer.flush()
+    except Exception as exc:  # noqa: BLE001 - said in the demo's last line when the stream read nothing
+        produced.error = first_line(exc)
+
+
+def first_line(exc: BaseException | str, limit: int = 300) -> str:
+    """An error in one line: its first, cut at ``limit`` characters (Spark's carry a JVM stack trace after it)."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+BUSY_MACHINE_DOC = "docs/troubleshooting/busy-machine.md"
+
+
+def why_nothing_read(*, query_error: str | None, produced: Produced, streamed_s: float) -> str:
+    """Why the stream read no event, in words a newcomer can act on: the stream's own error first (with what to
+    do about Spark's start-up timeout), then the producer's, then a stream that simply had no batch yet."""
+    if query_error:
+        hint = (f" (Spark's Python process for the stream started too slowly on this busy machine: see "
+                f"{BUSY_MACHINE_DOC})" if "connect back" in query_error else "")
+        return f"the stream stopped with an error: {query_error}{hint}"
+    if produced.error:
+        return f"the producer stopped with an error after {produced.sent} messages: {produced.error}"
+    if not produced.sent:
+        return "the producer had not sent a message yet (the cluster took the whole time)"
+    return (f"the producer sent {produced.sent} messages, but no micro-batch ended in the {streamed_s:.0f} s the "
+            f"stream ran (the first one starts Spark's Python workers, slow on a busy machine): run it longer, "
+            f"e.g. --seconds 90")
+
+
+@contextmanager
+def stage(what: str, *, every_s: float = 15.0) -> Iterator[None]:
+    """Say ``what`` starts, that it is still going every ``every_s`` seconds, and how long it took."""
+    started = time.monotonic()
+    done = threading.Event()
+
+    def still_going() -> None:
+        while not done.wait(every_s):
+            print(f"  ... {what}: {time.monotonic() - started:.0f} s so far", flush=True)
+
+    ticker = threading.Thread(target=still_going, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join(timeout=1)
+    print(f"  {what}: done in {time.monotonic() - started:.0f} s", flush=True)
 
 
 def _group_lag(cluster: LocalCluster) -> str:
@@ -93,21 +157,37 @@ def demo(seconds: float | None) -> int:
 
 
 def _run(seconds: float | None) -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    print("Starting a local TubeMQ cluster (ZooKeeper, master, broker). The first run downloads the server "
-          "from Maven Central; later runs use the cache.", flush=True)
+    import tubespark
+
+    tubespark.use_spark_python()  # Spark's Python processes start from PySpark's bytecode (a set one is kept)
+    if not artifacts.is_resolved():
+        with stage(f"Downloading the TubeMQ server from Maven Central into {artifacts.cache_dir()} (first run only)"):
+            artifacts.ensure_artifacts()
+    print("Starting a local TubeMQ cluster (ZooKeeper, master, broker; about 40 s, most of it the master's wait "
+          "before it serves a new topic).", flush=True)
     stop = threading.Event()
+    produced = Produced()
     # Deployed with the cluster: the master holds a new topic (and a new broker) ~30 s before use.
-    with LocalCluster(topics=[(DEMO_TOPIC, 1, 4)]) as cluster:
+    with contextlib.ExitStack() as stopped_last:  # the cluster stops after the query and Spark (finally below)
+        with stage("TubeMQ cluster start"):
+            cluster = stopped_last.enter_context(LocalCluster(topics=[(DEMO_TOPIC, 1, 4)]))
         print(f"TubeMQ master at {cluster.master_address}, topic {DEMO_TOPIC} ready", flush=True)
-        producer = threading.Thread(target=_produce_forever, args=(cluster.master_address, stop, 200.0), daemon=True)
+        producer = threading.Thread(target=_produce_forever, args=(cluster.master_address, stop, 200.0, produced),
+                                    daemon=True)
         producer.start()
         spark: Any = None
         query: Any = None
         total = 0
         interrupted = False
+        query_error: str | None = None
+        streamed_s = 0.0
         try:
-            spark, query = _start_query(cluster.master_address)
+            print("Starting Spark (local[2]) and the streaming query ...", flush=True)
+            with stage("Spark and the streaming query start"):
+                spark, query = _start_query(cluster.master_address)
+            print("Streaming: a table of events per stream every few seconds (the first batch takes longest).",
+                  flush=True)
+            streaming_since = time.monotonic()
             # PySpark's own SIGINT handler cancels every running Spark job first: a micro-batch caught
             # mid-run would fail the query with an ERROR and a stack trace. The query.stop() below ends
             # it cleanly, so Ctrl-C only has to leave this loop.
@@ -115,25 +195,36 @@ def _run(seconds: float | None) -> int:
             deadline = time.monotonic() + seconds if seconds else None
             while deadline is None or time.monotonic() < deadline:
                 time.sleep(5)
+                if not query.isActive:  # failed: waiting out the rest of --seconds shows nothing more
+                    break
                 progress = query.lastProgress or {}
                 print(f"[{datetime.now():%H:%M:%S}] last batch {progress.get('numInputRows', 0)} rows; "
                       f"{_group_lag(cluster)}  (Ctrl-C to stop)", flush=True)
+            streamed_s = time.monotonic() - streaming_since
         except KeyboardInterrupt:
             interrupted = True
             print("\nStopping ...", flush=True)
+        except Exception as exc:  # noqa: BLE001 - Spark or the query did not start: the last line says why
+            query_error = first_line(exc)
         finally:
             # A second Ctrl-C while the query, Spark and the cluster stop would cut that short and leave
             # a traceback (and JVMs) behind: from here on the demo only shuts down.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             stop.set()
             if query is not None:
+                failure = query.exception()
+                query_error = first_line(failure) if failure else None
                 _stop_between_batches(query)
                 total = sum(p["numInputRows"] for p in query.recentProgress)
             if spark is not None:
                 spark.stop()
             producer.join(timeout=15)
-    print(f"Demo finished: the stream read {total} events. Everything was shut down.")
-    return 0 if total > 0 else 130 if interrupted else 1
+    if total > 0 or interrupted:
+        print(f"Demo finished: the stream read {total} events. Everything was shut down.")
+        return 0 if total > 0 else 130
+    why = why_nothing_read(query_error=query_error, produced=produced, streamed_s=streamed_s)
+    print(f"Demo finished: the stream read 0 events: {why}. Everything was shut down.")
+    return 1
 
 
 def _stop_between_batches(query: Any, wait_s: float = 10.0) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -18,11 +19,17 @@ if TYPE_CHECKING:
 class Progress:
     """Prints Spark's task progress every few seconds from a background thread, and a summary whose rate is
     over the time tasks ran: a short backfill spends most of its time starting Spark and planning, and a
-    rate over all of it (267 rows/s for 2,000 rows) reads as a broken connector."""
+    rate over all of it (267 rows/s for 2,000 rows) reads as a broken connector.
+
+    On a terminal the progress is one line, updated in place (and cleared at the end); in a log, a line every
+    ``interval_s``. ``quiet`` says when to print no more (Ctrl-C: the command's last line is what it left behind)."""
 
     def __init__(self, spark: SparkSession, label: str, interval_s: float = 2.0, out: TextIO = sys.stderr,
-                 poll_s: float = 0.2) -> None:
+                 poll_s: float = 0.2, quiet: Callable[[], bool] = lambda: False) -> None:
         self.spark, self.label, self.interval_s, self.out, self.poll_s = spark, label, interval_s, out, poll_s
+        self.quiet = quiet
+        self._in_place = bool(getattr(out, "isatty", lambda: False)())
+        self._shown = False  # an in-place line is on the terminal
         self.started = time.monotonic()
         self.first_task: float | None = None  # when a task was first seen running or done
         self.last_task: float | None = None  # when tasks were last seen running
@@ -36,6 +43,9 @@ class Progress:
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        if self._shown:
+            self.out.write("\r\x1b[K")  # the in-place line goes: what follows starts a clean line
+            self.out.flush()
 
     def _run(self) -> None:
         tracker = self.spark.sparkContext.statusTracker()
@@ -49,10 +59,17 @@ class Progress:
                     total += info.numTasks
                     running += info.numActiveTasks
             self.observe(time.monotonic(), done=done, running=running)
-            if total and time.monotonic() - printed >= self.interval_s:
+            if self.quiet():
+                continue
+            if total and (self._in_place or time.monotonic() - printed >= self.interval_s):
                 printed = time.monotonic()
-                print(f"  {self.label}: {done}/{total} tasks, {printed - self.started:.0f}s", file=self.out,
-                      flush=True)
+                line = f"  {self.label}: {done}/{total} tasks, {printed - self.started:.0f}s"
+                if self._in_place:
+                    self.out.write(f"\r\x1b[K{line}")
+                    self.out.flush()
+                    self._shown = True
+                else:
+                    print(line, file=self.out, flush=True)
 
     def observe(self, now: float, *, done: int, running: int) -> None:
         """Record one look at the active stages: tasks done and running at ``now``."""

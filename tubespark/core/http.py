@@ -29,14 +29,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
-
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.exceptions import ConnectTimeoutError
+from typing import TYPE_CHECKING, Any
 
 from tubespark.core.retry import RetryPolicy, call_with_retry
 from tubespark.errors import TubeSparkError
+
+if TYPE_CHECKING:  # requests is imported by the first call: ~0.17 CPU-s that defining or planning a source never
+    import requests  # needs (docs/troubleshooting/busy-machine.md)
 
 CONNECT_TIMEOUT_S = 3.0
 """The longest a connection may take to open (less when the caller's timeout is shorter): a web port that
@@ -50,6 +49,9 @@ RETRIED_STATUSES = frozenset((500, 502, 503, 504))
 def _never_opened(exc: BaseException) -> bool:
     """Whether ``exc`` is a connection that could not be opened (unresolvable, connect timeout): nothing was sent,
     so any call may be sent again."""
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError
+
     if not isinstance(exc, requests.ConnectionError):
         return False
     reason = getattr(exc.args[0], "reason", exc.args[0]) if exc.args else None
@@ -69,6 +71,8 @@ def _refused(exc: BaseException) -> bool:
 
 
 def _worth_again(idempotent: bool) -> Callable[[BaseException], bool]:
+    import requests
+
     def again(exc: BaseException) -> bool:
         if _refused(exc):  # nothing listens there: trying again a moment later changes nothing
             return False
@@ -90,6 +94,9 @@ def post_form(url: str, form: Mapping[str, str], *, timeout_s: float, idempotent
     call may be sent again after a broken connection or a 5xx answer. ``what`` names the operation in errors.
     Raises ``error(message)`` when the server cannot be reached or answers an HTTP error status.
     """
+    import requests
+    from requests.adapters import HTTPAdapter
+
     timeout = (min(CONNECT_TIMEOUT_S, timeout_s), timeout_s)
     policy = RetryPolicy(attempts=RETRIES + 1, backoff_s=0.2, max_backoff_s=1.0, retry_on=_worth_again(idempotent))
     with requests.Session() as session:

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from tubespark.spark.offset_rules import MESSAGES, OffsetUnits
@@ -203,6 +202,8 @@ class Broker:
 
     def sample_sizes(self, key: str, low: int, high: int) -> list[int]:
         """Value sizes of the messages in ``[low, high)`` (``maxBytesPerTrigger``), read by the driver."""
+        import pyarrow.compute as pc  # ~0.1 CPU-s at import, needed only here (docs/troubleshooting/busy-machine.md)
+
         return [size for task in self.read_tasks([(key, low, high)]) for batch in self.read(task, driver=True)
                 for size in pc.binary_length(batch.column("value")).to_pylist() if size is not None]
 

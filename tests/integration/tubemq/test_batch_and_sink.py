@@ -271,9 +271,9 @@ def test_backfill_console_command_flags_and_exit_codes(spark, tubemq_cluster, to
     code, err = run("publish", "--master", master, "--topic", topic, "--input", str(big))
     assert code == 1, err
     assert "publish: FAILED, not everything arrived" in err
-    # 1 as well when the output exists and --mode is the default errorifexists; the files are left alone
+    # 2 (a usage error) when the output exists and --mode is the default errorifexists; the files are left alone
     code, err = run("export", "--master", master, "--topic", topic, "--output", str(out))
-    assert code == 1 and "FAILED" in err, err
+    assert code == 2 and "FAILED" in err and "--mode overwrite" in err, err
     assert spark.read.json(str(out)).count() == 100
     # 2: unknown topic, unreachable master, bad option value
     for argv, why in ((["--topic", "no_such_topic_y", "--master", master], "unknown topic"),

@@ -161,7 +161,7 @@ def test_demo_without_the_cluster_extra_says_what_to_install(monkeypatch: pytest
 def test_demo_comes_from_the_testbed_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     from tubespark_testbed import __main__ as testbed_main
 
-    seen: list[list[str]] = []
-    monkeypatch.setattr(testbed_main, "main", lambda argv: seen.append(argv) or 0)
+    seen: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(testbed_main, "main", lambda argv, prog: seen.append((argv, prog)) or 0)
     assert cli.main(["demo", "--seconds", "5"]) == 0
-    assert seen == [["demo", "--seconds", "5"]]
+    assert seen == [(["demo", "--seconds", "5"], "tubespark")]  # its help says "tubespark demo"
