@@ -84,6 +84,8 @@ def first_line(exc: BaseException | str, limit: int = 300) -> str:
 
 
 BUSY_MACHINE_DOC = "docs/troubleshooting/busy-machine.md"
+FIRST_BATCH_TIMEOUT_S = 300.0
+"""How long the demo waits for its stream's first micro-batch before ``--seconds`` starts counting."""
 
 
 def why_nothing_read(*, query_error: str | None, produced: Produced, streamed_s: float) -> str:
@@ -98,8 +100,8 @@ def why_nothing_read(*, query_error: str | None, produced: Produced, streamed_s:
     if not produced.sent:
         return "the producer had not sent a message yet (the cluster took the whole time)"
     return (f"the producer sent {produced.sent} messages, but no micro-batch ended in the {streamed_s:.0f} s the "
-            f"stream ran (the first one starts Spark's Python workers, slow on a busy machine): run it longer, "
-            f"e.g. --seconds 90")
+            f"stream ran (the first one starts Spark's Python workers, slow on a busy machine: see "
+            f"{BUSY_MACHINE_DOC})")
 
 
 @contextmanager
@@ -188,6 +190,12 @@ def _run(seconds: float | None) -> int:
             print("Streaming: a table of events per stream every few seconds (the first batch takes longest).",
                   flush=True)
             streaming_since = time.monotonic()
+            # --seconds counts from the first batch's end: the first one starts Spark's Python workers, which a
+            # busy machine may take a minute over, and a short demo would otherwise end before it showed a row
+            with stage("the first micro-batch"):
+                first_by = streaming_since + FIRST_BATCH_TIMEOUT_S
+                while query.isActive and not query.recentProgress and time.monotonic() < first_by:
+                    time.sleep(0.5)
             # PySpark's own SIGINT handler cancels every running Spark job first: a micro-batch caught
             # mid-run would fail the query with an ERROR and a stack trace. The query.stop() below ends
             # it cleanly, so Ctrl-C only has to leave this loop.
