@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from tubespark.apps.registry import register
-from tubespark.errors import TubeSparkError
+from tubespark.errors import TubeSparkError, typed_errors, unwrap
 from tubespark.version import __version__
 
-__all__ = ["TubeSparkError", "__version__", "package_zip", "register"]
+__all__ = ["TubeSparkError", "__version__", "package_zip", "register", "typed_errors", "unwrap"]
 
 
 def package_zip(directory: str | None = None) -> str:
