@@ -354,17 +354,26 @@ _NOT_FOUND = re.compile(r"DATA_SOURCE_NOT_FOUND\]\s*Failed to find (?:the )?data
 
 def data_source_not_found(format_name: str) -> DataSourceNotFoundError:
     """The typed error for Spark's ``[DATA_SOURCE_NOT_FOUND]`` of one of our formats, naming the Python to install
-    tubespark into (``PYSPARK_PYTHON`` of this process, which the Spark it starts inherits) and the other cure."""
-    python = os.environ.get("PYSPARK_PYTHON", "")
-    which = (f"PYSPARK_PYTHON={python}" if python
-             else "the first python3 on the PATH of Spark's executors, as PYSPARK_PYTHON is not set")
+    tubespark into and the other cure.
+
+    Spark's driver looks the formats up with ``PYSPARK_DRIVER_PYTHON``, else ``PYSPARK_PYTHON``, else ``python3``
+    (its ``PythonUtils.defaultPythonExec``, read from the environment the driver JVM started with, which is this
+    process's when it started Spark)."""
+    for variable in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON"):
+        python = os.environ.get(variable, "")
+        if python:
+            which = f"{variable}={python}"
+            break
+    else:
+        which = "the first python3 on the PATH, as neither PYSPARK_DRIVER_PYTHON nor PYSPARK_PYTHON is set"
     command = f"{python or 'python3'} -m pip install tubespark"
     return DataSourceNotFoundError(
         f"format({format_name!r}) is not registered in this Spark session. PySpark 4 registers tubespark's formats "
-        f"by itself, at a session's first use of a Python data source, only where tubespark is installed in the "
-        f"Python that runs Spark's Python workers: here {which} (on Spark Connect: the server's). Install it there "
-        f"(`{command}`), or call tubespark.register(spark) once in the session. If it is installed there, Spark's "
-        f"log says why it was skipped (a line starting 'tubespark: format({format_name!r}) is not registered')",
+        f"by itself, at a Spark driver's first use of a Python data source, only where tubespark is installed in "
+        f"the Python Spark runs for that: here {which} (on Spark Connect: the server's). Install it there "
+        f"(`{command}`; the executors' PYSPARK_PYTHON needs it too), or call tubespark.register(spark) once in the "
+        f"session. If it is installed there, Spark's log says why it was skipped (a line starting "
+        f"'tubespark: format({format_name!r}) is not registered')",
         format_name=format_name)
 
 

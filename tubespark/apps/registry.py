@@ -5,8 +5,9 @@ the root re-exports :func:`register` as ``tubespark.register``, and applications
 here without importing the root, which would make the root an import target of the layers it sits above.
 
 **Discovery: nothing to call.** PySpark 4 looks, once per Spark driver JVM and when a session first needs a Python
-data source, for every top-level module on the path of the Python it runs (``PYSPARK_PYTHON``) whose name starts
-with ``pyspark_`` and that has a ``DefaultSource`` (a ``DataSource`` subclass), and registers it under
+data source, for every top-level module on the path of the Python it starts for that (``PYSPARK_DRIVER_PYTHON``,
+else ``PYSPARK_PYTHON``, else ``python3``) whose name starts with ``pyspark_`` and that has a ``DefaultSource`` (a
+``DataSource`` subclass), and registers it under
 ``DefaultSource.name()`` (``pyspark/sql/worker/lookup_data_sources.py``). The wheel ships three such modules,
 ``pyspark_tubemq``, ``pyspark_tank`` and ``pyspark_rocketmq``, each a few lines around :func:`discovery_hook`. That
 lookup imports every ``pyspark_*`` module and any exception it raises fails the lookup of *every* Python data source

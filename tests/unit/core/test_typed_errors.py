@@ -119,6 +119,7 @@ NOT_FOUND = ("[DATA_SOURCE_NOT_FOUND] Failed to find the data source: {}. Make s
 
 @pytest.mark.parametrize("name", ["tubemq", "tank", "rocketmq", "TubeMQ"])
 def test_sparks_data_source_not_found_for_our_format_says_what_to_install_where(name, monkeypatch):
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python3")
     error = unwrap(AnalysisException(NOT_FOUND.format(name)))
     assert type(error) is DataSourceNotFoundError and error.format_name == name.lower()
@@ -130,9 +131,18 @@ def test_sparks_data_source_not_found_for_our_format_says_what_to_install_where(
     assert str(copy) == text and copy.format_name == name.lower()
 
 
+def test_the_driver_python_is_named_first_as_spark_looks_up_with_it(monkeypatch):
+    """Spark's driver runs the lookup with PYSPARK_DRIVER_PYTHON when set (PythonUtils.defaultPythonExec)."""
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/opt/driver/python")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python3")
+    text = str(unwrap(AnalysisException(NOT_FOUND.format("rocketmq"))))
+    assert "here PYSPARK_DRIVER_PYTHON=/opt/driver/python" in text and "`/opt/driver/python -m pip" in text
+
+
 def test_without_pyspark_python_the_error_names_python3_on_the_path(monkeypatch):
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    expected = r"the first python3 on the PATH of Spark's executors, as PYSPARK_PYTHON is not set.*`python3 -m pip"
+    expected = r"the first python3 on the PATH, as neither PYSPARK_DRIVER_PYTHON nor PYSPARK_PYTHON is set.*`python3 -m"
     with pytest.raises(DataSourceNotFoundError, match=expected), typed_errors():
         raise AnalysisException(NOT_FOUND.format("tank"))
 
