@@ -7,19 +7,19 @@ here without importing the root, which would make the root an import target of t
 **Discovery: nothing to call.** PySpark 4 looks, once per Spark driver JVM and when a session first needs a Python
 data source, for every top-level module on the path of the Python it starts for that (``PYSPARK_DRIVER_PYTHON``,
 else ``PYSPARK_PYTHON``, else ``python3``) whose name starts with ``pyspark_`` and that has a ``DefaultSource`` (a
-``DataSource`` subclass), and registers it under
-``DefaultSource.name()`` (``pyspark/sql/worker/lookup_data_sources.py``). The wheel ships three such modules,
-``pyspark_tubemq``, ``pyspark_tank`` and ``pyspark_rocketmq``, each a few lines around :func:`discovery_hook`. That
-lookup imports every ``pyspark_*`` module and any exception it raises fails the lookup of *every* Python data source
-of the session, so the modules import nothing heavy and never raise: ``DefaultSource`` is a module attribute made on
-first access (PEP 562), and a tubespark that cannot serve (a PySpark outside its range, a missing dependency) says
-why on stderr and is skipped, as Spark's ``hasattr`` check skips a module without the attribute. The user then gets
-Spark's ``[DATA_SOURCE_NOT_FOUND]``, which :func:`tubespark.errors.unwrap` turns into
+``DataSource`` subclass), and registers it under ``DefaultSource.name()``
+(``pyspark/sql/worker/lookup_data_sources.py``). The wheel ships three such modules, ``pyspark_tubemq``,
+``pyspark_tank`` and ``pyspark_rocketmq``, each a few lines around :func:`discovery_hook`. That lookup imports every
+``pyspark_*`` module and any exception it raises fails the lookup of *every* Python data source of the session, so
+the modules import nothing heavy and never raise: ``DefaultSource`` is a module attribute made on first access (PEP
+562), and a tubespark that cannot serve (a PySpark outside its range, a missing dependency) says why on stderr and
+is skipped, as Spark's ``hasattr`` check skips a module without the attribute. The user then gets Spark's
+``[DATA_SOURCE_NOT_FOUND]``, which :func:`tubespark.errors.unwrap` turns into
 :class:`~tubespark.errors.DataSourceNotFoundError` saying what to install where.
 
 :func:`register` stays for code that calls it, for Spark Connect clients whose server lacks tubespark, and for a
-Spark whose Python workers run another interpreter: Spark lets a session's registration replace a discovered
-source, so calling it after discovery, or twice, changes nothing.
+Spark whose lookup runs another interpreter. Spark lets a session's registration replace a discovered source (it
+logs a warning that it did), and both name the same class, so calling it after discovery, or twice, is harmless.
 """
 
 from __future__ import annotations
