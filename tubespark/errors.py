@@ -358,7 +358,14 @@ def data_source_not_found(format_name: str) -> DataSourceNotFoundError:
 
     Spark's driver looks the formats up with ``PYSPARK_DRIVER_PYTHON``, else ``PYSPARK_PYTHON``, else ``python3``
     (its ``PythonUtils.defaultPythonExec``, read from the environment the driver JVM started with, which is this
-    process's when it started Spark)."""
+    process's when it started Spark). A PySpark before 4 has no discovery (nor the API tubespark needs): then the
+    error says to upgrade it."""
+    spark_version = _pyspark_version()
+    if spark_version and spark_version.split(".")[0].isdigit() and int(spark_version.split(".")[0]) < 4:
+        return DataSourceNotFoundError(
+            f"format({format_name!r}) is not registered in this Spark session: PySpark {spark_version} has neither "
+            f"Python data source discovery nor the Data Source API tubespark needs; install pyspark 4.2 or newer "
+            f"(`pip install 'tubespark[spark]'`)", format_name=format_name)
     for variable in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON"):
         python = os.environ.get(variable, "")
         if python:
@@ -375,6 +382,16 @@ def data_source_not_found(format_name: str) -> DataSourceNotFoundError:
         f"session. If it is installed there, Spark's log says why it was skipped (a line starting "
         f"'tubespark: format({format_name!r}) is not registered')",
         format_name=format_name)
+
+
+def _pyspark_version() -> str:
+    """The installed PySpark's version, read from its metadata (no import of PySpark); empty when none is found."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyspark")
+    except PackageNotFoundError:
+        return ""
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -150,3 +150,16 @@ def test_without_pyspark_python_the_error_names_python3_on_the_path(monkeypatch)
 def test_another_formats_data_source_not_found_is_left_alone():
     for other in ("kafka", "tubemq2", "org.example.tubemq"):
         assert unwrap(AnalysisException(NOT_FOUND.format(other))) is None
+
+
+def test_a_pyspark_before_4_is_told_to_upgrade(monkeypatch):
+    """PySpark 3 has no data source discovery: installing tubespark into its Python would not help."""
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.5.3" if name == "pyspark" else real(name))
+    error = unwrap(AnalysisException(NOT_FOUND.format("tubemq")))
+    assert type(error) is DataSourceNotFoundError
+    assert str(error) == ("format('tubemq') is not registered in this Spark session: PySpark 3.5.3 has neither Python "
+                          "data source discovery nor the Data Source API tubespark needs; install pyspark 4.2 or newer "
+                          "(`pip install 'tubespark[spark]'`)")
