@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from tubespark.apps.registry import register
-from tubespark.errors import TubeSparkError
+from tubespark.errors import TubeSparkError, typed_errors, unwrap
 from tubespark.version import __version__
 
-__all__ = ["TubeSparkError", "__version__", "package_zip", "register", "spark_python", "use_spark_python"]
+__all__ = ["TubeSparkError", "__version__", "package_zip", "register", "spark_python", "typed_errors", "unwrap",
+           "use_spark_python"]
 
 
 def package_zip(directory: str | None = None) -> str:

@@ -29,15 +29,21 @@ asks again at a later trigger instead of failing the query. So:
 Spark does not hand our exceptions to the user: an error raised in a Python data source (on the driver
 or in a task) reaches ``.load()``, ``.collect()``, ``.save()`` or ``query.awaitTermination()`` as Spark's
 own (``AnalysisException``, ``PythonException``, ``StreamingQueryException``, ...) whose text ends with
-the Python traceback, our line last. :func:`unwrap` gives the typed error back from that text.
+the Python traceback, our line last. :func:`unwrap` gives the typed error back from that text, and
+:func:`typed_errors` (a context manager and a decorator) raises it, so ``except OptionError`` catches what
+Spark wrapped. Spark's own "no such data source" for one of our formats comes back as
+:class:`DataSourceNotFoundError`, which says what to install where.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal, TypeVar, overload
 
 
 class TubeSparkError(Exception):
@@ -274,6 +280,18 @@ class SharedDirError(TubeSparkError):
         self.location = location
 
 
+class DataSourceNotFoundError(TubeSparkError):
+    """Spark has no data source for ``format("tubemq")`` (``"tank"``, ``"rocketmq"``) in this session: its own
+    ``[DATA_SOURCE_NOT_FOUND]``, which :func:`unwrap` turns into this. PySpark 4 registers tubespark's formats by
+    itself only where tubespark is installed in the Python that runs Spark's Python workers (``PYSPARK_PYTHON``; on
+    Spark Connect, the server's); the message names that Python and the alternative, ``tubespark.register(spark)``.
+    ``format_name`` is the format asked for."""
+
+    def __init__(self, message: str, *, format_name: str = "") -> None:  # keyword default: the error pickles
+        super().__init__(message)
+        self.format_name = format_name
+
+
 # --- getting the typed error back from Spark's wrapper --------------------------------------------
 
 _ERROR_LINE = re.compile(r"^(tubespark(?:\.\w+)*\.errors)\.(\w+): ?(.*)$")
@@ -310,7 +328,8 @@ def unwrap(exc: BaseException) -> TubeSparkError | None:
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    lines = str(exc).splitlines()
+    text = str(exc)
+    lines = text.splitlines()
     for index in range(len(lines) - 1, -1, -1):
         match = _ERROR_LINE.match(lines[index])
         if match:
@@ -321,7 +340,126 @@ def unwrap(exc: BaseException) -> TubeSparkError | None:
                     break
                 rest.append(line)
             return _rebuilt(module, name, "\n".join([first, *rest]))
+    not_found = _NOT_FOUND.search(text)
+    if not_found and not_found.group(1).lower() in _FORMATS:
+        return data_source_not_found(not_found.group(1).lower())
     return None
+
+
+_FORMATS = ("tubemq", "tank", "rocketmq")  # tubespark.apps.registry.FORMATS (this module imports no layer above)
+_NOT_FOUND = re.compile(r"DATA_SOURCE_NOT_FOUND\]\s*Failed to find (?:the )?data source: ([\w.]+?)\.?(?:\s|$)",
+                        re.IGNORECASE)
+"""Spark's error for a format nobody registered (error class ``DATA_SOURCE_NOT_FOUND``, SQLSTATE 42K02)."""
+
+
+def data_source_not_found(format_name: str) -> DataSourceNotFoundError:
+    """The typed error for Spark's ``[DATA_SOURCE_NOT_FOUND]`` of one of our formats, naming the Python to install
+    tubespark into and the other cure.
+
+    Spark's driver looks the formats up with ``PYSPARK_DRIVER_PYTHON``, else ``PYSPARK_PYTHON``, else ``python3``
+    (its ``PythonUtils.defaultPythonExec``, read from the environment the driver JVM started with, which is this
+    process's when it started Spark). A PySpark before 4 has no discovery (nor the API tubespark needs): then the
+    error says to upgrade it."""
+    spark_version = _pyspark_version()
+    if spark_version and spark_version.split(".")[0].isdigit() and int(spark_version.split(".")[0]) < 4:
+        return DataSourceNotFoundError(
+            f"format({format_name!r}) is not registered in this Spark session: PySpark {spark_version} has neither "
+            f"Python data source discovery nor the Data Source API tubespark needs; install pyspark 4.2 or newer "
+            f"(`pip install 'tubespark[spark]'`)", format_name=format_name)
+    for variable in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON"):
+        python = os.environ.get(variable, "")
+        if python:
+            which = f"{variable}={python}"
+            break
+    else:
+        which = "the first python3 on the PATH, as neither PYSPARK_DRIVER_PYTHON nor PYSPARK_PYTHON is set"
+    command = f"{python or 'python3'} -m pip install tubespark"
+    return DataSourceNotFoundError(
+        f"format({format_name!r}) is not registered in this Spark session. PySpark 4 registers tubespark's formats "
+        f"by itself, at a Spark driver's first use of a Python data source, only where tubespark is installed in "
+        f"the Python Spark runs for that: here {which} (on Spark Connect: the server's). Install it there "
+        f"(`{command}`; the executors' PYSPARK_PYTHON needs it too), or call tubespark.register(spark) once in the "
+        f"session. If it is installed there, Spark's log says why it was skipped (a line starting "
+        f"'tubespark: format({format_name!r}) is not registered')",
+        format_name=format_name)
+
+
+def _pyspark_version() -> str:
+    """The installed PySpark's version, read from its metadata (no import of PySpark); empty when none is found."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pyspark")
+    except PackageNotFoundError:
+        return ""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class _TypedErrors(contextlib.ContextDecorator):
+    """What :func:`typed_errors` returns: re-raises Spark's wrapper of a tubespark error as that error."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> Literal[False]:
+        # only Exceptions: KeyboardInterrupt and SystemExit pass as they are, as does one of ours
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, TubeSparkError):
+            return False
+        typed = unwrap(exc)
+        if typed is None:
+            return False
+        if _in_chain(typed, exc):  # the object itself was raised under exc: raise it again, its causes as they are
+            raise typed
+        raise typed from exc
+
+
+def _in_chain(error: BaseException, exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if current is error:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+@overload
+def typed_errors(func: None = None) -> _TypedErrors: ...
+
+
+@overload
+def typed_errors(func: _F) -> _F: ...
+
+
+def typed_errors(func: _F | None = None) -> _TypedErrors | _F:
+    """Raise the tubespark error inside Spark's exception, so ``except`` catches it by class.
+
+    Spark wraps what a data source raises (``AnalysisException``, ``StreamingQueryException``,
+    ``PythonException``, ``Py4JJavaError``); inside this block, or a function decorated with it, such an
+    exception that holds a tubespark error (:func:`unwrap`) is raised as that error, with Spark's exception as
+    its ``__cause__`` (the JVM and Python tracebacks stay readable). Every other exception passes untouched::
+
+        with tubespark.typed_errors():
+            spark.read.format("tubemq").options(**opts).load().collect()
+
+        @tubespark.typed_errors            # or @tubespark.typed_errors()
+        def run_query(spark): ...
+
+        try:
+            run_query(spark)
+        except OptionError as exc: ...     # a bad option: fix and rerun
+        except TubeSparkError as exc:      # anything else tubespark raised
+            if exc.retriable: ...
+
+    A stream fails where Spark reports it: wrap ``query.awaitTermination()`` or ``processAllAvailable()``.
+    """
+    if func is None:
+        return _TypedErrors()
+    return _TypedErrors()(func)
 
 
 def _rebuilt(module: str, name: str, message: str) -> TubeSparkError:

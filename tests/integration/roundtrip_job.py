@@ -1,14 +1,19 @@
 """A user's whole round trip through format("tubemq"), using only tubespark's public API, in its own process.
 
-    python roundtrip_job.py MASTER TOPIC_IN TOPIC_OUT WORK_DIR [--connect] [--ship] [--rows N]
+    python roundtrip_job.py MASTER TOPIC_IN TOPIC_OUT WORK_DIR [--connect] [--ship] [--register]
+                            [--expect-not-found] [--batch-only] [--rows N]
 
 Batch write of N rows to TOPIC_IN, batch read back, then one streaming query (Trigger.AvailableNow with
 maxOffsetsPerTrigger, so admission control has to split it) that copies TOPIC_IN to TOPIC_OUT with the
 streaming sink, and a batch read of TOPIC_OUT. ``--connect`` runs it from a Spark Connect session on a
 local Connect server (``SparkSession.builder.remote("local[2]")``), ``--ship`` first sends tubespark to
-the server with ``spark.addArtifacts(tubespark.package_zip(), pyfile=True)``. Prints one JSON line
-with what it saw; any mismatch exits non-zero. Used by test_connect.py and, from an installed wheel in
-a fresh venv, by test_wheel.py, so it imports nothing from the checkout.
+the server with ``spark.addArtifacts(tubespark.package_zip(), pyfile=True)``. Without ``--register`` the job
+calls nothing: PySpark's data source discovery must find the formats (the ``pyspark_*`` modules of the Python
+Spark's workers run); ``--register`` calls ``tubespark.register(spark)`` as older code does. ``--expect-not-found``
+first checks that format("tubemq") is not found (that Python lacks tubespark) and that ``tubespark.typed_errors``
+says so as :class:`~tubespark.errors.DataSourceNotFoundError`; ``--batch-only`` leaves out the streaming query.
+Prints one JSON line with what it saw; any mismatch exits non-zero. Used by test_connect.py and, from an
+installed wheel in a fresh venv, by test_wheel.py, so it imports nothing from the checkout.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ def main() -> int:
     parser.add_argument("work_dir")
     parser.add_argument("--connect", action="store_true")
     parser.add_argument("--ship", action="store_true")
+    parser.add_argument("--register", action="store_true")
+    parser.add_argument("--expect-not-found", action="store_true")
+    parser.add_argument("--batch-only", action="store_true")
     parser.add_argument("--rows", type=int, default=400)
     args = parser.parse_args()
 
@@ -49,11 +57,27 @@ def main() -> int:
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false").getOrCreate())
     mark("session")
+    not_found = None
+    if args.expect_not_found:
+        from tubespark.errors import DataSourceNotFoundError
+
+        try:
+            with tubespark.typed_errors():
+                # columns: a Connect DataFrame is resolved on the server only when asked (classic: at load())
+                frame = spark.read.format("tubemq").option("master", args.master).option("topic", args.topic_in)
+                print(f"unexpected columns {frame.load().columns}", file=sys.stderr)
+        except DataSourceNotFoundError as exc:
+            not_found = str(exc)
+        if not_found is None:
+            print("format('tubemq') was found, or failed otherwise, where it should not be found", file=sys.stderr)
+            return 1
+        mark("not found, as expected")
     shipped = None
     if args.ship:
         shipped = tubespark.package_zip(args.work_dir)
         spark.addArtifacts(shipped, pyfile=True)
-    tubespark.register(spark)
+    if args.register:
+        tubespark.register(spark)
 
     rows = args.rows
     run = uuid.uuid4().hex[:8]  # rows of this run only, should the topics hold others
@@ -74,6 +98,12 @@ def main() -> int:
         return 1
 
     per_trigger = max(1, rows // 4)
+    if args.batch_only:
+        print(json.dumps({"pyspark": pyspark.__version__, "session": type(spark).__module__,
+                          "tubespark_file": tubespark.__file__, "shipped": shipped, "registered": args.register,
+                          "not_found": not_found, "read": len(read)}), flush=True)
+        spark.stop()
+        return 0
     query = (spark.readStream.format("tubemq").option("master", args.master).option("topic", args.topic_in)
              .option("group", f"rt-{uuid.uuid4().hex[:8]}").option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", str(per_trigger)).load()
@@ -97,6 +127,8 @@ def main() -> int:
         "session": type(spark).__module__,
         "tubespark_file": tubespark.__file__,
         "shipped": shipped,
+        "registered": args.register,
+        "not_found": not_found,
         "read": len(read),
         "stream_batches": batches,
         "copied": len(copied),

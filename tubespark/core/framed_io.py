@@ -218,21 +218,26 @@ def parse_address(address: str) -> tuple[str, int]:
 
 @overload
 def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
-                ssl_context: None = None) -> socket.socket: ...
+                ssl_context: None = None, alive_on_connect: bool = True) -> socket.socket: ...
 
 
 @overload
 def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
-                ssl_context: ssl.SSLContext | None) -> Stream: ...
+                ssl_context: ssl.SSLContext | None, alive_on_connect: bool = True) -> Stream: ...
 
 
 def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
-                ssl_context: ssl.SSLContext | None = None) -> Stream:
+                ssl_context: ssl.SSLContext | None = None, alive_on_connect: bool = True) -> Stream:
     """Connect (within ``connect_timeout_s``), optionally TLS, then bound every later send/recv by ``io_timeout_s``.
 
     Raises ValueError for a malformed address, :class:`TlsError` when the TLS handshake fails for a
     reason retrying cannot fix (see :mod:`tubespark.core.tls`; a handshake without any answer counts,
     because a plain-text port ignores a ClientHello), and BrokerConnectionError otherwise.
+
+    ``alive_on_connect``: the open connection is this process's evidence that ``address`` answers
+    (:func:`tubespark.core.outage.saw_alive`). A protocol whose server speaks first (TANK greets with a Ping)
+    passes ``False`` and tells :mod:`tubespark.core.outage` itself once that first answer came: a port that
+    accepts and then says nothing (another service, a proxy in front of nothing) has not answered.
     """
     host, port = parse_address(address)
     sock: socket.socket | None = None
@@ -246,7 +251,8 @@ def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
             channel.handshake(connect_timeout_s)  # connect and handshake share one budget, roughly
             handshaking = False
             channel.settimeout(io_timeout_s)
-            saw_alive(address)
+            if alive_on_connect:
+                saw_alive(address)
             return channel
         sock.settimeout(io_timeout_s)
     except OSError as exc:  # ssl.SSLError is an OSError too
@@ -262,5 +268,6 @@ def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
         if not handshaking:
             error.address = address  # never opened: core.outage asks whether this address ever answered
         raise error from exc
-    saw_alive(address)  # core.outage: an outage of this address is waited for from now on
+    if alive_on_connect:
+        saw_alive(address)  # core.outage: an outage of this address is waited for from now on
     return sock

@@ -101,13 +101,20 @@ def parse_bool(name: str, value: str) -> bool:
     raise OptionError(f"option {name}={value!r}: expected true or false")
 
 
+def expected_integer(name: str, kind: str) -> str:
+    """What an option error says an integer option expects: ``kind`` ("a positive integer"), and for an option
+    named ``...Ms`` its unit with an example. The one place that says it, for every numeric parser: such an
+    option counts milliseconds, and Spark's own duration syntax (``'10s'``) is the usual mistake there."""
+    return f"{kind} of milliseconds, e.g. 10000 for 10 s" if name.endswith("Ms") else kind
+
+
 def parse_positive_int(name: str, value: str) -> int:
     try:
         number = int(value)
     except ValueError:
         number = 0
     if number <= 0:
-        raise OptionError(f"option {name}={value!r}: expected a positive integer")
+        raise OptionError(f"option {name}={value!r}: expected {expected_integer(name, 'a positive integer')}")
     return number
 
 
@@ -143,7 +150,7 @@ def parse_non_negative_int(name: str, value: str) -> int:
     except ValueError:
         number = -1
     if number < 0:
-        raise OptionError(f"option {name}={value!r}: expected a non-negative integer")
+        raise OptionError(f"option {name}={value!r}: expected {expected_integer(name, 'a non-negative integer')}")
     return number
 
 
@@ -154,7 +161,7 @@ def parse_non_negative_ms(name: str, value: str) -> int:
     except ValueError:
         number = -1
     if number < 0:
-        raise OptionError(f"option {name}={value!r}: expected a non-negative integer (milliseconds)")
+        raise OptionError(f"option {name}={value!r}: expected {expected_integer(name, 'a non-negative integer')}")
     return number
 
 
@@ -177,7 +184,8 @@ def int_between(low: int, high: int) -> Parser:
         except ValueError:
             number = low - 1
         if not low <= number <= high:
-            raise OptionError(f"option {name}={value!r}: expected an integer from {low} to {high}")
+            expected = expected_integer(name, f"an integer from {low} to {high}")
+            raise OptionError(f"option {name}={value!r}: expected {expected}")
         return number
 
     return parse

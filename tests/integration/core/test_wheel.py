@@ -4,7 +4,8 @@
 copy of ``testbed/`` and ``conf/tubemq``. Both go into a fresh venv, away from the checkout (its own
 working directory, no ``PYTHONPATH``), as ``tubespark[cluster]`` next to the lower bound of the declared
 pyspark range (the main environment runs the newest release in it). There ``roundtrip_job.py`` writes,
-reads and streams (admission control and Trigger.AvailableNow, which the lower bound must have), and
+reads and streams (admission control and Trigger.AvailableNow, which the lower bound must have) with no call to
+``tubespark.register`` (PySpark's data source discovery finds the wheel's ``pyspark_tubemq``), and
 ``python -m tubespark demo`` runs the demo on its own embedded cluster from the wheels alone. The wheel
 built from the sdist holds the compiled hot path and uses it (``tubespark --version`` says so).
 
@@ -130,6 +131,8 @@ def test_the_wheel_alone_runs_on_the_oldest_pyspark(wheel_venv: Venv, tubemq_clu
                           wheel_venv.work, "--rows", ROWS)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["pyspark"] == oldest_pyspark() and result["tubespark_file"].startswith(prefix)
+    # the job calls no tubespark.register: PySpark's data source discovery found the wheel's pyspark_tubemq
+    assert result["registered"] is False, result
     assert result["read"] == ROWS and result["copied"] == ROWS and result["copied_matches"], result
     assert sum(result["stream_batches"]) == ROWS and max(result["stream_batches"]) <= ROWS // 4, result
 

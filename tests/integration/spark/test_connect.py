@@ -8,7 +8,8 @@ streaming read (Trigger.AvailableNow, maxOffsetsPerTrigger) written by the strea
 Connect session: once with tubespark shipped by ``spark.addArtifacts(tubespark.package_zip(),
 pyfile=True)``, once with nothing shipped. Before ``tubespark.register`` sent a stand-in on Connect,
 the first failed in the streaming source's process with ModuleNotFoundError (tubespark.spark.connect
-says why), the second failed at once.
+says why), the second failed at once. A third case runs the server with this environment's Python, which
+has tubespark: PySpark's data source discovery registers the format there, and the client calls nothing.
 """
 
 from __future__ import annotations
@@ -34,19 +35,43 @@ def server_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python_without_tubespark(tmp_path_factory.mktemp("connect-server") / "venv")
 
 
+def run_job(server_python: Path | str, tmp_path: Path, master: str, topic_in: str, topic_out: str, *flags: str) -> dict:
+    """roundtrip_job.py from a Connect session whose server runs ``server_python``; its JSON line."""
+    env = {**os.environ, "PYSPARK_PYTHON": str(server_python)}
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    command = [sys.executable, str(JOB), master, topic_in, topic_out, str(tmp_path), "--connect", "--rows", str(ROWS),
+               *flags]
+    done = subprocess.run(command,
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
+    result: dict = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["session"] == "pyspark.sql.connect.session", result
+    return result
+
+
 @pytest.mark.parametrize("ship", [True, False], ids=["addArtifacts", "nothing-shipped"])
 def test_batch_and_streaming_reads_and_writes_from_a_connect_session(tubemq_cluster, topic_factory, server_python,
                                                                        tmp_path, ship):
+    """Old code (it calls ``tubespark.register``) on a server whose Python lacks tubespark. With nothing shipped,
+    format("tubemq") is first not found (discovery has nothing to find there), and the typed error says where to
+    install tubespark (the server's PYSPARK_PYTHON) or to call register."""
     topic_in, topic_out = topic_factory(), topic_factory()
-    env = {**os.environ, "PYSPARK_PYTHON": str(server_python)}
-    env.pop("PYSPARK_DRIVER_PYTHON", None)
-    command = [sys.executable, str(JOB), tubemq_cluster.master_address, topic_in, topic_out, str(tmp_path),
-               "--connect", "--rows", str(ROWS), *(["--ship"] if ship else [])]
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-6000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["session"] == "pyspark.sql.connect.session", result
+    result = run_job(server_python, tmp_path, tubemq_cluster.master_address, topic_in, topic_out, "--register",
+                     *(["--ship"] if ship else ["--expect-not-found"]))
     assert (result["shipped"] is not None) == ship
+    if not ship:
+        assert result["not_found"].startswith("format('tubemq') is not registered in this Spark session"), result
+        assert f"PYSPARK_PYTHON={server_python}" in result["not_found"], result
+        assert f"`{server_python} -m pip install tubespark`" in result["not_found"], result
+        assert "tubespark.register(spark)" in result["not_found"], result
     assert result["read"] == ROWS and result["copied"] == ROWS and result["copied_matches"], result
     # admission control over Connect: every micro-batch within maxOffsetsPerTrigger (ROWS // 4)
     assert sum(result["stream_batches"]) == ROWS and max(result["stream_batches"]) <= ROWS // 4, result
+
+
+def test_a_server_whose_python_has_tubespark_finds_the_format_with_no_call(tubemq_cluster, topic_factory, tmp_path):
+    """Issue 39 part 1 on Spark Connect: the server's Python (here this environment's) has tubespark, so PySpark's
+    data source discovery registers format("tubemq") there; the client neither registers nor ships anything."""
+    result = run_job(sys.executable, tmp_path, tubemq_cluster.master_address, topic_factory(), topic_factory(),
+                     "--batch-only")
+    assert result["registered"] is False and result["shipped"] is None and result["read"] == ROWS, result

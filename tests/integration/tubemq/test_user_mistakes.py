@@ -8,6 +8,7 @@ our error in its own trace: each test checks that text for the line, as the user
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 
@@ -178,3 +179,54 @@ def test_broker_down(spark, tubemq_cluster, topic_factory):
         assert_no_partition(last_line(text), topic, master)
     finally:  # the session cluster's next user waits until the broker serves again (30 s, the master's wait_sub)
         tubemq_cluster.start_again("broker", wait=False)
+
+
+def test_typed_errors_catches_each_path_by_class(spark, tubemq_cluster):
+    """Issue 39 part 4: ``except OptionError`` / ``except UnknownTopicError`` caught none of Spark's wrappers. Inside
+    ``tubespark.typed_errors()`` (or a function it decorates) a batch read, a write and a stream (failing in
+    ``awaitTermination`` and in ``processAllAvailable``) raise the typed error, Spark's exception as its cause."""
+    import tubespark
+    from tubespark.errors import OptionError
+
+    master = tubemq_cluster.master_address
+    topic = "never_deployed_" + uuid.uuid4().hex[:8]
+
+    def caught_cause(caught: pytest.ExceptionInfo) -> BaseException:
+        cause = caught.value.__cause__
+        assert cause is not None and not isinstance(cause, tubespark.TubeSparkError), repr(cause)
+        assert type(unwrap(cause)) is type(caught.value)  # the same error, rebuilt from Spark's text
+        return cause
+
+    read = spark.read.format("tubemq").option("master", master).option("topic", topic)
+    with pytest.raises(OptionError, match=r"^option maxRecordsPerPartition='0': expected a positive integer") as bad, \
+            tubespark.typed_errors():
+        read.option("maxRecordsPerPartition", "0").load().count()
+    assert type(caught_cause(bad)).__name__ == "AnalysisException"
+
+    @tubespark.typed_errors
+    def write() -> None:
+        (spark.range(3).selectExpr("CAST(id AS STRING) AS value").write.format("tubemq").option("master", master)
+         .option("topic", topic).mode("append").save())
+
+    with pytest.raises(UnknownTopicError, match=re.escape(CHECK_TOPIC)) as unknown:
+        write()
+    caught_cause(unknown)
+
+    def stream(**options: str):
+        return (spark.readStream.format("tubemq").option("master", master).option("topic", topic)
+                .options(**{**FAST, **options}).load().writeStream.format("memory")
+                .queryName("typed_" + uuid.uuid4().hex[:8]).trigger(availableNow=True).start())
+
+    query = stream(group="g_" + uuid.uuid4().hex[:6])
+    try:
+        with pytest.raises(UnknownTopicError) as failed, tubespark.typed_errors():
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert type(caught_cause(failed)).__name__ == "StreamingQueryException"
+    query = stream()  # no group: its reader refuses the options once the query runs
+    try:
+        with pytest.raises(OptionError, match=r"^option group is required"), tubespark.typed_errors():
+            query.processAllAvailable()
+    finally:
+        query.stop()

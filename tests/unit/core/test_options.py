@@ -49,3 +49,32 @@ def test_connection_settings_defaults_and_subclass_defaults():
     assert Settings.default_ms("heartbeat_s") == "2500" and Settings.default_ms("request_timeout_s") == "10000"
     with pytest.raises(ValueError, match="has no field 'call_timeout_s'"):
         Settings.default("call_timeout_s")
+
+
+def _ms_options():
+    from tubespark.rocketmq.spark.options import RocketMQOptions
+    from tubespark.tank.spark.options import TankOptions
+    from tubespark.tubemq.spark.options import TubeMQOptions
+
+    for options in (TubeMQOptions, TankOptions, RocketMQOptions):
+        for spec in options.SPECS:
+            if spec.name.endswith("Ms"):
+                yield pytest.param(options, spec, id=f"{options.SOURCE or options.__name__}-{spec.name}")
+
+
+@pytest.mark.parametrize(("options", "spec"), list(_ms_options()))
+def test_an_option_counting_milliseconds_given_a_duration_says_milliseconds_with_an_example(options, spec):
+    """Issue 39: ``requestTimeoutMs='10s'`` said "expected a positive integer"; every ...Ms option of every broker
+    now names the unit and an example (the user wrote Spark's duration syntax, which these options do not take)."""
+    with pytest.raises(OptionError) as caught:
+        spec.parse(spec.name, "10s")
+    assert f"option {spec.name}='10s': expected " in str(caught.value)
+    assert "milliseconds, e.g. 10000 for 10 s" in str(caught.value), str(caught.value)
+
+
+def test_request_timeout_in_seconds_syntax_fails_before_any_call_saying_milliseconds():
+    from tubespark.tank.spark.options import TankOptions
+
+    with pytest.raises(OptionError, match=r"^option requestTimeoutMs='10s': expected a positive integer of "
+                                          r"milliseconds, e\.g\. 10000 for 10 s$"):
+        TankOptions.from_raw({"broker": "127.0.0.1:11011", "topic": "t", "requestTimeoutMs": "10s"}, mode="read")

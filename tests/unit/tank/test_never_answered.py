@@ -172,3 +172,37 @@ def test_an_available_now_run_on_a_broker_address_that_never_answered_fails_with
     with pytest.raises(NeverAnsweredError, match=r"\(option `broker`\) never answered"):
         reader.prepareForTriggerAvailableNow()
     assert time.monotonic() - started < BOUND_S
+
+
+@pytest.fixture
+def silent_address():
+    """A port that accepts connections (the kernel completes them from the backlog) and never says a word: another
+    service, or a proxy in front of nothing. A TANK broker greets every connection with a Ping."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+def test_a_batch_read_of_an_address_that_accepts_but_never_greets_fails_naming_the_broker_option(silent_address):
+    """Issue 39: a TANK read of such an address said PartitionsUnavailableError ("TANK broker ... does not answer;
+    set onUnavailablePartitions=skip"), naming no option, where TubeMQ and RocketMQ name `master` and `namesrv`."""
+    from tests.readers import TankBatchReader
+
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=rf"TANK broker at {silent_address} \(option `broker`\) never answered"
+                                                 r".*sent no Ping.*check the `broker` option") as caught:
+        TankBatchReader(options(silent_address, "read")).partitions()
+    assert time.monotonic() - started < BOUND_S
+    assert caught.value.option == "broker"
+
+
+def test_a_new_stream_on_an_address_that_accepts_but_never_greets_fails_within_seconds_naming_broker(silent_address):
+    """The same address for a new stream waited outageTimeoutMs (here 40 s) and then named no option."""
+    reader = TankStreamReader(options(silent_address, "read", outageTimeoutMs="40000"))
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `broker`\) never answered"):
+        reader.initialOffset()
+    assert time.monotonic() - started < BOUND_S

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 from tubespark.core import framed
 from tubespark.core.framed import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, FramedConnection, wait
 from tubespark.core.framed_io import open_socket
+from tubespark.core.outage import saw_alive
 from tubespark.errors import BrokerConnectionError, RpcTimeoutError
 from tubespark.tank.errors import TankProtocolError
 from tubespark.tank.wire.codes import MsgType
@@ -49,23 +50,33 @@ class DecodingRequest(Protocol[T_co]):
     def decode(self, payload: bytes) -> T_co: ...
 
 
+def _not_greeted(error: BrokerConnectionError, address: str) -> BrokerConnectionError:
+    """``error`` marked as a connection that never opened (its ``address`` set, as a refused connect's is): without
+    its Ping the port is not a TANK broker that answered, so :mod:`tubespark.core.outage` fails an address never
+    greeted within seconds naming the ``broker`` option, instead of waiting ``outageTimeoutMs`` for it."""
+    error.address = address
+    return error
+
+
 def _recv_exactly(sock: socket.socket, n: int, deadline: float, address: str) -> bytes:
     """``n`` bytes, reading no further (what follows belongs to core's reader), before ``deadline``."""
     data = bytearray()
     while len(data) < n:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise RpcTimeoutError(f"{address} sent no Ping after connecting (a TANK broker greets every connection "
-                                  f"with one)")
+            raise _not_greeted(RpcTimeoutError(f"{address} sent no Ping after connecting (a TANK broker greets every "
+                                               f"connection with one)"), address)
         sock.settimeout(left)
         try:
             chunk = sock.recv(n - len(data))
         except TimeoutError:
             continue
         except OSError as exc:
-            raise BrokerConnectionError(f"reading the greeting of {address} failed: {exc}") from exc
+            raise _not_greeted(BrokerConnectionError(f"reading the greeting of {address} failed: {exc}"),
+                               address) from exc
         if not chunk:
-            raise BrokerConnectionError(f"{address} closed the connection before greeting it with a Ping")
+            raise _not_greeted(BrokerConnectionError(f"{address} closed the connection before greeting it with a "
+                                                     f"Ping"), address)
         data += chunk
     return bytes(data)
 
@@ -92,13 +103,16 @@ class Connection:
         """Connect and wait for the greeting Ping, both within ``connect_timeout_s``; later sends and
         receives are bounded by ``io_timeout_s``."""
         started = time.monotonic()
-        sock = open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s)
+        # alive once greeted, not once connected (core.outage: a silent port is an address that never answered)
+        sock = open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s,
+                           alive_on_connect=False)
         try:
             await_greeting(sock, address, max(0.05, connect_timeout_s - (time.monotonic() - started)))
             sock.settimeout(io_timeout_s)
         except BaseException:
             sock.close()
             raise
+        saw_alive(address)
         return cls(address, sock)
 
     @property
