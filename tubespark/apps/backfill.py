@@ -90,9 +90,6 @@ def export(spark: SparkSession, args: argparse.Namespace, ctrl_c: CtrlC | None =
 
     ctrl = ctrl_c or CtrlC()
     spark_call = ctrl.spark_call
-    staged = StagedOutput(HadoopFiles(spark), args.output, replace=args.mode == "overwrite")
-    with spark_call():
-        staged.check()
     options = _options(args)
     options.update(startingOffsets=args.starting, endingOffsets=args.ending)
     # Fix the ranges once, so the export and its check read exactly the same messages.
@@ -116,6 +113,10 @@ def export(spark: SparkSession, args: argparse.Namespace, ctrl_c: CtrlC | None =
     if not tasks:
         print(f"export: nothing to read in {args.topic} for the given range", file=sys.stderr)
         return EXIT_LEFT_OUT if partial else 0
+    # the plan first (it needs no Spark: a topic or option mistake fails before it), then the output, before any job
+    staged = StagedOutput(HadoopFiles(spark), args.output, replace=args.mode == "overwrite")
+    with spark_call():
+        staged.check()
     options.update(startingOffsets=json.dumps(starts), endingOffsets=json.dumps(ends))
     with spark_call():
         frame = spark.read.format("tubemq").options(**options).load()
