@@ -88,9 +88,9 @@ class BrokerConnectionError(TubeSparkError):
 
     retriable = True
     address: str = ""
-    """The ``host:port`` a connection to it could not be opened (set by :func:`tubespark.core.framed_io.open_socket`;
-    empty for a connection that broke after it opened): how :mod:`tubespark.core.outage` tells an address that
-    never answered from one that went down."""
+    """The ``host:port`` a connection to it could not be opened, or failed before its peer sent one well-formed
+    answer (set by :func:`tubespark.core.outage.unanswered`; empty for a connection that broke after its peer
+    answered): how :mod:`tubespark.core.outage` tells an address that never answered from one that went down."""
 
 
 class RpcTimeoutError(BrokerConnectionError):

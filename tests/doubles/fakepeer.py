@@ -173,8 +173,67 @@ class FakePeer:
         self.close()
 
 
-__all__ = ["POLL_S", "FakePeer", "Link", "Script", "closed_port_address", "free_ports"]
+__all__ = ["POLL_S", "FakePeer", "Link", "Script", "SilentPeer", "closed_port_address", "free_ports"]
 
 
 def closed_port_address() -> str:
     return f"127.0.0.1:{free_ports(1)[0]}"
+
+
+class SilentPeer:
+    """A port that accepts every connection, reads what it is sent and never says a word: a wrong service (a server
+    waiting for input in its own protocol), a stuck proxy, a port-forward to nothing. Issue 37's rule: it never
+    answered, though every connect to it succeeds. Connections stay open until :meth:`close`."""
+
+    def __init__(self) -> None:
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(POLL_S)
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._links: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.accepted = 0
+        threading.Thread(target=self._accept_loop, name="silent-peer", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            sock.settimeout(POLL_S)
+            with self._lock:
+                self._links.append(sock)
+                self.accepted += 1
+            threading.Thread(target=self._swallow, args=(sock,), daemon=True).start()
+
+    def _swallow(self, sock: socket.socket) -> None:
+        """Read and drop what the client sends (so its sends never block), until it closes or we stop."""
+        while not self._stop.is_set():
+            try:
+                if not sock.recv(65536):
+                    return
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            links, self._links = self._links, []
+        for sock in links:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def __enter__(self) -> SilentPeer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

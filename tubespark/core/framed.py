@@ -17,6 +17,13 @@ how one frame is read back as ``(correlation_id, payload)``. Everything else is 
   range read: send a fetch, take its answer) then pays no hand-over between threads (issue 24: 0.92x the read
   task's CPU per message at 100 B, docs/performance/hotpath.md); a wait that ends mid-frame takes nothing from
   the stream, so the late answer is dropped by its correlation id as on a threaded connection;
+* the first well-formed answer (a frame its call's decoder accepts, an RPC exception included) is this process's
+  evidence that the address speaks the protocol (:func:`tubespark.core.outage.saw_alive`), not the open socket: a
+  port that accepts and never answers (another service, a stuck proxy) is an address that never answered, so the
+  errors of such a connection (a call's timeout, its peer closing it) carry the address
+  (:func:`tubespark.core.outage.unanswered`) and a user's address option that never answered fails within
+  seconds naming the option instead of being waited for as an outage (issue 37). A protocol whose server speaks
+  first (TANK's greeting) passes ``greeted``;
 * TLS failures are :class:`TlsError` naming the cause (:mod:`tubespark.core.tls`), including a plain-text
   connection to a TLS port, which the server closes unanswered (a probe tells that from a crash);
 * :class:`ConnectionPool` keeps one live connection per address and reopens it after a failure;
@@ -57,6 +64,7 @@ from tubespark.core.framed_io import (
     open_socket,
     parse_address,
 )
+from tubespark.core.outage import saw_alive, unanswered
 from tubespark.core.tls import TlsChannel, speaks_tls
 from tubespark.errors import (
     BrokerConnectionError,
@@ -80,6 +88,7 @@ SEND_FAILURE_GRACE_S = TLS_PROBE_TIMEOUT_S + 0.25
 """How long a failed send waits for the reader to report a more telling error (see ``_write``)."""
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BrokerConnectionError)
 RequestT = TypeVar("RequestT")
 RequestT_contra = TypeVar("RequestT_contra", contravariant=True)
 
@@ -124,11 +133,15 @@ class FramedConnection(Generic[RequestT]):
 
     def __init__(self, address: str, sock: Stream, codec: FrameCodec[RequestT], *,
                  max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, caller_reads: bool = False) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, caller_reads: bool = False,
+                 greeted: bool = False) -> None:
+        """``greeted``: the peer already sent a well-formed frame on ``sock`` (TANK's greeting Ping, read before)."""
         self.address = address
         self._sock = sock
         self._connect_timeout_s = connect_timeout_s
-        self._answered = False  # a frame came back: the peer speaks our protocol on this socket
+        self._answered = False  # a well-formed answer came back: the peer speaks our protocol on this socket
+        if greeted:
+            self._note_answer()
         self._last_frame_at = time.monotonic()  # when the last frame arrived (or the connection opened)
         self._codec = codec
         self._send_lock = threading.Lock()
@@ -163,6 +176,16 @@ class FramedConnection(Generic[RequestT]):
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    def _note_answer(self) -> None:
+        """The peer sent its first well-formed answer: the address is alive (an outage of it is waited for)."""
+        self._answered = True
+        saw_alive(self.address)
+
+    def unanswered(self, error: E) -> E:
+        """``error`` (a failure of this connection or of a call on it) marked with the address while the peer has
+        not answered anything: :mod:`tubespark.core.outage` then treats it as an address that never answered."""
+        return error if self._answered else unanswered(error, self.address)
+
     @property
     def quiet_s(self) -> float:
         """Seconds since the peer last sent a frame (or since the connection opened, if it never did).
@@ -188,7 +211,7 @@ class FramedConnection(Generic[RequestT]):
         wait in the outbox (see the module docstring); frames go out in call order either way.
         """
         correlation_id = next(self._ids) & 0x7FFFFFFF
-        future: Future[T] = Future() if self._caller_lock is None else _CallerReadFuture(self)
+        future: _CallFuture[T] = _CallFuture(self) if self._caller_lock is None else _CallerReadFuture(self)
         with self._pending_lock:  # _fail marks the connection closed under this lock: no call is stranded
             self._raise_if_closed()
             self._pending[correlation_id] = (future, decode, -1)
@@ -330,7 +353,6 @@ class FramedConnection(Generic[RequestT]):
         """Read at least one frame (every whole one the receive brought) and hand each answer to its call;
         False when the connection failed."""
         frames = self._read_many(self._frames)
-        self._answered = True
         self._last_frame_at = time.monotonic()
         pending = self._pending
         with self._pending_lock:
@@ -375,6 +397,8 @@ class FramedConnection(Generic[RequestT]):
         for position, ((correlation_id, payload), entry) in enumerate(zip(frames, entries, strict=True)):
             if entry is None:
                 log.debug("dropping response %d from %s: no caller waits for it", correlation_id, self.address)
+                if not self._answered:  # its framing was read well: a late answer to a call of ours
+                    self._note_answer()
                 continue
             target, decode, tag = entry
             try:
@@ -384,6 +408,8 @@ class FramedConnection(Generic[RequestT]):
                     sink.resolve_many(gathered)
                     sink, gathered = None, []
                 if not isinstance(exc, CodecError):  # e.g. an RPC-level exception: this call failed, the stream is fine
+                    if not self._answered:  # an RPC exception is an answer of the protocol too
+                        self._note_answer()
                     _reject(entry, exc)
                     continue
                 log.warning("closing connection to %s: %s", self.address, exc)  # close first, so the caller
@@ -396,6 +422,8 @@ class FramedConnection(Generic[RequestT]):
                 self._fail_with_rest(BrokerConnectionError(f"reader for {self.address} failed: {exc!r}"),
                                      entries[position:])
                 return False
+            if not self._answered:  # before the caller hears of it: alive by the time its call returns
+                self._note_answer()
             if tag < 0:
                 _resolve(target, result)
                 continue
@@ -462,6 +490,8 @@ class FramedConnection(Generic[RequestT]):
         return True
 
     def _fail(self, error: TubeSparkError) -> None:
+        if isinstance(error, BrokerConnectionError):
+            self.unanswered(error)  # closed, reset or silent before any answer: core.outage's "never answered"
         with self._pending_lock:
             first = not self._closed.is_set()
             if first:
@@ -497,12 +527,17 @@ def _reject(entry: _Target, error: BaseException) -> None:
         target.set_exception(error)
 
 
-class _CallerReadFuture(Future[T]):
-    """A call's future on a ``caller_reads`` connection: waiting for it reads the socket on the waiting thread."""
+class _CallFuture(Future[T]):
+    """A call's future, knowing its connection: :func:`wait` marks a timeout on a connection whose peer never
+    answered (:meth:`FramedConnection.unanswered`)."""
 
     def __init__(self, conn: FramedConnection[Any]) -> None:
         super().__init__()
         self._conn = conn
+
+
+class _CallerReadFuture(_CallFuture[T]):
+    """A call's future on a ``caller_reads`` connection: waiting for it reads the socket on the waiting thread."""
 
     def result(self, timeout: float | None = None) -> T:
         if not self.done():
@@ -523,7 +558,10 @@ def wait(future: Future[T], timeout_s: float, what: str) -> T:
     except FutureTimeout:
         if not future.cancel() and future.done() and not future.cancelled():
             return future.result()  # the answer arrived just as the wait expired
-        raise RpcTimeoutError(f"no response to {what} within {timeout_s:.1f}s") from None
+        error = RpcTimeoutError(f"no response to {what} within {timeout_s:.1f}s")
+        if isinstance(future, _CallFuture):
+            future._conn.unanswered(error)  # a silent peer that never answered: core.outage's "never answered"
+        raise error from None
 
 
 class Closable(Protocol):

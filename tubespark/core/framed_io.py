@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Protocol, TypeAlias, overload
 
-from tubespark.core.outage import saw_alive
+from tubespark.core.outage import unanswered
 from tubespark.core.tls import TlsChannel, handshake_timeout, tls_failure
 from tubespark.errors import BrokerConnectionError, FrameTooLargeError, TruncatedFrameError
 
@@ -218,26 +218,25 @@ def parse_address(address: str) -> tuple[str, int]:
 
 @overload
 def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
-                ssl_context: None = None, alive_on_connect: bool = True) -> socket.socket: ...
+                ssl_context: None = None) -> socket.socket: ...
 
 
 @overload
 def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
-                ssl_context: ssl.SSLContext | None, alive_on_connect: bool = True) -> Stream: ...
+                ssl_context: ssl.SSLContext | None) -> Stream: ...
 
 
 def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
-                ssl_context: ssl.SSLContext | None = None, alive_on_connect: bool = True) -> Stream:
+                ssl_context: ssl.SSLContext | None = None) -> Stream:
     """Connect (within ``connect_timeout_s``), optionally TLS, then bound every later send/recv by ``io_timeout_s``.
 
     Raises ValueError for a malformed address, :class:`TlsError` when the TLS handshake fails for a
     reason retrying cannot fix (see :mod:`tubespark.core.tls`; a handshake without any answer counts,
     because a plain-text port ignores a ClientHello), and BrokerConnectionError otherwise.
 
-    ``alive_on_connect``: the open connection is this process's evidence that ``address`` answers
-    (:func:`tubespark.core.outage.saw_alive`). A protocol whose server speaks first (TANK greets with a Ping)
-    passes ``False`` and tells :mod:`tubespark.core.outage` itself once that first answer came: a port that
-    accepts and then says nothing (another service, a proxy in front of nothing) has not answered.
+    An open connection is no evidence that ``address`` answers (:mod:`tubespark.core.outage`): a port that
+    accepts and then says nothing (another service, a proxy in front of nothing) has not. The address counts
+    as alive once a well-formed answer came back on the connection (:class:`tubespark.core.framed.FramedConnection`).
     """
     host, port = parse_address(address)
     sock: socket.socket | None = None
@@ -251,8 +250,6 @@ def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
             channel.handshake(connect_timeout_s)  # connect and handshake share one budget, roughly
             handshaking = False
             channel.settimeout(io_timeout_s)
-            if alive_on_connect:
-                saw_alive(address)
             return channel
         sock.settimeout(io_timeout_s)
     except OSError as exc:  # ssl.SSLError is an OSError too
@@ -266,8 +263,6 @@ def open_socket(address: str, *, connect_timeout_s: float, io_timeout_s: float,
         during = " during the TLS handshake" if handshaking else ""
         error = BrokerConnectionError(f"cannot connect to {address}{during}: {exc}")
         if not handshaking:
-            error.address = address  # never opened: core.outage asks whether this address ever answered
+            unanswered(error, address)  # never opened: core.outage asks whether this address ever answered
         raise error from exc
-    if alive_on_connect:
-        saw_alive(address)  # core.outage: an outage of this address is waited for from now on
     return sock

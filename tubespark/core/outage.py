@@ -26,13 +26,17 @@ mistake. So the window depends on what this process knows of the address the use
 TANK's ``broker``, TubeMQ's ``master``, RocketMQ's ``namesrv``; each broker's client declares it,
 :func:`declare`):
 
-* **seen alive**: some address of the entry point accepted a connection in this process
-  (:func:`~tubespark.core.framed_io.open_socket` tells :func:`saw_alive`), or evidence from elsewhere vouches for
-  it (:func:`vouch`: a sink's driver passes what it saw to its write tasks, :mod:`tubespark.spark.writers`);
-  then an outage is waited for ``outage_s``, as above;
-* **never seen alive**: a connection to it that cannot be opened (the error's ``address``) is tried for
-  :data:`FIRST_CONTACT_S` only, then fails as :class:`~tubespark.errors.NeverAnsweredError` naming the option
-  (not retriable, not a connection error: nothing above waits for it again);
+* **seen alive**: some address of the entry point sent a well-formed answer of its protocol in this process (the
+  first frame a :class:`~tubespark.core.framed.FramedConnection` decodes, or TANK's greeting Ping, tells
+  :func:`saw_alive`), or evidence from elsewhere vouches for it (:func:`vouch`: a sink's driver passes what it
+  saw to its write tasks, :mod:`tubespark.spark.writers`; a sink stream's checkpoint); then an outage is waited
+  for ``outage_s``, as above. An accepted TCP connection is not an answer (issue 37's rule, one place for every
+  broker): a port that accepts and never speaks the protocol (another service, a stuck proxy, a port-forward to
+  nothing) is an address that never answered;
+* **never seen alive**: a connection to it that cannot be opened, or that opened and failed or timed out before
+  its peer answered (the error's ``address``, :func:`unanswered`), is tried for :data:`FIRST_CONTACT_S` only,
+  then fails as :class:`~tubespark.errors.NeverAnsweredError` naming the option (not retriable, not a connection
+  error: nothing above waits for it again);
 * addresses the entry point led to (TubeMQ brokers the master lists, RocketMQ brokers of a route, a TANK leader
   a broker named) are known to the deployment, because something that answered named them: they are always
   waited for.
@@ -60,6 +64,7 @@ from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, Neve
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BrokerConnectionError)
 
 OutageTest = Callable[[BaseException], bool]
 
@@ -101,9 +106,18 @@ def declare(option: str, addresses: Iterable[str], role: str) -> Endpoint:
 
 
 def saw_alive(address: str) -> None:
-    """``address`` accepted a connection in this process."""
+    """``address`` sent a well-formed answer of its protocol in this process (not merely accepted a connection)."""
     with _lock:
         _alive.add(address)
+
+
+def unanswered(error: E, address: str) -> E:
+    """``error`` marked as the failure of a connection to ``address`` before it answered anything (a connect that
+    failed, or a connection whose peer never sent a well-formed frame): :func:`never_answered` then asks whether
+    ``address`` ever answered in this process. A mark already there (the connect's own) is kept."""
+    if not error.address:
+        error.address = address
+    return error
 
 
 def vouch(addresses: Iterable[str]) -> None:

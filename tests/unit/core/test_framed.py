@@ -989,3 +989,38 @@ def test_quiet_s_counts_from_the_last_frame(conn: FramedConnection[str]) -> None
     assert conn.quiet_s >= 0.2  # nothing came since the connection opened
     conn.call("ping", bytes, 1.0)
     assert conn.quiet_s < 0.2
+
+
+# --- what counts as an answer (core.outage, issue 37's rule) ----------------------------------------
+
+
+def test_an_address_counts_as_alive_once_it_answered_not_once_it_accepted(peer: ToyPeer,
+                                                                            conn: FramedConnection[str]) -> None:
+    """An accepted connection is no answer: a call's timeout on it carries the address (an address that never
+    answered, for core.outage); the first well-formed answer makes it alive, and later timeouts are outages."""
+    from tubespark.core.outage import alive_addresses
+
+    peer.script = None  # accepts and reads, says nothing
+    with pytest.raises(RpcTimeoutError) as silent:
+        conn.call("anyone there?", text, 0.2)
+    assert silent.value.address == peer.address and peer.address not in alive_addresses()
+    peer.script = echo
+    assert conn.call("hello", text, 1.0) == "hello"
+    assert peer.address in alive_addresses()
+    peer.script = None
+    with pytest.raises(RpcTimeoutError) as later:
+        conn.call("still there?", text, 0.2)
+    assert later.value.address == ""  # answered once: a silence now is an outage, waited for
+
+
+def test_a_refusal_is_an_answer_and_garbage_is_not(peer: ToyPeer) -> None:
+    from tubespark.core.outage import alive_addresses
+
+    with FramedConnection.open(peer.address, TOY, connect_timeout_s=1.0, io_timeout_s=1.0) as garbled:
+        with pytest.raises(MessageFormatError):
+            garbled.call("?", text, 1.0)  # the toy peer echoes: a payload that does not decode
+        assert peer.address not in alive_addresses()
+    with FramedConnection.open(peer.address, TOY, connect_timeout_s=1.0, io_timeout_s=1.0) as refused:
+        with pytest.raises(BadRequestError):
+            refused.call("!no such thing", text, 1.0)  # the server's own error answer speaks the protocol
+        assert peer.address in alive_addresses()

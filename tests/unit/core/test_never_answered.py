@@ -83,7 +83,9 @@ def test_a_window_with_no_wait_asked_keeps_the_error_as_it_came():
     assert not window.allows(error) and window.error(error, "send") is error
 
 
-def test_open_socket_records_what_answered_and_names_the_address_it_could_not_open():
+def test_an_accepted_connection_is_no_answer_and_open_socket_names_the_address_it_could_not_open():
+    """Issue 37's rule: a port that accepts (here: the kernel's backlog, nobody speaks) has not answered; only a
+    well-formed answer of the protocol makes an address alive (core.framed, test_framed)."""
     import socket
 
     with socket.socket() as server:
@@ -93,7 +95,7 @@ def test_open_socket_records_what_answered_and_names_the_address_it_could_not_op
         declare("broker", (address,), "TANK broker")
         assert never_answered(refused(address)) is not None
         open_socket(address, connect_timeout_s=1, io_timeout_s=1).close()
-        assert never_answered(refused(address)) is None
+        assert never_answered(refused(address)) is not None
     from tests.doubles.fakepeer import closed_port_address
 
     dead = closed_port_address()

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from tubespark_testbed.faultproxy import FaultProxy
 
-from tests.doubles.fakepeer import closed_port_address
+from tests.doubles.fakepeer import SilentPeer, closed_port_address
 from tests.readers import PullStreamReader
 from tests.unit.rocketmq.test_read_outage import Link, N, OneGroup
 from tubespark.errors import NeverAnsweredError
@@ -124,3 +124,67 @@ def test_a_batch_read_of_a_name_server_that_never_answered_fails_within_seconds_
     with pytest.raises(NeverAnsweredError, match=r"\(option `namesrv`\) never answered"):
         RocketMQBatchReader(options(closed_port_address(), "read")).partitions()
     assert time.monotonic() - started < BOUND_S
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentPeer]:
+    """A port that accepts connections and never sends a byte (another service, a stuck proxy)."""
+    with SilentPeer() as peer:
+        yield peer
+
+
+@pytest.mark.parametrize("writer", [RocketMQBatchWriter, RocketMQStreamWriter], ids=["batch", "stream"])
+def test_a_write_to_a_namesrv_address_that_accepts_but_never_answers_fails_within_seconds_naming_namesrv(writer,
+                                                                                                       silent):
+    """Issue 37's rule: the connect succeeding made the address count as alive, so the write waited
+    outageTimeoutMs (15 min by default, 60 s here) in silence. An answer of the protocol is what counts."""
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=rf"RocketMQ name server at {silent.address} \(option `namesrv`\) "
+                                                 r"never answered.*check the `namesrv` option") as caught:
+        writer(options(silent.address, "write"))
+    assert time.monotonic() - started < BOUND_S and caught.value.option == "namesrv"
+    assert silent.accepted >= 1  # it did accept: the port is open, only nothing answers there
+
+
+def test_a_write_task_on_a_namesrv_address_that_accepts_but_never_answers_fails_within_seconds(silent):
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `namesrv`\) never answered"):
+        send_batches(iter([pa.record_batch({"value": [b"a"]})]), options(silent.address, "write"))
+    assert time.monotonic() - started < BOUND_S
+
+
+def test_a_batch_read_of_a_namesrv_address_that_accepts_but_never_answers_fails_within_seconds_naming_namesrv(silent):
+    from tests.readers import RocketMQBatchReader
+
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `namesrv`\) never answered"):
+        RocketMQBatchReader(options(silent.address, "read")).partitions()
+    assert time.monotonic() - started < BOUND_S
+
+
+def test_a_new_stream_on_a_namesrv_address_that_accepts_but_never_answers_fails_within_seconds_naming_namesrv(silent):
+    reader = PullStreamReader(options(silent.address, "read"))
+    started = time.monotonic()
+    try:
+        with pytest.raises(NeverAnsweredError, match=r"\(option `namesrv`\) never answered"):
+            reader.initialOffset()
+        assert time.monotonic() - started < BOUND_S
+    finally:
+        reader.broker.close()
+
+
+def test_the_sinks_check_rides_a_silence_of_a_name_server_this_process_saw_answer(name_server):
+    """The other half of the rule: a name server that answered once and then stops answering (stalled, not
+    refusing) is an outage, waited for, not an address that never answered."""
+    _cluster, proxy = name_server
+    opts = options(proxy.address, "write", outageTimeoutMs="30000")
+    RocketMQStreamWriter(opts)  # an earlier micro-batch: the name server answered
+    proxy.stall()
+    timer = threading.Timer(2.0, proxy.pass_through)
+    timer.start()
+    started = time.monotonic()
+    try:
+        RocketMQStreamWriter(opts)
+        assert 1.5 <= time.monotonic() - started < BOUND_S
+    finally:
+        timer.join()

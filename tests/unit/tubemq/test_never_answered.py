@@ -12,7 +12,7 @@ import pytest
 from tubespark_testbed.faultproxy import FaultProxy
 
 from tests.doubles.fakebroker import FakeBroker, FakeMaster
-from tests.doubles.fakepeer import closed_port_address
+from tests.doubles.fakepeer import SilentPeer, closed_port_address
 from tubespark.errors import NeverAnsweredError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.writer import TubeBatchWriter, TubeStreamWriter
@@ -119,3 +119,68 @@ def test_a_new_stream_whose_master_this_process_saw_waits_for_it_at_its_first_tr
             timer.join()
             for again in restarted:
                 again.stop()
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentPeer]:
+    """A port that accepts connections and never sends a byte (another service, a stuck proxy)."""
+    with SilentPeer() as peer:
+        yield peer
+
+
+SILENT = {"requestTimeoutMs": "1000", "connectTimeoutMs": "1000", "outageTimeoutMs": "60000"}
+
+
+@pytest.mark.parametrize("writer", [TubeBatchWriter, TubeStreamWriter], ids=["batch", "stream"])
+def test_a_write_to_a_master_address_that_accepts_but_never_answers_fails_within_seconds_naming_master(writer, silent):
+    """Issue 37's rule: the connect succeeding made the address count as alive, so the write waited
+    outageTimeoutMs (15 min by default, 60 s here) in silence. An answer of the protocol is what counts."""
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=rf"TubeMQ master at {silent.address} \(option `master`\) never "
+                                                 r"answered.*check the `master` option") as caught:
+        writer(sink_options(silent.address, **SILENT))
+    assert time.monotonic() - started < BOUND_S and caught.value.option == "master"
+    assert silent.accepted >= 1  # it did accept: the port is open, only nothing answers there
+
+
+def test_a_batch_read_of_a_master_address_that_accepts_but_never_answers_fails_within_seconds_naming_master(silent):
+    from tests.readers import TubeBatchReader
+
+    options = TubeMQOptions.from_raw({"master": silent.address, "topic": "events", **SILENT}, mode="read")
+    started = time.monotonic()
+    with pytest.raises(NeverAnsweredError, match=r"\(option `master`\) never answered"):
+        TubeBatchReader(options).partitions()
+    assert time.monotonic() - started < BOUND_S
+
+
+def test_a_new_stream_on_a_master_address_that_accepts_but_never_answers_fails_within_seconds_naming_master(silent):
+    from tests.readers import TubeStreamReader
+
+    reader = TubeStreamReader(TubeMQOptions.from_raw({"master": silent.address, "topic": "events",
+                                                      "group": "g_silent", **SILENT}, mode="read"))
+    started = time.monotonic()
+    try:
+        with pytest.raises(NeverAnsweredError, match=r"TubeMQ master at .* \(option `master`\) never answered"):
+            reader.initialOffset()
+        assert time.monotonic() - started < BOUND_S
+    finally:
+        reader.stop()
+
+
+def test_the_sinks_check_rides_a_silence_of_a_master_this_process_saw_answer(broker):
+    """The other half of the rule: a master that answered once and then stops answering (stalled, not refusing)
+    is an outage, waited for, not an address that never answered."""
+    with FakeMaster(broker) as master:
+        proxy = FaultProxy(master.address).start()
+        try:
+            opts = sink_options(proxy.address, outageTimeoutMs="30000")
+            TubeStreamWriter(opts)  # an earlier micro-batch: the master answered
+            proxy.stall()
+            timer = threading.Timer(2.0, proxy.pass_through)
+            timer.start()
+            started = time.monotonic()
+            TubeStreamWriter(opts)
+            assert 1.5 <= time.monotonic() - started < BOUND_S
+            timer.join()
+        finally:
+            proxy.stop()

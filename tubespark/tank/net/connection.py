@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 from tubespark.core import framed
 from tubespark.core.framed import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, FramedConnection, wait
 from tubespark.core.framed_io import open_socket
-from tubespark.core.outage import saw_alive
+from tubespark.core.outage import unanswered
 from tubespark.errors import BrokerConnectionError, RpcTimeoutError
 from tubespark.tank.errors import TankProtocolError
 from tubespark.tank.wire.codes import MsgType
@@ -50,33 +50,25 @@ class DecodingRequest(Protocol[T_co]):
     def decode(self, payload: bytes) -> T_co: ...
 
 
-def _not_greeted(error: BrokerConnectionError, address: str) -> BrokerConnectionError:
-    """``error`` marked as a connection that never opened (its ``address`` set, as a refused connect's is): without
-    its Ping the port is not a TANK broker that answered, so :mod:`tubespark.core.outage` fails an address never
-    greeted within seconds naming the ``broker`` option, instead of waiting ``outageTimeoutMs`` for it."""
-    error.address = address
-    return error
-
-
 def _recv_exactly(sock: socket.socket, n: int, deadline: float, address: str) -> bytes:
     """``n`` bytes, reading no further (what follows belongs to core's reader), before ``deadline``."""
     data = bytearray()
     while len(data) < n:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _not_greeted(RpcTimeoutError(f"{address} sent no Ping after connecting (a TANK broker greets every "
-                                               f"connection with one)"), address)
+            raise unanswered(RpcTimeoutError(f"{address} sent no Ping after connecting (a TANK broker greets every "
+                                             f"connection with one)"), address)
         sock.settimeout(left)
         try:
             chunk = sock.recv(n - len(data))
         except TimeoutError:
             continue
         except OSError as exc:
-            raise _not_greeted(BrokerConnectionError(f"reading the greeting of {address} failed: {exc}"),
-                               address) from exc
+            raise unanswered(BrokerConnectionError(f"reading the greeting of {address} failed: {exc}"),
+                             address) from exc
         if not chunk:
-            raise _not_greeted(BrokerConnectionError(f"{address} closed the connection before greeting it with a "
-                                                     f"Ping"), address)
+            raise unanswered(BrokerConnectionError(f"{address} closed the connection before greeting it with a "
+                                                   f"Ping"), address)
         data += chunk
     return bytes(data)
 
@@ -93,8 +85,9 @@ def await_greeting(sock: socket.socket, address: str, timeout_s: float) -> None:
 class Connection:
     """A multiplexed connection to one TANK broker. Thread-safe; create with :meth:`open`."""
 
-    def __init__(self, address: str, sock: socket.socket) -> None:
-        self._framed: FramedConnection[TankRequest] = FramedConnection(address, sock, FRAMING)
+    def __init__(self, address: str, sock: socket.socket, *, greeted: bool = False) -> None:
+        """``greeted``: the broker's greeting Ping was read from ``sock``: the address is alive (core.outage)."""
+        self._framed: FramedConnection[TankRequest] = FramedConnection(address, sock, FRAMING, greeted=greeted)
         self.address = address
 
     @classmethod
@@ -103,17 +96,14 @@ class Connection:
         """Connect and wait for the greeting Ping, both within ``connect_timeout_s``; later sends and
         receives are bounded by ``io_timeout_s``."""
         started = time.monotonic()
-        # alive once greeted, not once connected (core.outage: a silent port is an address that never answered)
-        sock = open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s,
-                           alive_on_connect=False)
-        try:
+        sock = open_socket(address, connect_timeout_s=connect_timeout_s, io_timeout_s=io_timeout_s)
+        try:  # a greeting that never comes is a connection that never answered (core.outage.unanswered)
             await_greeting(sock, address, max(0.05, connect_timeout_s - (time.monotonic() - started)))
             sock.settimeout(io_timeout_s)
         except BaseException:
             sock.close()
             raise
-        saw_alive(address)
-        return cls(address, sock)
+        return cls(address, sock, greeted=True)
 
     @property
     def closed(self) -> bool:

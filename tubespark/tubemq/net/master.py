@@ -118,7 +118,7 @@ class MasterChannel:
 
     def call(self, method: int, request: Message, response_cls: type[M]) -> M:
         errors: list[str] = []
-        unreached: BrokerConnectionError | None = None  # the last connect that failed: what core.outage looks at
+        unreached: BrokerConnectionError | None = None  # the last unanswered connection: what core.outage reads
         standby = False
         wrong_peers = 0  # addresses where something other than a master answered
         tls: TlsError | None = None
