@@ -7,14 +7,17 @@ decoded, as the producer does. Each step is timed alone with the compiled twin a
 one (``twin.pure_python()``), so the table says where a row's microseconds go and what the twin saves.
 
     PYTHONPATH=. python -m bench.wire_micro [--cpu] [--detail] [--json FILE]
-    PYTHONPATH=. python -m bench.wire_micro --cpu --ab OLD.so,NEW.so [--rounds 5]
+    PYTHONPATH=. python -m bench.wire_micro --cpu --ab OLD.so,NEW.so [--rounds 5] [--paired]
 
 ``--cpu`` times with the process's CPU clock (``time.process_time``) instead of the wall clock, so other
 jobs on a shared machine distort the figures less. ``--detail`` adds what bounds a change of the read path
 (docs/performance/breakdown.md): the decode without the CRC check, and a plain copy of the whole frame
 (``bytes(bytearray)``, the memory speed one copy of every body costs at best). ``--ab`` times the read's
 steps with two builds of the compiled module (before and after a change of ``_native.c``), alternating
-them round by round in this one process, and prints each build's medians.
+them round by round in this one process, and prints each build's medians; with ``--paired`` only the
+compiled answer scan and decode (``scan_fetch`` + ``decode_fetch``, CRC on), the two builds back to back in
+each of ``--rounds`` short rounds, and the median of the per-round ratios: a busy machine moves both halves of
+a round alike, so the ratio shows a change of a few percent that the medians of whole steps hide.
 """
 
 from __future__ import annotations
@@ -198,6 +201,37 @@ def compare_builds(paths: list[str], rounds: int) -> dict[str, dict[int, dict[st
                           for step in runs[path][size][0]} for size in FETCHES} for path in paths}
 
 
+def compare_decode_paired(paths: list[str], rounds: int) -> dict[int, dict[str, float]]:
+    """``scan_fetch`` + ``decode_fetch`` per row of two builds, back to back per round: medians and the median
+    (and quartiles) of the per-round ratio second/first."""
+    first, second = (_load_build(path) for path in paths)
+    out: dict[int, dict[str, float]] = {}
+    for size, count in FETCHES.items():
+        _, payload = read_frame(BytesReader(_fetch_frame(size, count)))
+        _, data = decode_response(payload)
+        scanned = first.scan_fetch(data)[-1]
+        times: dict[str, list[float]] = {"first": [], "second": []}
+        ratios = []
+        for r in range(rounds):
+            got = {}
+            for name, module in (("first", first), ("second", second)) if r % 2 == 0 else (("second", second),
+                                                                                            ("first", first)):
+                def both(module: Any = module, data: bytes = data, scanned: int = scanned) -> None:
+                    module.scan_fetch(data)
+                    module.decode_fetch(data, 0, 28, True, scanned)
+
+                best = min(timeit.repeat(both, number=50, repeat=3, timer=_CLOCK["timer"]))
+                got[name] = best / 50 / count * 1e6
+                times[name].append(got[name])
+            ratios.append(got["second"] / got["first"])
+        quartiles = statistics.quantiles(ratios, n=4)
+        out[size] = {"first_us": round(statistics.median(times["first"]), 4),
+                     "second_us": round(statistics.median(times["second"]), 4),
+                     "ratio": round(statistics.median(ratios), 3),
+                     "ratio_q1": round(quartiles[0], 3), "ratio_q3": round(quartiles[2], 3)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.wire_micro", description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="also write the figures to this file")
@@ -209,9 +243,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compiled-only", action="store_true", help="skip the pure-Python twin")
     parser.add_argument("--ab", help="OLD.so,NEW.so: two builds of the compiled module, timed alternately")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --ab")
+    parser.add_argument("--paired", action="store_true", help="--ab of scan + decode only, ratio per round")
     args = parser.parse_args(argv)
     if args.cpu:
         _CLOCK["timer"] = time.process_time
+    if args.ab and args.paired:
+        paired = compare_decode_paired(args.ab.split(","), args.rounds)
+        for size, figures in paired.items():
+            print(f"{size:5} B: scan+decode us/row {figures['first_us']:.4f} -> {figures['second_us']:.4f}; per round "
+                  f"{figures['ratio']:.3f} (quartiles {figures['ratio_q1']:.3f}-{figures['ratio_q3']:.3f})")
+        return
     if args.ab:
         paths = args.ab.split(",")
         medians = compare_builds(paths, args.rounds)
