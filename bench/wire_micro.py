@@ -6,17 +6,32 @@ executor hands to Spark, as ``read_range`` does; a SendMessage is encoded with i
 decoded, as the producer does. Each step is timed alone with the compiled twin and with the pure-Python
 one (``twin.pure_python()``), so the table says where a row's microseconds go and what the twin saves.
 
-    PYTHONPATH=. python -m bench.wire_micro [--json FILE]
+    PYTHONPATH=. python -m bench.wire_micro [--cpu] [--detail] [--json FILE]
+    PYTHONPATH=. python -m bench.wire_micro --cpu --ab OLD.so,NEW.so [--rounds 5] [--paired]
+
+``--cpu`` times with the process's CPU clock (``time.process_time``) instead of the wall clock, so other
+jobs on a shared machine distort the figures less. ``--detail`` adds what bounds a change of the read path
+(docs/performance/breakdown.md): the decode without the CRC check, and a plain copy of the whole frame
+(``bytes(bytearray)``, the memory speed one copy of every body costs at best). ``--ab`` times the read's
+steps with two builds of the compiled module (before and after a change of ``_native.c``), alternating
+them round by round in this one process, and prints each build's medians; with ``--paired`` only the
+compiled answer scan and decode (``scan_fetch`` + ``decode_fetch``, CRC on), the two builds back to back in
+each of ``--rounds`` short rounds, and the median of the per-round ratios: a busy machine moves both halves of
+a round alike, so the ratio shows a change of a few percent that the medians of whole steps hide.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
+import statistics
+import time
 import timeit
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tubespark.core.framed_io import BytesReader
 from tubespark.tubemq.client.common import check
@@ -42,16 +57,20 @@ def _fetch_frame(size: int, count: int) -> bytes:
     return encode_frame(1, encode_response(10, answer.SerializeToString()))
 
 
+_CLOCK: dict[str, Callable[[], float]] = {"timer": time.perf_counter}  # --cpu: time.process_time
+
+
 def _per_call_us(fn: Callable[[], object], min_s: float = 0.3) -> float:
     number, elapsed = 1, 0.0
     while elapsed < min_s:
         number *= 2
-        elapsed = min(timeit.repeat(fn, number=number, repeat=3))
+        elapsed = min(timeit.repeat(fn, number=number, repeat=3, timer=_CLOCK["timer"]))
     return elapsed / number * 1e6
 
 
-def read_steps(size: int, count: int) -> dict[str, float]:
-    """Microseconds per row of each step of the executor's read of one fetch, and their sum."""
+def read_steps(size: int, count: int, detail: bool = False) -> dict[str, float]:
+    """Microseconds per row of each step of the executor's read of one fetch, and their sum (``detail``: and,
+    outside the sum, the decode without the CRC check and one plain copy of the frame)."""
     frame = _fetch_frame(size, count)
     schema = arrow_schema(False)
     _, payload = read_frame(BytesReader(frame))
@@ -68,7 +87,51 @@ def read_steps(size: int, count: int) -> dict[str, float]:
     }
     out = {name: round(_per_call_us(fn) / count, 3) for name, fn in steps.items()}
     out["total"] = round(sum(out.values()), 3)
+    if detail:
+        held = bytearray(frame)
+        batch = to_record_batch(columns, topic="t", partition_key="1:t:0", broker_id=1, partition_id=0, schema=schema)
+        out["decode_columns_no_crc"] = round(_per_call_us(lambda: reply.columns(0, step=28, verify=False)) / count, 3)
+        out["copy_frame_once"] = round(_per_call_us(lambda: bytes(held)) / count, 3)
+        with _Handover() as handover:
+            out["spark_handover"] = round(_per_call_us(lambda: handover.write(batch)) / count, 3)
     return out
+
+
+class _Handover:
+    """Spark's Python worker's hand-over of a batch to the JVM as ``bench/client_read.py`` models it: the batch
+    wrapped in one struct column, written as an Arrow IPC stream to a 64 KiB buffered file, flushed per batch,
+    into a pipe to ``cat`` (the kernel copies the bytes as for Spark's socket; the copy is this process's
+    system time, which ``--cpu`` counts)."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        import pyarrow as pa
+
+        self._pa = pa
+        self._proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, bufsize=0)
+        assert self._proc.stdin is not None
+        self._out = os.fdopen(os.dup(self._proc.stdin.fileno()), "wb", 65536)
+        self._proc.stdin.close()
+        self._writer: Any = None
+
+    def write(self, batch: object) -> None:
+        pa = self._pa
+        struct = pa.StructArray.from_arrays(batch.columns, fields=pa.struct(list(batch.schema)))  # type: ignore[attr-defined]
+        wrapped = pa.RecordBatch.from_arrays([struct], ["_0"])
+        if self._writer is None:
+            self._writer = pa.RecordBatchStreamWriter(self._out, wrapped.schema)
+        self._writer.write_batch(wrapped)
+        self._out.flush()
+
+    def __enter__(self) -> _Handover:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._out.close()
+        self._proc.wait()
 
 
 def send_steps(size: int) -> dict[str, float]:
@@ -93,23 +156,116 @@ def send_steps(size: int) -> dict[str, float]:
     return out
 
 
-def measure() -> dict[str, object]:
-    result: dict[str, object] = {"hot_path": twin.HOT_PATH, "read_us_per_row": {}, "send_us_per_message": {}}
+def measure(detail: bool = False, scale: int = 1, compiled_only: bool = False) -> dict[str, object]:
+    clock = "cpu" if _CLOCK["timer"] is time.process_time else "wall"
+    result: dict[str, object] = {"hot_path": twin.HOT_PATH, "clock": clock, "read_us_per_row": {},
+                                 "send_us_per_message": {}}
     for name, ctx in (("compiled", contextlib.nullcontext), ("pure-python", twin.pure_python)):
-        if name == "compiled" and twin.loaded() is None:
+        if (name == "compiled" and twin.loaded() is None) or (name != "compiled" and compiled_only):
             continue
         with ctx():
-            result["read_us_per_row"][name] = {size: read_steps(size, n) for size, n in FETCHES.items()}  # type: ignore[index]
+            result["read_us_per_row"][name] = {size: read_steps(size, n * scale, detail) for size, n in FETCHES.items()}  # type: ignore[index]
             result["send_us_per_message"][name] = {100: send_steps(100)}  # type: ignore[index]
     return result
+
+
+def _load_build(path: str) -> Any:
+    """A build of ``_native.c`` at ``path``, loaded beside the one the package imported."""
+    spec = importlib.util.spec_from_file_location("tubespark.tubemq.wire._native", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextlib.contextmanager
+def _build(module: Any) -> Iterator[None]:
+    """Every twin user calls ``twin.native()``: point it at ``module`` for a while (bench only)."""
+    saved, twin._active = twin._active, module
+    try:
+        yield
+    finally:
+        twin._active = saved
+
+
+def compare_builds(paths: list[str], rounds: int) -> dict[str, dict[int, dict[str, float]]]:
+    """Medians over ``rounds`` alternating rounds of each build's read steps (us per row)."""
+    builds = {path: _load_build(path) for path in paths}
+    runs: dict[str, dict[int, list[dict[str, float]]]] = {p: {s: [] for s in FETCHES} for p in paths}
+    for r in range(rounds):
+        for path in paths if r % 2 == 0 else paths[::-1]:
+            with _build(builds[path]):
+                for size, n in FETCHES.items():
+                    runs[path][size].append(read_steps(size, n))
+    return {path: {size: {step: round(statistics.median(run[step] for run in runs[path][size]), 3)
+                          for step in runs[path][size][0]} for size in FETCHES} for path in paths}
+
+
+def compare_decode_paired(paths: list[str], rounds: int) -> dict[int, dict[str, float]]:
+    """``scan_fetch`` + ``decode_fetch`` per row of two builds, back to back per round: medians and the median
+    (and quartiles) of the per-round ratio second/first."""
+    first, second = (_load_build(path) for path in paths)
+    out: dict[int, dict[str, float]] = {}
+    for size, count in FETCHES.items():
+        _, payload = read_frame(BytesReader(_fetch_frame(size, count)))
+        _, data = decode_response(payload)
+        scanned = first.scan_fetch(data)[-1]
+        times: dict[str, list[float]] = {"first": [], "second": []}
+        ratios = []
+        for r in range(rounds):
+            got = {}
+            for name, module in (("first", first), ("second", second)) if r % 2 == 0 else (("second", second),
+                                                                                            ("first", first)):
+                def both(module: Any = module, data: bytes = data, scanned: int = scanned) -> None:
+                    module.scan_fetch(data)
+                    module.decode_fetch(data, 0, 28, True, scanned)
+
+                best = min(timeit.repeat(both, number=50, repeat=3, timer=_CLOCK["timer"]))
+                got[name] = best / 50 / count * 1e6
+                times[name].append(got[name])
+            ratios.append(got["second"] / got["first"])
+        quartiles = statistics.quantiles(ratios, n=4)
+        out[size] = {"first_us": round(statistics.median(times["first"]), 4),
+                     "second_us": round(statistics.median(times["second"]), 4),
+                     "ratio": round(statistics.median(ratios), 3),
+                     "ratio_q1": round(quartiles[0], 3), "ratio_q3": round(quartiles[2], 3)}
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.wire_micro", description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--cpu", action="store_true", help="time with the process's CPU clock, not the wall clock")
+    parser.add_argument("--detail", action="store_true",
+                        help="also the decode without CRC, one copy of the frame and Spark's hand-over of the batch")
+    parser.add_argument("--scale", type=int, default=1,
+                        help="messages per fetch answer (and Arrow batch) times this (fetch/batch sizing)")
+    parser.add_argument("--compiled-only", action="store_true", help="skip the pure-Python twin")
+    parser.add_argument("--ab", help="OLD.so,NEW.so: two builds of the compiled module, timed alternately")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --ab")
+    parser.add_argument("--paired", action="store_true", help="--ab of scan + decode only, ratio per round")
     args = parser.parse_args(argv)
-    result = measure()
-    print(f"hot path: {result['hot_path']}")
+    if args.cpu:
+        _CLOCK["timer"] = time.process_time
+    if args.ab and args.paired:
+        paired = compare_decode_paired(args.ab.split(","), args.rounds)
+        for size, figures in paired.items():
+            print(f"{size:5} B: scan+decode us/row {figures['first_us']:.4f} -> {figures['second_us']:.4f}; per round "
+                  f"{figures['ratio']:.3f} (quartiles {figures['ratio_q1']:.3f}-{figures['ratio_q3']:.3f})")
+        return
+    if args.ab:
+        paths = args.ab.split(",")
+        medians = compare_builds(paths, args.rounds)
+        for path, sizes in medians.items():
+            for size, steps in sizes.items():
+                print(f"{path}\n  {size:5} B: " + ", ".join(f"{k} {v:.3f}" for k, v in steps.items()) + " us/row")
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"clock": "cpu" if args.cpu else "wall", "rounds": args.rounds, "medians": medians}, out,
+                          indent=2)
+        return
+    result = measure(args.detail, args.scale, args.compiled_only)
+    print(f"hot path: {result['hot_path']}, clock: {result['clock']}")
     for name, sizes in result["read_us_per_row"].items():  # type: ignore[union-attr]
         for size, steps in sizes.items():
             print(f"read  {name:11} {size:5} B: " + ", ".join(f"{k} {v:.3f}" for k, v in steps.items()) + " us/row")
