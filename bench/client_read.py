@@ -58,7 +58,7 @@ def _worker(spec: dict, size: str, api: str, profile: str | None) -> dict:
         from tubespark.tubemq.spark.options import TubeMQOptions
         from tubespark.tubemq.spark.read_task import QueueRange, read_range
     if api == "spark":
-        sink = _SparkHandover()
+        sink = SparkHandover()
     broker = BrokerClient(f"crbench_{uuid.uuid4().hex[:8]}")
     reader = RangeReader(broker, f"crbench_{uuid.uuid4().hex[:10]}")
     count = nbytes = 0
@@ -112,7 +112,7 @@ def _worker(spec: dict, size: str, api: str, profile: str | None) -> dict:
             "sys_s": cpu_after.ru_stime - cpu_before.ru_stime, "minflt": cpu_after.ru_minflt - cpu_before.ru_minflt}
 
 
-class _SparkHandover:
+class SparkHandover:
     """Where Spark's Python worker puts a read's batches: each wrapped in one struct column (``wrap_struct``)
     and written as an Arrow IPC stream to a 64 KiB buffered file over a socket to the JVM; here a pipe to
     ``cat``, so the kernel copies the bytes as it does for the socket."""
@@ -141,6 +141,12 @@ class _SparkHandover:
             self._writer.close()
         self._out.close()
         self._proc.wait()
+
+    def __enter__(self) -> SparkHandover:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _run_worker(spec_path: str, size: str, impl: str, old: str | None, api: str,

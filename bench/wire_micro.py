@@ -92,46 +92,11 @@ def read_steps(size: int, count: int, detail: bool = False) -> dict[str, float]:
         batch = to_record_batch(columns, topic="t", partition_key="1:t:0", broker_id=1, partition_id=0, schema=schema)
         out["decode_columns_no_crc"] = round(_per_call_us(lambda: reply.columns(0, step=28, verify=False)) / count, 3)
         out["copy_frame_once"] = round(_per_call_us(lambda: bytes(held)) / count, 3)
-        with _Handover() as handover:
+        from bench.client_read import SparkHandover  # Spark's hand-over as client_read models it
+
+        with SparkHandover() as handover:
             out["spark_handover"] = round(_per_call_us(lambda: handover.write(batch)) / count, 3)
     return out
-
-
-class _Handover:
-    """Spark's Python worker's hand-over of a batch to the JVM as ``bench/client_read.py`` models it: the batch
-    wrapped in one struct column, written as an Arrow IPC stream to a 64 KiB buffered file, flushed per batch,
-    into a pipe to ``cat`` (the kernel copies the bytes as for Spark's socket; the copy is this process's
-    system time, which ``--cpu`` counts)."""
-
-    def __init__(self) -> None:
-        import subprocess
-
-        import pyarrow as pa
-
-        self._pa = pa
-        self._proc = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, bufsize=0)
-        assert self._proc.stdin is not None
-        self._out = os.fdopen(os.dup(self._proc.stdin.fileno()), "wb", 65536)
-        self._proc.stdin.close()
-        self._writer: Any = None
-
-    def write(self, batch: object) -> None:
-        pa = self._pa
-        struct = pa.StructArray.from_arrays(batch.columns, fields=pa.struct(list(batch.schema)))  # type: ignore[attr-defined]
-        wrapped = pa.RecordBatch.from_arrays([struct], ["_0"])
-        if self._writer is None:
-            self._writer = pa.RecordBatchStreamWriter(self._out, wrapped.schema)
-        self._writer.write_batch(wrapped)
-        self._out.flush()
-
-    def __enter__(self) -> _Handover:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._out.close()
-        self._proc.wait()
 
 
 def send_steps(size: int) -> dict[str, float]:
