@@ -7,9 +7,9 @@ the figure is the median over ``--rounds`` of the best of three timeit runs, wit
 shared machine distorts it less). ``copy`` is ``bytes(bytearray)`` of the same length less the same call on an
 empty one (a Python call each): the memory speed the CRC is held against (docs/performance/breakdown.md).
 
-``--decode``: the compiled decode of one fetch answer (``decode_fetch`` of ``bench.wire_micro``'s answers, 100 B
-and 1 KiB bodies) with each path's CRC check and with none, alternating in this process: what each path costs
-per row where it runs, between the rest of a message's decoding.
+``--decode``: the compiled decode of one fetch answer (``bench.wire_micro``'s answers, 100 B and 1 KiB bodies)
+with each path's CRC check and with none, alternating in this process: what each path costs per row where it
+runs, between the rest of a message's decoding.
 
     PYTHONPATH=. python -m bench.crc_micro [--sizes 64,100,256,1024,4096,65536] [--rounds 5] [--decode]
 """
@@ -22,6 +22,7 @@ import statistics
 import time
 import timeit
 from collections.abc import Callable
+from typing import Any
 
 from tubespark.tubemq.wire import twin
 
@@ -58,8 +59,17 @@ def measure(sizes: list[int], rounds: int) -> dict[str, dict[int, float]]:
     return {p: {n: statistics.median(v) for n, v in by.items()} for p, by in runs.items()}
 
 
+def _decode(native: Any, data: bytes, verify: bool) -> None:
+    """The compiled walk of one answer into columns: ``read_fetch`` (one walk), or in a build from before it
+    ``scan_fetch`` + ``decode_fetch`` (two)."""
+    if hasattr(native, "read_fetch"):
+        native.read_fetch(data, 28, verify, 0)
+    else:
+        native.decode_fetch(data, 0, 28, verify, native.scan_fetch(data)[-1])
+
+
 def measure_decode(rounds: int) -> dict[str, dict[int, float]]:
-    """Microseconds per row of ``decode_fetch`` by CRC path (``none``: verify off), medians over rounds."""
+    """Microseconds per row of the compiled decode by CRC path (``none``: verify off), medians over rounds."""
     from bench.wire_micro import FETCHES, _fetch_frame
     from tubespark.core.framed_io import BytesReader
     from tubespark.tubemq.wire.envelope import decode_response
@@ -69,19 +79,17 @@ def measure_decode(rounds: int) -> dict[str, dict[int, float]]:
     assert native is not None
     paths, chosen = [*native._crc_paths(), "none"], native._crc_path()
     runs: dict[str, dict[int, list[float]]] = {p: {n: [] for n in FETCHES} for p in paths}
-    answers = {}
-    for size, count in FETCHES.items():
-        data = decode_response(read_frame(BytesReader(_fetch_frame(size, count)))[1])[1]
-        answers[size] = (data, native.scan_fetch(data)[-1], count)
+    answers = {size: decode_response(read_frame(BytesReader(_fetch_frame(size, count)))[1])[1]
+               for size, count in FETCHES.items()}
     try:
         for r in range(rounds):
             for path in paths if r % 2 == 0 else paths[::-1]:
                 native._crc_path(chosen if path == "none" else path)
-                for size, (data, scanned, count) in answers.items():
-                    def decode(data: bytes = data, scanned: int = scanned, verify: bool = path != "none") -> None:
-                        native.decode_fetch(data, 0, 28, verify, scanned)
+                for size, data in answers.items():
+                    def decode(data: bytes = data, verify: bool = path != "none") -> None:
+                        _decode(native, data, verify)
 
-                    runs[path][size].append(_ns(decode, 50) / count / 1000)
+                    runs[path][size].append(_ns(decode, 50) / FETCHES[size] / 1000)
     finally:
         native._crc_path(chosen)
     return {p: {n: statistics.median(v) for n, v in by.items()} for p, by in runs.items()}
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         cells = [f"{ns:7.1f} ({n / ns if ns > 0 else float('inf'):5.1f})" for n, ns in by.items()]
         print(f"{path:>11} " + " ".join(f"{c:>16}" for c in cells))
     if args.decode:
-        print("CPU us per row of decode_fetch, CRC checked by each path (none: not checked)")
+        print("CPU us per row of the compiled decode, CRC checked by each path (none: not checked)")
         for path, by in measure_decode(args.rounds).items():
             print(f"{path:>11} " + " ".join(f"{size:5} B {us:.4f}" for size, us in by.items()))
 
