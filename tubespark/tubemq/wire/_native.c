@@ -93,13 +93,16 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(uint32_t cr
     return (uint32_t)_mm_extract_epi32(x1, 1);
 }
 
-static int have_clmul;
 #endif
+#include "_crc32.h" /* the 256/512-bit folds, and which path runs (chosen at import) */
 
 static uint32_t crc32_ieee(const unsigned char *p, Py_ssize_t len) {
     uint32_t c = 0xFFFFFFFFu;
+#ifdef HAVE_VPCLMUL
+    if (crc_path >= CRC_VPCLMUL256 && len >= 16) return crc_fold_wide(c, p, len) ^ 0xFFFFFFFFu;
+#endif
 #ifdef HAVE_CLMUL
-    if (have_clmul && len >= 64) {
+    if (crc_path == CRC_CLMUL && len >= 64) {
         Py_ssize_t n = len & ~(Py_ssize_t)15;
         c = crc32_clmul(c, p, n);
         p += n;
@@ -1297,9 +1300,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
-#ifdef HAVE_CLMUL
-    __builtin_cpu_init();
-    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#endif
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && crc_setup(m) < 0) Py_CLEAR(m);
+    return m;
 }
