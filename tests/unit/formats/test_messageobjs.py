@@ -178,12 +178,13 @@ def test_random_mutations_raise_only_typed_errors_quickly() -> None:
                 b[rng.randrange(len(b))] = rng.randrange(256)
             else:
                 b = b[: rng.randrange(len(b) + 1)]
-        started = time.perf_counter()
+        # CPU time: a busy machine's preemption is not the decoder's (wall time failed at load 7)
+        started = time.thread_time()
         try:
             decode_messageobjs(bytes(b), compress_type, max_decompressed=1 << 20)
         except TubeSparkError:
             errors += 1
-        slowest = max(slowest, time.perf_counter() - started)
+        slowest = max(slowest, time.thread_time() - started)
     assert slowest < 0.1, slowest
     assert errors > 500
 
