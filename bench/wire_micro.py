@@ -15,7 +15,8 @@ jobs on a shared machine distort the figures less. ``--detail`` adds what bounds
 (``bytes(bytearray)``, the memory speed one copy of every body costs at best). ``--ab`` times the read's
 steps with two builds of the compiled module (before and after a change of ``_native.c``), alternating
 them round by round in this one process, and prints each build's medians; with ``--paired`` only the
-compiled answer scan and decode (``scan_fetch`` + ``decode_fetch``, CRC on), the two builds back to back in
+compiled answer's walk into columns, CRC on (``read_fetch``; a build from before it, ``scan_fetch`` +
+``decode_fetch``, the two walks it replaced), the two builds back to back in
 each of ``--rounds`` short rounds, and the median of the per-round ratios: a busy machine moves both halves of
 a round alike, so the ratio shows a change of a few percent that the medians of whole steps hide.
 """
@@ -30,6 +31,7 @@ import os
 import statistics
 import time
 import timeit
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,7 +72,12 @@ def _per_call_us(fn: Callable[[], object], min_s: float = 0.3) -> float:
 
 def read_steps(size: int, count: int, detail: bool = False) -> dict[str, float]:
     """Microseconds per row of each step of the executor's read of one fetch, and their sum (``detail``: and,
-    outside the sum, the decode without the CRC check and one plain copy of the frame)."""
+    outside the sum, the answer's parse and columns without the CRC check, and one plain copy of the frame).
+
+    ``parse_answer`` is what runs when the answer arrives (``parse_fetch_reply``: with the compiled twin the one
+    walk that checks the answer and decodes its messages), ``decode_columns`` what the batch's ``columns`` adds
+    on a fresh reply (the answer parsed and its columns taken, less the parse alone), as the read asks: from the
+    answer's currOffset, step 28, CRC on."""
     frame = _fetch_frame(size, count)
     schema = arrow_schema(False)
     _, payload = read_frame(BytesReader(frame))
@@ -81,16 +88,18 @@ def read_steps(size: int, count: int, detail: bool = False) -> dict[str, float]:
         "read_frame": lambda: read_frame(BytesReader(frame)),
         "envelope": lambda: decode_response(payload),
         "parse_answer": lambda: parse_fetch_reply(data),
-        "decode_columns": lambda: reply.columns(0, step=28),
+        "decode_columns": lambda: parse_fetch_reply(data).columns(0, step=28),  # less parse_answer, below
         "arrow_batch": lambda: to_record_batch(columns, topic="t", partition_key="1:t:0", broker_id=1,
                                                partition_id=0, schema=schema),
     }
     out = {name: round(_per_call_us(fn) / count, 3) for name, fn in steps.items()}
+    out["decode_columns"] = round(max(0.0, out["decode_columns"] - out["parse_answer"]), 3)
     out["total"] = round(sum(out.values()), 3)
     if detail:
         held = bytearray(frame)
         batch = to_record_batch(columns, topic="t", partition_key="1:t:0", broker_id=1, partition_id=0, schema=schema)
-        out["decode_columns_no_crc"] = round(_per_call_us(lambda: reply.columns(0, step=28, verify=False)) / count, 3)
+        out["answer_no_crc"] = round(_per_call_us(  # parse_answer + decode_columns with the CRC off
+            lambda: parse_fetch_reply(data, verify=False).columns(0, step=28, verify=False)) / count, 3)
         out["copy_frame_once"] = round(_per_call_us(lambda: bytes(held)) / count, 3)
         from bench.client_read import SparkHandover  # Spark's hand-over as client_read models it
 
@@ -135,12 +144,15 @@ def measure(detail: bool = False, scale: int = 1, compiled_only: bool = False) -
 
 
 def _load_build(path: str) -> Any:
-    """A build of ``_native.c`` at ``path``, loaded beside the one the package imported."""
+    """A build of ``_native.c`` at ``path``, loaded beside the one the package imported: a snapshot of its
+    functions. Why a snapshot: CPython keeps one module object per name for a single-phase extension, and loading
+    a path it loaded before (the package's own build) refills that object, the other build's included, with
+    the functions of the first load, so two loads of two builds may end up as one object (``a is b``)."""
     spec = importlib.util.spec_from_file_location("tubespark.tubemq.wire._native", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return types.SimpleNamespace(**vars(module))
 
 
 @contextlib.contextmanager
@@ -166,26 +178,35 @@ def compare_builds(paths: list[str], rounds: int) -> dict[str, dict[int, dict[st
                           for step in runs[path][size][0]} for size in FETCHES} for path in paths}
 
 
+def _answer_to_columns(module: Any, data: bytes) -> Callable[[], object]:
+    """The compiled answer's walk into columns, CRC on, as the read makes it with ``module``: ``read_fetch`` (one
+    walk), or in a build from before it ``scan_fetch`` when the answer arrives and ``decode_fetch`` later (two)."""
+    if hasattr(module, "read_fetch"):
+        return lambda: module.read_fetch(data, 28, True)
+    scanned = module.scan_fetch(data)[-1]
+
+    def both() -> None:
+        module.scan_fetch(data)
+        module.decode_fetch(data, 0, 28, True, scanned)
+
+    return both
+
+
 def compare_decode_paired(paths: list[str], rounds: int) -> dict[int, dict[str, float]]:
-    """``scan_fetch`` + ``decode_fetch`` per row of two builds, back to back per round: medians and the median
-    (and quartiles) of the per-round ratio second/first."""
+    """The answer's walk into columns (:func:`_answer_to_columns`) per row of two builds, back to back per round:
+    medians and the median (and quartiles) of the per-round ratio second/first."""
     first, second = (_load_build(path) for path in paths)
     out: dict[int, dict[str, float]] = {}
     for size, count in FETCHES.items():
         _, payload = read_frame(BytesReader(_fetch_frame(size, count)))
         _, data = decode_response(payload)
-        scanned = first.scan_fetch(data)[-1]
+        calls = {"first": _answer_to_columns(first, data), "second": _answer_to_columns(second, data)}
         times: dict[str, list[float]] = {"first": [], "second": []}
         ratios = []
         for r in range(rounds):
             got = {}
-            for name, module in (("first", first), ("second", second)) if r % 2 == 0 else (("second", second),
-                                                                                            ("first", first)):
-                def both(module: Any = module, data: bytes = data, scanned: int = scanned) -> None:
-                    module.scan_fetch(data)
-                    module.decode_fetch(data, 0, 28, True, scanned)
-
-                best = min(timeit.repeat(both, number=50, repeat=3, timer=_CLOCK["timer"]))
+            for name in ("first", "second") if r % 2 == 0 else ("second", "first"):
+                best = min(timeit.repeat(calls[name], number=50, repeat=3, timer=_CLOCK["timer"]))
                 got[name] = best / 50 / count * 1e6
                 times[name].append(got[name])
             ratios.append(got["second"] / got["first"])
@@ -208,15 +229,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compiled-only", action="store_true", help="skip the pure-Python twin")
     parser.add_argument("--ab", help="OLD.so,NEW.so: two builds of the compiled module, timed alternately")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --ab")
-    parser.add_argument("--paired", action="store_true", help="--ab of scan + decode only, ratio per round")
+    parser.add_argument("--paired", action="store_true",
+                        help="--ab of the compiled answer's walk into columns only, ratio per round")
     args = parser.parse_args(argv)
     if args.cpu:
         _CLOCK["timer"] = time.process_time
     if args.ab and args.paired:
         paired = compare_decode_paired(args.ab.split(","), args.rounds)
         for size, figures in paired.items():
-            print(f"{size:5} B: scan+decode us/row {figures['first_us']:.4f} -> {figures['second_us']:.4f}; per round "
-                  f"{figures['ratio']:.3f} (quartiles {figures['ratio_q1']:.3f}-{figures['ratio_q3']:.3f})")
+            print(f"{size:5} B: answer to columns us/row {figures['first_us']:.4f} -> {figures['second_us']:.4f}; "
+                  f"per round {figures['ratio']:.3f} (quartiles {figures['ratio_q1']:.3f}-{figures['ratio_q3']:.3f})")
         return
     if args.ab:
         paths = args.ab.split(",")

@@ -17,6 +17,9 @@ def test_the_leaf_most_named_frame_decides() -> None:
     # the task's read under the serializer: the decode, not the serializer that pulled the batch
     assert classify(f"{ROOT};dump_stream (serializers.py);read_range (tubespark/tubemq/spark/read_task.py);"
                     "decode_packed (tubespark/tubemq/wire/fetch.py)") == "compiled decode + CRC"
+    # the compiled twin decodes the answer's messages in the walk that checks it when it arrives
+    assert classify(f"{ROOT};PendingFetch.result (tubespark/tubemq/client/broker.py);"
+                    "parse_fetch_reply (tubespark/tubemq/wire/fetch.py)") == "compiled decode + CRC"
     assert classify("Thread.run (threading.py);FramedConnection._read_loop (tubespark/core/framed.py);"
                     "read_frames (tubespark/tubemq/wire/frame.py);SocketReader.peek "
                     "(tubespark/core/framed_io.py);SocketReader._receive (tubespark/core/framed_io.py)") == \

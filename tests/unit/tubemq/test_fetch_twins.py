@@ -13,6 +13,7 @@ The compiled twin must also take the fast lane where it should: valid input may 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -38,15 +39,17 @@ NATIVE = twin.loaded()
 # ------------------------------------------------------------------------------------------- the twins
 
 
-def _pure(data: bytes, start: int, step: int, verify: bool) -> tuple:
+def _pure(data: bytes, start: int | None, step: int, verify: bool) -> tuple:
     with twin.pure_python():
-        reply = fetch.parse_fetch_reply(data)
-        return _header(reply), reply.columns(start, verify=verify, step=step)
+        return _compiled(data, start, step, verify)
 
 
-def _compiled(data: bytes, start: int, step: int, verify: bool) -> tuple:
-    reply = fetch.parse_fetch_reply(data)
-    return _header(reply), reply.columns(start, verify=verify, step=step)
+def _compiled(data: bytes, start: int | None, step: int, verify: bool) -> tuple:
+    """As the read does it: the answer parsed when it arrives, its columns asked for later (``start`` None: from
+    the answer's currOffset, with the ``step`` and ``verify`` it was parsed with, which the compiled twin
+    decodes in the walk that checks the answer; any other start walks it again)."""
+    reply = fetch.parse_fetch_reply(data, verify=verify, step=step)
+    return _header(reply), reply.columns(reply.currOffset if start is None else start, verify=verify, step=step)
 
 
 def _header(reply: fetch.FetchReply) -> tuple:
@@ -58,7 +61,7 @@ def _rows(columns: fetch.Columns) -> list[tuple]:
     return [(m.message_id, m.data, m.attributes, m.msg_type, m.msg_time, m.offset) for m in unpacked.messages()]
 
 
-def _outcome(decode: Callable[[bytes, int, int, bool], tuple], data: bytes, start: int, step: int,
+def _outcome(decode: Callable[[bytes, int | None, int, bool], tuple], data: bytes, start: int | None, step: int,
              verify: bool) -> tuple:
     """What a reader sees: header and rows and both Arrow batches (with and without attributes), or the error."""
     try:
@@ -70,7 +73,7 @@ def _outcome(decode: Callable[[bytes, int, int, bool], tuple], data: bytes, star
     return "rows", header, _rows(columns), len(columns), [b.to_pylist() for b in batches]
 
 
-def assert_same(data: bytes, start: int = 0, step: int = 28, verify: bool = True) -> tuple:
+def assert_same(data: bytes, start: int | None = None, step: int = 28, verify: bool = True) -> tuple:
     pure = _outcome(_pure, data, start, step, verify)
     compiled = _outcome(_compiled, data, start, step, verify)
     assert compiled == pure
@@ -171,25 +174,27 @@ def test_captured_fetches_exist() -> None:
 
 
 @pytest.mark.parametrize("verify", [True, False])
-def test_captured_fetches_decode_alike(verify: bool) -> None:
+@pytest.mark.parametrize("start", [None, 1_000_000 * 28])
+def test_captured_fetches_decode_alike(verify: bool, start: int | None) -> None:
     rows = 0
     for data in captured():
-        outcome = assert_same(data, start=1_000_000 * 28, verify=verify)
+        outcome = assert_same(data, start=start, verify=verify)
         assert outcome[0] == "rows"
         rows += outcome[3]
     assert rows > 100
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
-@pytest.mark.parametrize(("start", "step"), [(0, 28), (28 * 10**12, 28), (5, 0)])
-def test_every_shape_decodes_alike(name: str, start: int, step: int) -> None:
+@pytest.mark.parametrize(("start", "step"), [(None, 28), (None, 0), (0, 28), (28 * 10**12, 28), (5, 0)])
+def test_every_shape_decodes_alike(name: str, start: int | None, step: int) -> None:
     assert assert_same(SHAPES[name], start, step)[0] == "rows"
 
 
 @pytest.mark.parametrize("name", sorted(ERRORS))
-def test_every_error_is_the_same_typed_error(name: str) -> None:
+@pytest.mark.parametrize("start", [None, 0])
+def test_every_error_is_the_same_typed_error(name: str, start: int | None) -> None:
     data, expected = ERRORS[name]
-    outcome = assert_same(data)
+    outcome = assert_same(data, start)
     if expected is not None:
         assert outcome[0] == "error" and outcome[1] is expected, outcome
 
@@ -206,7 +211,9 @@ def test_the_compiled_twin_takes_the_fast_lane_on_valid_input() -> None:
         assert twin.HOT_PATH.startswith(PURE_PYTHON)
         return
     for data in [*captured(), *SHAPES.values()]:
-        assert NATIVE.scan_fetch(data) is not None
+        reply = fetch.parse_fetch_reply(data)
+        with twin.pure_python():  # the columns come from the walk made when the answer arrived: no second one
+            assert isinstance(reply.columns(reply.currOffset, step=28), fetch.PackedColumns)
         assert isinstance(fetch.FetchReply(True, 200, "", 0, 0, data=data).columns(0, step=28), fetch.PackedColumns)
 
 
@@ -235,8 +242,9 @@ tracing of ``survives``), so its deadline is five times the 100 ms one decoder g
                     SHAPES["unknown fields"], *(d for d, _ in ERRORS.values())]),
        st.booleans())
 def test_fuzz_answers_decode_alike(data: bytes, verify: bool) -> None:
-    survives(lambda: _compiled(data, 0, 28, verify), len(data))
+    survives(lambda: _compiled(data, None, 28, verify), len(data))
     assert_same(data, verify=verify)
+    assert_same(data, 0, verify=verify)
 
 
 @TWINS_FUZZ
@@ -245,15 +253,53 @@ def test_fuzz_message_lists_decode_alike(messages: list[tuple[bytes, int, bool]]
     assert_same(answer(*(raw(k, p, flag, None if good else 7) for k, (p, flag, good) in enumerate(messages))))
 
 
-def test_a_count_that_is_not_the_answers_is_not_trusted() -> None:
-    """The reader thread's scan hands its message count to the decoder; a wrong one must not cut or overrun."""
-    data = SHAPES["several texts"]
-    if NATIVE is None:
-        assert fetch.decode_packed(data, 0, step=28, count=40) is None
-        return
-    assert len(fetch.decode_packed(data, 0, step=28, count=40)) == 40
-    for wrong in (0, 1, 39, 41, 10**6):
-        assert fetch.decode_packed(data, 0, step=28, count=wrong) is None
+def test_a_walk_without_the_check_still_checks_when_asked() -> None:
+    """The answer is walked once, with the checksum check the read will ask for; columns asked with another check
+    get it all the same (a second walk), in both twins."""
+    data, _ = ERRORS["checksum"]
+    for twins in (contextlib.nullcontext, twin.pure_python):
+        with twins():
+            unchecked = fetch.parse_fetch_reply(data, verify=False)
+            assert [m[1] for m in _rows(unchecked.columns(280, step=28, verify=False))] == [b"a", b"b"]
+            with pytest.raises(ChecksumMismatchError, match="message 2: checksum 5"):
+                unchecked.columns(280, step=28, verify=True)
+            checked = fetch.parse_fetch_reply(data, verify=True)
+            assert [m[1] for m in _rows(checked.columns(280, step=28, verify=False))] == [b"a", b"b"]
+
+
+MANY = 5000  # messages of a few bytes: more than the compiled walk's first guess of the rows an answer holds
+
+
+@pytest.mark.parametrize("late", ["no checkSum", "truncated", "bad checksum", "bad prefix"])
+def test_a_broken_message_late_in_an_answer_fails_where_it_always_did(late: str) -> None:
+    """Garbage fails the parse, when the answer arrives (before anything of it, or of the batch before it, reaches
+    Spark); a bad checksum or attribute prefix fails the columns, in both twins, however many good messages the
+    one walk decoded before it (buffers grown and then thrown away)."""
+    good = [raw(k, b"v%d" % k, 0) for k in range(MANY)]
+    broken = {"no checkSum": answer(*good) + b"\x22\x06\x08\x01\x1a\x00\x20\x00",
+              "truncated": bpb.GetMessageResponseB2C(success=True, errCode=200, messages=[
+                  *good, message(MANY, b"abcdef", msg_type="s")]).SerializeToString()[:-3],
+              "bad checksum": answer(*good, raw(MANY, b"b", 0, crc=5)),
+              "bad prefix": answer(*good, raw(MANY, b"abc", 1))}[late]
+    for twins in (contextlib.nullcontext, twin.pure_python):
+        with twins():
+            if late in ("no checkSum", "truncated"):
+                with pytest.raises(ProtobufDecodeError):
+                    fetch.parse_fetch_reply(broken)
+                continue
+            reply = fetch.parse_fetch_reply(broken)
+            assert reply.errCode == 200
+            with pytest.raises(ChecksumMismatchError if late == "bad checksum" else MessageFormatError,
+                               match=f"message {MANY}:"):
+                reply.columns(reply.currOffset, step=28)
+    assert assert_same(broken)[0] == "error"
+
+
+def test_more_rows_than_the_first_guess_decode_alike() -> None:
+    """The compiled walk does not count the messages first: its row buffers grow as it goes."""
+    data = answer(*(raw(k, b"", 0) for k in range(MANY)), *(message(MANY + k, b"x", k="v") for k in range(MANY)))
+    outcome = assert_same(data)
+    assert outcome[0] == "rows" and outcome[3] == 2 * MANY
 
 
 # ------------------------------------------------------------------- arguments of the wrong kind (issue 24)

@@ -7,6 +7,7 @@ Business errors come back as typed exceptions from :mod:`tubespark.errors`, so c
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -29,6 +30,8 @@ M = TypeVar("M", bound=Message)
 R = TypeVar("R", bound=Reply)
 
 FILTERED_READS_FROM_MEMORY = 303
+_PARSE_FETCH: dict[bool, Callable[[bytes | memoryview], FetchReply]] = {
+    True: parse_fetch_reply, False: functools.partial(parse_fetch_reply, verify=False)}
 _FETCH_REQUESTS_KEPT = 256  # encoded GetMessage requests a client keeps (one per partition and group read)
 
 
@@ -199,20 +202,23 @@ class BrokerClient:
         return failed
 
     def fetch(self, part: PartitionRef, group: str, *, last_consumed: bool = True,
-              manual_commit: bool = False) -> Fetch:
+              manual_commit: bool = False, verify: bool = True) -> Fetch:
         """One GetMessage. Raises NoDataError (404) when the group's position reached the index max."""
-        return self.fetch_async(part, group, last_consumed=last_consumed, manual_commit=manual_commit).result()
+        return self.fetch_async(part, group, last_consumed=last_consumed, manual_commit=manual_commit,
+                                verify=verify).result()
 
     def fetch_async(self, part: PartitionRef, group: str, *, last_consumed: bool = True,
-                    manual_commit: bool = False) -> PendingFetch:
+                    manual_commit: bool = False, verify: bool = True) -> PendingFetch:
         """Send one GetMessage now and take its answer later (``result()``, as :meth:`fetch` returns it).
 
         The broker may move the group's position as soon as it handles the request, whether or not the
-        answer is ever taken.
+        answer is ever taken. ``verify``: what the batch's :meth:`Fetch.columns` will be asked, so that the
+        compiled twin checks the checksums in the one walk it makes of the answer when it arrives (any other
+        call still gets its answer, by a second walk).
         """
         return PendingFetch(self._send_encoded(part, Method.GET_MESSAGE,
                                                self._fetch_request(part, group, last_consumed, manual_commit),
-                                               parse_fetch_reply, f"fetch {part.key} for group {group}"))
+                                               _PARSE_FETCH[verify], f"fetch {part.key} for group {group}"))
 
     def _fetch_request(self, part: PartitionRef, group: str, last_consumed: bool, manual_commit: bool) -> bytes:
         """The GetMessage request envelope, encoded once per partition, group and flags: a range read sends the

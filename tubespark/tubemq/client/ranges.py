@@ -276,9 +276,13 @@ class RangeReader:
 
         The request goes out exactly when the blocking fetch would send it (after the previous batch was
         yielded), so the wire sequence, and where a fault resumes, stay the same; only the decode moves
-        into the broker's round trip. A decode error cancels the request (its answer is dropped).
+        into the broker's round trip. A decode error cancels the request (its answer is dropped). With the
+        compiled twin the messages were decoded into buffers when the answer arrived, in the one walk that
+        checked it (``parse_fetch_reply``); what is left here is their attribute texts, and the errors of the
+        messages' contents (a checksum, an attribute prefix), raised here by either twin.
         """
-        pending_fetch = self.broker.fetch_async(cursor.part, self.read_group, last_consumed=True)
+        pending_fetch = self.broker.fetch_async(cursor.part, self.read_group, last_consumed=True,
+                                                verify=self.verify_checksums)
         if cursor.pending is not None and cursor.decoded is None:
             try:
                 cursor.decoded = cursor.pending.columns(self.verify_checksums)
@@ -305,7 +309,7 @@ class RangeReader:
         module docstring), so every fault goes back to :meth:`_step`, which registers again.
         """
         try:
-            return self.broker.fetch(part, self.read_group, last_consumed=True)
+            return self.broker.fetch(part, self.read_group, last_consumed=True, verify=self.verify_checksums)
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 

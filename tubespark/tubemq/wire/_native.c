@@ -231,52 +231,6 @@ static int read_message(const unsigned char *data, Py_ssize_t len, Transfered *m
     return seen == ((1 << 1) | (1 << 2) | (1 << 3) | (1 << 4));
 }
 
-typedef struct {
-    int success;
-    int32_t err_code;
-    const unsigned char *err_msg;
-    Py_ssize_t err_msg_len;
-    int64_t curr_offset;
-    int64_t max_offset;
-    Py_ssize_t count;
-} Header;
-
-/* GetMessageResponseB2C's fields, every message checked (not decoded); 0 when not sure. */
-static int read_header(const unsigned char *data, Py_ssize_t len, Header *h) {
-    Cursor c = {data, data + len};
-    int seen = 0;
-    memset(h, 0, sizeof(*h));
-    while (c.p < c.end) {
-        uint32_t field, wt;
-        uint64_t v;
-        const unsigned char *d;
-        Py_ssize_t n;
-        if (!read_tag(&c, &field, &wt)) return 0;
-        switch (field) {
-        case 1: case 2: case 5: case 6: case 7: case 8: case 9: case 10:
-            if (wt != 0 || !read_varint(&c, &v)) return 0;
-            if (field == 1) h->success = v != 0;
-            else if (field == 2) h->err_code = (int32_t)(uint32_t)v;
-            else if (field == 5) h->curr_offset = (int64_t)v;
-            else if (field == 10) h->max_offset = (int64_t)v;
-            seen |= 1 << field;
-            break;
-        case 3:
-            if (wt != 2 || !read_length(&c, &h->err_msg, &h->err_msg_len)) return 0;
-            break;
-        case 4: {
-            Transfered m;
-            if (wt != 2 || !read_length(&c, &d, &n) || !read_message(d, n, &m)) return 0;
-            h->count++;
-            break;
-        }
-        default:
-            if (!skip_field(&c, wt)) return 0;
-        }
-    }
-    return (seen & 6) == 6; /* success and errCode are required */
-}
-
 /* ------------------------------------------------------------------ arguments both twins take alike */
 /* The fast lane takes only arguments the pure-Python twin takes the same way: an int that is not a bool
  * (protobuf refuses a bool for an integer field, and True must never be sent as 1), text as str (protobuf
@@ -340,37 +294,7 @@ static int take_auth(PyObject *o, int *auth, long long *visit, const char **toke
            take_text(PyTuple_GET_ITEM(o, 1), 0, token, token_len);
 }
 
-/* ------------------------------------------------------------------------------------- scan_fetch */
-
-PyDoc_STRVAR(scan_fetch_doc,
-"scan_fetch(data) -> (success, errCode, errMsg, currOffset, maxOffset, count) | None\n\n"
-"Check a GetMessageResponseB2C's structure (every message included) and return its header fields;\n"
-"None when the pure-Python parser must decide (it raises the typed error for garbage).");
-
-static PyObject *scan_fetch(PyObject *self, PyObject *arg) {
-    Py_buffer buf;
-    Header h;
-    PyObject *msg, *result = NULL;
-    if (!PyObject_CheckBuffer(arg)) Py_RETURN_NONE; /* the pure-Python twin raises its TypeError */
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (!read_header(buf.buf, buf.len, &h)) {
-        PyBuffer_Release(&buf);
-        Py_RETURN_NONE;
-    }
-    msg = PyUnicode_DecodeUTF8((const char *)h.err_msg, h.err_msg_len, "strict");
-    if (msg == NULL) {
-        PyBuffer_Release(&buf);
-        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    result = Py_BuildValue("(NiNLLn)", PyBool_FromLong(h.success), (int)h.err_code, msg,
-                           (long long)h.curr_offset, (long long)h.max_offset, h.count);
-    PyBuffer_Release(&buf);
-    return result;
-}
-
-/* ------------------------------------------------------------------------------------ decode_fetch */
+/* -------------------------------------------------------------------------------------- read_fetch */
 
 /* Distinct attribute texts of one fetch: an open-addressing table of (offset, length) into the response. */
 typedef struct {
@@ -464,75 +388,104 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-PyDoc_STRVAR(decode_fetch_doc,
-"decode_fetch(data, start, step, verify[, count]) -> tuple | None\n\n"
-"The messages of a GetMessageResponseB2C as flat little-endian buffers:\n"
-"(count, message_ids int64[n], offsets int64[n], value_offsets int32[n+1], values, text_index int32[n],\n"
-"texts, uniform). ``uniform``: the text index every row has when they all have the same one, else -1\n"
-"(the Arrow batch then repeats one value instead of gathering per row). Row k's offset is start + step*k (-1 for every row when step is 0); text_index[k] is 0 for a\n"
-"message without attribute prefix, else 1 + the position in ``texts`` (each distinct attribute text\n"
-"once, as bytes). None when the pure-Python decoder must decide: a structure it is not sure of, a\n"
-"checksum mismatch (with verify), a bad attribute length. ``count``: what scan_fetch said of the same\n"
-"bytes, which spares checking their structure twice.");
+PyDoc_STRVAR(read_fetch_doc,
+"read_fetch(data, step, verify[, start]) -> tuple | None\n\n"
+"A GetMessageResponseB2C in one walk: its header fields and its messages as flat little-endian buffers,\n"
+"(success, errCode, errMsg, currOffset, maxOffset, count, message_ids int64[n], offsets int64[n],\n"
+"value_offsets int32[n+1], values, text_index int32[n], texts, uniform). Row k's offset is start + step*k,\n"
+"``start`` the answer's currOffset unless given (-1 for every row when step is 0); text_index[k] is 0 for a\n"
+"message without attribute prefix, else 1 + the position in ``texts`` (each distinct attribute text once,\n"
+"as bytes); ``uniform`` the text index every row has when they all have the same one, else -1 (the Arrow\n"
+"batch then repeats one value instead of gathering per row). None when the pure-Python twin must decide:\n"
+"a structure it is not sure of (it raises the typed error for garbage), a checksum mismatch (with\n"
+"verify), a bad attribute length, an errMsg that is not UTF-8.");
 
-static PyObject *decode_fetch(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    long long start, step;
+/* The per-row buffers of read_fetch, grown by doubling: the walk learns the message count as it goes (one
+ * walk, no count first). Bytes objects of refcount 1, so _PyBytes_Resize reallocates them in place. */
+typedef struct {
+    PyObject *ids;           /* int64[cap] */
+    PyObject *value_offsets; /* int32[cap + 1] */
+    PyObject *index;         /* int32[cap] */
+    Py_ssize_t cap;
+} Rows;
+
+static int rows_resize(Rows *r, Py_ssize_t cap) {
+    if (_PyBytes_Resize(&r->ids, cap * 8) < 0 || _PyBytes_Resize(&r->value_offsets, (cap + 1) * 4) < 0 ||
+        _PyBytes_Resize(&r->index, cap * 4) < 0)
+        return 0;
+    r->cap = cap;
+    return 1;
+}
+
+static PyObject *read_fetch(PyObject *self, PyObject *args) {
+    PyObject *data, *step_obj, *start_obj = Py_None;
     int verify;
-    Header h;
-    PyObject *ids = NULL, *offsets = NULL, *value_offsets = NULL, *values = NULL, *index = NULL, *texts = NULL;
-    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "OOp|O", &data, &step_obj, &verify, &start_obj)) return NULL;
+    if (!PyObject_CheckBuffer(data) || !plain_int(step_obj) || (start_obj != Py_None && !plain_int(start_obj)))
+        Py_RETURN_NONE; /* the pure-Python twin decides (see take_int) */
+    int overflow = 0;
+    long long step = PyLong_AsLongLongAndOverflow(step_obj, &overflow), start = 0;
+    if (overflow) Py_RETURN_NONE; /* beyond int64: Python's integers decide */
+    if (start_obj != Py_None) {
+        start = PyLong_AsLongLongAndOverflow(start_obj, &overflow);
+        if (overflow) Py_RETURN_NONE;
+    }
+
+    Py_buffer buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *values = NULL, *offsets = NULL, *texts = NULL, *msg = NULL, *result = NULL;
     TextTable table;
     int table_ok = 0;
-
-    Py_ssize_t n = -1;
-    PyObject *data, *start_obj, *step_obj;
-    if (!PyArg_ParseTuple(args, "OOOp|n", &data, &start_obj, &step_obj, &verify, &n)) return NULL;
-    if (!PyObject_CheckBuffer(data) || !plain_int(start_obj) || !plain_int(step_obj))
-        Py_RETURN_NONE; /* the pure-Python twin decides (see take_int) */
-    int start_overflow, step_overflow;
-    start = PyLong_AsLongLongAndOverflow(start_obj, &start_overflow);
-    step = PyLong_AsLongLongAndOverflow(step_obj, &step_overflow);
-    if (start_overflow || step_overflow) Py_RETURN_NONE; /* beyond int64: Python's integers decide */
-    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (n < 0) { /* not scanned yet (scan_fetch gives the count of the same bytes): check the structure */
-        if (!read_header(buf.buf, buf.len, &h)) goto fallback;
-        n = h.count;
-    }
-    ids = PyBytes_FromStringAndSize(NULL, n * 8);
-    offsets = PyBytes_FromStringAndSize(NULL, n * 8);
-    value_offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    values = PyBytes_FromStringAndSize(NULL, buf.len); /* every body lies in the response: an upper bound */
-    index = PyBytes_FromStringAndSize(NULL, n * 4);
-    if (!ids || !offsets || !value_offsets || !values || !index) goto error;
+    /* a message takes at least 10 bytes of the answer; most take far more (100 B bodies: about 140) */
+    Rows rows = {NULL, NULL, NULL, buf.len / 128 + 16};
+    rows.ids = PyBytes_FromStringAndSize(NULL, rows.cap * 8);
+    rows.value_offsets = PyBytes_FromStringAndSize(NULL, (rows.cap + 1) * 4);
+    rows.index = PyBytes_FromStringAndSize(NULL, rows.cap * 4);
+    values = PyBytes_FromStringAndSize(NULL, buf.len); /* every body lies in the answer: an upper bound */
+    if (!rows.ids || !rows.value_offsets || !rows.index || !values) goto error;
     if (!(table_ok = table_init(&table))) {
         PyErr_NoMemory();
         goto error;
     }
-    int64_t *id_out = (int64_t *)PyBytes_AS_STRING(ids);
-    int64_t *offset_out = (int64_t *)PyBytes_AS_STRING(offsets);
-    int32_t *vo_out = (int32_t *)PyBytes_AS_STRING(value_offsets);
+
+    int seen = 0, success = 0;
+    int32_t err_code = 0;
+    const unsigned char *err_msg = NULL;
+    Py_ssize_t err_msg_len = 0, written = 0, n = 0;
+    int64_t curr_offset = 0, max_offset = 0;
     unsigned char *value_out = (unsigned char *)PyBytes_AS_STRING(values);
-    int32_t *index_out = (int32_t *)PyBytes_AS_STRING(index);
-    Py_ssize_t written = 0, k = 0;
-    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
     const unsigned char *last_text = NULL; /* one producer's messages share a text: compare before hashing */
     Py_ssize_t last_len = -1;
     int32_t last_index = 0;
     int32_t uniform = -2; /* -2: no row yet; -1: rows differ */
-    vo_out[0] = 0;
+    ((int32_t *)PyBytes_AS_STRING(rows.value_offsets))[0] = 0;
+    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
     while (c.p < c.end) {
-        uint32_t field = 0, wt = 0;
-        const unsigned char *d = NULL;
-        Py_ssize_t len = 0;
-        Transfered m;
-        /* read_header checked the whole structure already; these checks only keep the compiler sure */
+        uint32_t field, wt;
+        uint64_t v;
+        const unsigned char *d;
+        Py_ssize_t len;
         if (!read_tag(&c, &field, &wt)) goto fallback;
-        if (field != 4) {
+        switch (field) {
+        case 1: case 2: case 5: case 6: case 7: case 8: case 9: case 10: /* the header's integers */
+            if (wt != 0 || !read_varint(&c, &v)) goto fallback;
+            if (field == 1) success = v != 0;
+            else if (field == 2) err_code = (int32_t)(uint32_t)v;
+            else if (field == 5) curr_offset = (int64_t)v;
+            else if (field == 10) max_offset = (int64_t)v;
+            seen |= 1 << field;
+            continue;
+        case 3:
+            if (wt != 2 || !read_length(&c, &err_msg, &err_msg_len)) goto fallback;
+            continue;
+        case 4:
+            break; /* a message: below */
+        default:
             if (!skip_field(&c, wt)) goto fallback;
             continue;
         }
-        if (!read_length(&c, &d, &len) || !read_message(d, len, &m) || k >= n) goto fallback;
+        Transfered m;
+        if (wt != 2 || !read_length(&c, &d, &len) || !read_message(d, len, &m)) goto fallback;
         if (verify && (int32_t)(crc32_ieee(m.payload, m.payload_len) & 0x7FFFFFFFu) != m.checksum) goto fallback;
         const unsigned char *body = m.payload;
         Py_ssize_t body_len = m.payload_len;
@@ -556,17 +509,28 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
             body = m.payload + 4 + attr_len;
             body_len = m.payload_len - 4 - (Py_ssize_t)attr_len;
         }
+        if (n == rows.cap && !rows_resize(&rows, rows.cap * 2)) goto error;
         memcpy(value_out + written, body, (size_t)body_len);
         written += body_len;
-        id_out[k] = m.message_id;
-        offset_out[k] = step ? (int64_t)start + (int64_t)step * (int64_t)k : -1;
-        index_out[k] = text_index;
+        ((int64_t *)PyBytes_AS_STRING(rows.ids))[n] = m.message_id;
+        ((int32_t *)PyBytes_AS_STRING(rows.index))[n] = text_index;
         if (uniform != text_index) uniform = uniform == -2 ? text_index : -1;
-        k++;
-        vo_out[k] = (int32_t)written;
+        n++;
+        ((int32_t *)PyBytes_AS_STRING(rows.value_offsets))[n] = (int32_t)written;
     }
-    if (k != n) goto fallback; /* a count that is not this answer's */
-    if (_PyBytes_Resize(&values, written) < 0) goto error;
+    if ((seen & 6) != 6) goto fallback; /* success and errCode are required */
+    msg = PyUnicode_DecodeUTF8((const char *)err_msg, err_msg_len, "strict");
+    if (msg == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto error;
+        PyErr_Clear();
+        goto fallback;
+    }
+    if (!rows_resize(&rows, n) || _PyBytes_Resize(&values, written) < 0) goto error;
+    offsets = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!offsets) goto error;
+    if (start_obj == Py_None) start = curr_offset;
+    int64_t *offset_out = (int64_t *)PyBytes_AS_STRING(offsets);
+    for (Py_ssize_t k = 0; k < n; k++) offset_out[k] = step ? (int64_t)start + (int64_t)step * (int64_t)k : -1;
     texts = PyList_New(table.count);
     if (!texts) goto error;
     for (int32_t i = 0; i < table.count; i++) {
@@ -574,23 +538,24 @@ static PyObject *decode_fetch(PyObject *self, PyObject *args) {
         if (!text) goto error;
         PyList_SET_ITEM(texts, i, text);
     }
-    result = Py_BuildValue("(nNNNNNNi)", n, ids, offsets, value_offsets, values, index, texts,
-                           uniform == -2 ? -1 : (int)uniform);
-    ids = offsets = value_offsets = values = index = texts = NULL;
+    result = Py_BuildValue("(NiNLLnNNNNNNi)", PyBool_FromLong(success), (int)err_code, msg, (long long)curr_offset,
+                           (long long)max_offset, n, rows.ids, offsets, rows.value_offsets, values, rows.index,
+                           texts, uniform == -2 ? -1 : (int)uniform);
+    msg = rows.ids = offsets = rows.value_offsets = values = rows.index = texts = NULL; /* taken by the tuple */
     goto done;
 
 fallback:
-    result = Py_None;
-    Py_INCREF(result);
+    result = Py_NewRef(Py_None);
     goto done;
 error:
     result = NULL;
 done:
-    Py_XDECREF(ids);
+    Py_XDECREF(msg);
+    Py_XDECREF(rows.ids);
     Py_XDECREF(offsets);
-    Py_XDECREF(value_offsets);
+    Py_XDECREF(rows.value_offsets);
     Py_XDECREF(values);
-    Py_XDECREF(index);
+    Py_XDECREF(rows.index);
     Py_XDECREF(texts);
     if (table_ok) table_free(&table);
     PyBuffer_Release(&buf);
@@ -1279,8 +1244,7 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
 /* ------------------------------------------------------------------------------------------- module */
 
 static PyMethodDef methods[] = {
-    {"scan_fetch", scan_fetch, METH_O, scan_fetch_doc},
-    {"decode_fetch", decode_fetch, METH_VARARGS, decode_fetch_doc},
+    {"read_fetch", read_fetch, METH_VARARGS, read_fetch_doc},
     {"decode_response", decode_response, METH_O, decode_response_doc},
     {"locate_response", locate_response, METH_O, locate_response_doc},
     {"take_frame", take_frame, METH_VARARGS, take_frame_doc},

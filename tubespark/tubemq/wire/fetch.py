@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tubespark.tubemq.wire import twin
-from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE
+from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.envelope import parse_message
 from tubespark.tubemq.wire.message import (
     NO_ATTRIBUTES,
@@ -118,16 +118,13 @@ def _decode_texts(texts: list[bytes]) -> tuple[list[Mapping[str, str]], list[str
     return attributes, msg_types, msg_times
 
 
-def decode_packed(data: bytes | memoryview, start: int, *, verify: bool = True, step: int = 0,
-                  count: int = -1) -> PackedColumns | None:
-    """The compiled twin on a GetMessageResponseB2C's bytes; None when it is absent or not sure. ``count``:
-    the messages the compiled :func:`parse_fetch_reply` counted in the same bytes (-1: not scanned)."""
-    compiled = twin.native()
-    if compiled is None:
-        return None
-    packed = compiled.decode_fetch(data, start, step, verify, count)
-    if packed is None:
-        return None
+Packed = tuple[int, bytes, bytes, bytes, bytes, bytes, list[bytes], int]
+"""What the compiled ``read_fetch`` gives after the header fields: count, the buffers, the texts, uniform."""
+
+
+def packed_columns(packed: Packed) -> PackedColumns | None:
+    """The compiled twin's buffers as :class:`PackedColumns`, their attribute texts decoded; None when a text is
+    not UTF-8 (the pure-Python twin then raises, naming the first message that carries it)."""
     count, ids, offsets, value_offsets, values, index, texts, uniform = packed
     decoded = _decode_texts(texts)
     if decoded is None:
@@ -135,24 +132,42 @@ def decode_packed(data: bytes | memoryview, start: int, *, verify: bool = True, 
     return PackedColumns(count, ids, offsets, value_offsets, values, index, *decoded, uniform_text=uniform)
 
 
+def decode_packed(data: bytes | memoryview, start: int, *, verify: bool = True, step: int = 0) -> PackedColumns | None:
+    """The compiled twin on a GetMessageResponseB2C's bytes, row ``k`` at offset ``start + step*k``; None when it is
+    absent or not sure."""
+    compiled = twin.native()
+    if compiled is None or start is None:  # (None would be read_fetch's "from currOffset"; Python refuses it)
+        return None
+    read = compiled.read_fetch(data, step, verify, start)
+    return None if read is None else packed_columns(read[5:])
+
+
 class FetchReply:
     """A GetMessageResponseB2C as the read needs it: the fields :func:`~tubespark.tubemq.client.common.check`
-    and the reader look at, and the messages, decoded only when asked (:meth:`columns`).
+    and the reader look at, and the messages as columns (:meth:`columns`).
 
-    Made by :func:`parse_fetch_reply` on the connection's reader thread, which has checked the whole
-    structure by then: garbage fails the call there (and closes the connection) in both twins.
+    Made by :func:`parse_fetch_reply` when the answer arrives (on the connection's reader thread, or the thread
+    that waits for it), which has checked the whole structure by then: garbage fails the call there (and
+    closes the connection) in both twins. The compiled twin has decoded the messages by then too, in the same
+    walk (``packed``, for ``columns(currOffset, step=step, verify=verified)``); errors of the messages'
+    contents (a checksum, an attribute prefix) are raised by :meth:`columns` in both twins.
     """
 
     def __init__(self, success: bool, err_code: int, err_msg: str, curr_offset: int, max_offset: int, *,
-                 data: bytes | memoryview | None = None, count: int = -1,
-                 proto: bpb.GetMessageResponseB2C | None = None) -> None:
+                 data: bytes | memoryview | None = None, walked: tuple[int, bool] | None = None,
+                 packed: Packed | None = None, proto: bpb.GetMessageResponseB2C | None = None) -> None:
+        """``walked``: the ``(step, verify)`` the compiled walk of ``data`` was made with, ``packed`` what it gave
+        (None: it was not sure)."""
         self.success = success
         self.errCode = err_code
         self.errMsg = err_msg
         self.currOffset = curr_offset
         self.maxOffset = max_offset
         self._data = data
-        self._count = count  # messages in data, as the compiled scan counted them (-1: not scanned)
+        # the columns() arguments (start, step, verify) the walk decoded for
+        self._walked: tuple[int, int, bool] | None = None if walked is None else (curr_offset, *walked)
+        self._packed = packed
+        self._columns: PackedColumns | None = None
         self._proto = proto
 
     @property
@@ -165,20 +180,42 @@ class FetchReply:
 
     def columns(self, start: int, *, verify: bool = True, step: int = 0) -> Columns:
         """The messages as columns, row ``k`` at offset ``start + step*k``; errors are decode_columns'."""
-        if self._data is not None:
-            packed = decode_packed(self._data, start, verify=verify, step=step, count=self._count)
+        exact = type(start) is int and type(step) is int  # not a bool, whose offsets the walk did not make
+        walked = self._walked
+        if exact and walked is not None and start == walked[0] and step == walked[1]:
+            if self._packed is not None and (walked[2] or not verify):  # what the walk gave serves this call
+                if self._columns is None:
+                    self._columns = packed_columns(self._packed)
+                if self._columns is not None:
+                    return self._columns
+                return decode_columns(self.messages, start, verify=verify, step=step)  # a text is not UTF-8
+            if walked[2] == verify:  # the walk with these arguments was not sure: the pure-Python twin decides
+                return decode_columns(self.messages, start, verify=verify, step=step)
+        if self._data is not None:  # other offsets or another check than the walk's: walk again
+            packed = decode_packed(self._data, start, verify=verify, step=step)
             if packed is not None:
                 return packed
         return decode_columns(self.messages, start, verify=verify, step=step)
 
 
-def parse_fetch_reply(data: bytes | memoryview) -> FetchReply:
-    """GetMessageResponseB2C bytes -> :class:`FetchReply`; ProtobufDecodeError for garbage (parse_message's)."""
+def parse_fetch_reply(data: bytes | memoryview, *, verify: bool = True, step: int = INDEX_RECORD_SIZE) -> FetchReply:
+    """GetMessageResponseB2C bytes -> :class:`FetchReply`; ProtobufDecodeError for garbage (parse_message's).
+
+    The compiled twin checks the structure and decodes the messages in one walk (``verify``: their checksums
+    too; ``step``: row ``k``'s offset is ``currOffset + step*k``, as the read asks, see ``Fetch.columns``); it
+    used to walk them twice, once here and once in :meth:`FetchReply.columns`, 0.07 us per row
+    (docs/performance/breakdown.md). Where it is not sure (garbage, a bad checksum or attribute prefix) the
+    pure-Python twin parses the answer here, and raises here for garbage, in :meth:`FetchReply.columns` for the
+    rest, as it always does."""
     compiled = twin.native()
     if compiled is not None:
-        header = compiled.scan_fetch(data)
-        if header is not None:
-            success, err_code, err_msg, curr_offset, max_offset, count = header
-            return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data, count=count)
+        read = compiled.read_fetch(data, step, verify)
+        if read is not None:
+            success, err_code, err_msg, curr_offset, max_offset = read[:5]
+            return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data, walked=(step, verify),
+                              packed=read[5:])
     proto = parse_message(bpb.GetMessageResponseB2C, data)
-    return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, proto=proto)
+    if compiled is None:
+        return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, proto=proto)
+    return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, data=data,
+                      walked=(step, verify), proto=proto)
