@@ -46,6 +46,11 @@ SIDE_MODULES = frozenset({
 })
 """Paths under ``tests/integration`` of the side lane's modules; every other module runs in the main lane."""
 
+CONNECT_SERVER_MODULES = frozenset({"spark/test_connect.py", "spark/test_pipelines.py"})
+"""Modules that start a local Spark Connect server (``remote("local")``, ``spark-pipelines run``): it binds Connect's
+default port, 15002, and its client connects there, so two at once would clash or talk to the other's server. They
+run in one lane, one after the other (tests/unit/tooling/test_lanes.py holds this)."""
+
 
 def lane() -> str | None:
     """This process's lane, or ``None`` when one process runs every cluster test."""

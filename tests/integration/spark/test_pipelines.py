@@ -38,8 +38,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ME = "tests/integration/spark/test_pipelines.py"
 PAGE = ROOT / "docs" / "guide" / "pipelines.md"
 PROJECT = Path("examples") / "pipelines" / "tubemq_summary"
-STORAGE = Path("/tmp/tubespark-pipeline")
-"""The spec's ``storage`` (an absolute URI, as Spark 4.3 requires): emptied first, so the run starts afresh."""
+STORAGE = "file:///tmp/tubespark-pipeline/storage"
+"""The spec's ``storage`` (an absolute URI, as Spark 4.3 requires). The copy the test runs stores under its own
+``tmp_path`` instead, so runs side by side on one host (two checkouts' test suites) never share checkpoints."""
 
 EVENTS = ([("clicks", "202601011000")] * 3 + [("views", "202601011000")] + [("clicks", "202601011001")] * 2
           + [("views", "202601011002")] * 4 + [("clicks", "202601011010")])
@@ -88,7 +89,9 @@ def test_the_pipeline_streams_a_topic_into_a_table_and_sends_per_minute_counts_b
     assert definitions == (ROOT / PROJECT / "transformations" / "summary.py").read_text(), \
         "the page shows the example's definitions"
     shutil.copytree(ROOT / PROJECT, tmp_path / PROJECT)  # the catalog's table files go next to the spec
-    shutil.rmtree(STORAGE, ignore_errors=True)
+    copied_spec = tmp_path / PROJECT / "spark-pipeline.yml"
+    assert STORAGE in spec
+    copied_spec.write_text(spec.replace(STORAGE, (tmp_path / "storage").as_uri()))
     master, source, summary = tubemq_cluster.master_address, topic_factory(), topic_factory()
     publish(master, source)
 

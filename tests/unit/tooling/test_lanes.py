@@ -19,6 +19,14 @@ def test_every_side_module_exists_and_the_quiet_modules_run_in_the_main_lane():
     assert quiet and not any(lanes.in_lane(m, lanes.SIDE) for m in quiet)  # the lock gives quiet turns to the main
 
 
+def test_the_modules_that_start_a_local_connect_server_share_one_lane():
+    """Each binds Connect's default port: in two lanes they could run at once, and one's client reach the other."""
+    starts = {p.relative_to(INTEGRATION).as_posix() for p in INTEGRATION.rglob("test_*.py")
+              if any(s in p.read_text() for s in ('"--connect"', "spark-pipelines", ".remote("))}
+    assert starts == lanes.CONNECT_SERVER_MODULES
+    assert len({lanes.in_lane(m, lanes.SIDE) for m in starts}) == 1
+
+
 def test_the_lane_comes_from_the_environment_and_a_wrong_one_is_refused(monkeypatch):
     monkeypatch.delenv(lanes.LANE_ENV, raising=False)
     assert lanes.lane() is None
