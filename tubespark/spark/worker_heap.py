@@ -17,6 +17,17 @@ ends, which is why this runs once per process and right after a full collection 
 garbage then), and only inside a Spark task (the processes whose heap PySpark collects after each one).
 ``TUBESPARK_NO_GC_FREEZE=1`` (in the executors' environment: ``spark.executorEnv.TUBESPARK_NO_GC_FREEZE``)
 turns it off.
+
+Once is not enough: the first task loads more than the worker had when it froze. pyarrow imports pandas
+(about 33,000 tracked objects, pyarrow.compute among them) the first time it converts a Python value
+(``pa.scalar``, ``pa.array``: every batch's constant columns), and PySpark loads its own modules around the
+first batch it hands over. All of that stayed young and every later collection walked it: in the profile of
+``docs/performance/breakdown.md`` the collector still cost 24-40 ms per task. So each later task's first
+call counts what the collector tracks outside the frozen heap (``gc.get_objects``: a few hundred objects, a
+few microseconds, once per task) and when it is more than :data:`REFREEZE_ABOVE`, collects and freezes
+again. The survivors of the collection PySpark ran after the previous task are then the worker's own, and
+what a task made for itself and still holds (its reader, its options: a few hundred objects) stays frozen
+for good: a refreeze happens only when thousands of objects arrived, in practice once, at the second task.
 """
 
 from __future__ import annotations
@@ -28,24 +39,34 @@ import os
 from pyspark import TaskContext
 
 NO_FREEZE_ENV = "TUBESPARK_NO_GC_FREEZE"
+REFREEZE_ABOVE = 2000
+"""Tracked objects outside the frozen heap, at a task's start, above which the worker collects and freezes
+again (a task's own setup is a few hundred; pandas, loaded by the first task, is about 33,000)."""
 
 _log = logging.getLogger(__name__)
 _frozen: set[int] = set()  # the pid that froze its heap (a forked worker is a new process: it freezes its own)
 
 
 def freeze_worker_heap() -> bool:
-    """Collect, then ``gc.freeze()`` what this process holds: once per process, only inside a Spark task
-    (an executor's Python worker; not the driver's processes, not tests), not with ``TUBESPARK_NO_GC_FREEZE``.
+    """Collect, then ``gc.freeze()`` what this process holds: at the first task of a process, and at a later
+    one when more than :data:`REFREEZE_ABOVE` tracked objects arrived since (the modules the first task loaded);
+    only inside a Spark task (an executor's Python worker; not the driver's processes, not tests), not with
+    ``TUBESPARK_NO_GC_FREEZE``.
 
     Returns whether it froze now."""
+    if TaskContext.get() is None:
+        return False
     pid = os.getpid()
-    if pid in _frozen or TaskContext.get() is None:
-        return False
-    _frozen.add(pid)
-    if os.environ.get(NO_FREEZE_ENV, "").strip() not in ("", "0"):
-        return False
+    first = pid not in _frozen
+    if first:
+        _frozen.add(pid)
+        if os.environ.get(NO_FREEZE_ENV, "").strip() not in ("", "0"):
+            return False
+    elif gc.get_freeze_count() == 0 or len(gc.get_objects()) <= REFREEZE_ABOVE:
+        return False  # switched off at the first task (nothing frozen), or nothing much arrived since
     gc.collect()
+    before = gc.get_freeze_count()
     gc.freeze()
-    _log.info("froze %d objects out of the collection Spark runs after each task (%s=1 turns this off)",
-              gc.get_freeze_count(), NO_FREEZE_ENV)
+    _log.info("froze %d %sobjects out of the collection Spark runs after each task (%s=1 turns this off)",
+              gc.get_freeze_count() - before, "" if first else "more ", NO_FREEZE_ENV)
     return True

@@ -63,3 +63,21 @@ def test_the_switch_turns_it_off(in_task: None, monkeypatch: pytest.MonkeyPatch)
     before = gc.get_freeze_count()
     assert freeze_worker_heap() is False
     assert gc.get_freeze_count() == before
+
+
+def test_a_later_task_freezes_again_what_the_first_one_loaded(in_task: None) -> None:
+    """The first task loads modules after its freeze (pyarrow imports pandas on its first conversion): a later
+    task finds them young and freezes them too, so the collection after each task does not walk them."""
+    assert freeze_worker_heap() is True
+    loaded = [[k] for k in range(worker_heap.REFREEZE_ABOVE + 100)]  # long-lived objects made after the freeze
+    assert freeze_worker_heap() is True
+    assert not any(o is loaded for o in gc.get_objects())  # frozen now: no collection walks them
+    assert freeze_worker_heap() is False  # and nothing more to freeze
+
+
+def test_switched_off_no_later_task_freezes_either(in_task: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(NO_FREEZE_ENV, "1")
+    assert freeze_worker_heap() is False
+    loaded = [[k] for k in range(worker_heap.REFREEZE_ABOVE + 100)]
+    assert freeze_worker_heap() is False and loaded
+    assert gc.get_freeze_count() == 0
