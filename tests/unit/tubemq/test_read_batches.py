@@ -100,3 +100,25 @@ def test_joined_fetches_keep_each_fetchs_attributes(broker: FakeBroker) -> None:
     assert fetches_record_batch(mixed, **where).to_pylist() == expected
     assert sum(value_bytes(p) for p in parts) == sum(len(r["value"]) for r in expected)
     assert value_bytes(parts[0].head(0)) == 0  # type: ignore[union-attr]
+
+
+def test_rows_read_before_the_partition_vanished_are_handed_over(broker: FakeBroker,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """With failOnDataLoss=false a partition that vanishes mid-read keeps the rows read before (a batch per fetch
+    handed them over as they came); the fetches held for the next batch must not be dropped."""
+    from tubespark.errors import UnknownTopicError
+    from tubespark.tubemq.client.ranges import RangeReader
+
+    read_columns = RangeReader.read_columns
+
+    def vanishing(self: RangeReader, part, start: int, end: int):  # type: ignore[no-untyped-def]
+        for k, columns in enumerate(read_columns(self, part, start, end)):
+            if k == 3:
+                raise UnknownTopicError(404, "topic batches was deleted")
+            yield columns
+
+    monkeypatch.setattr(RangeReader, "read_columns", vanishing)
+    options = TubeMQOptions.from_raw({"master": "127.0.0.1:1", "topic": "batches", "failOnDataLoss": "false"},
+                                     mode="read")
+    rows = _rows(list(read_range(_task(broker, 28 * MESSAGES), options)))
+    assert [r["offset"] for r in rows] == [28 * k for k in range(3 * FETCH)]

@@ -205,6 +205,8 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
             raise DataLossError(f"partition {ref.key} vanished while offsets [{task.start}, {task.end}) were "
                                 f"planned: {exc}; set failOnDataLoss=false to skip it") from exc
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
+        if held:  # what was read before it vanished is the task's, as when each fetch was a batch
+            yield batch()
     finally:
         broker.close()
 
