@@ -44,29 +44,35 @@ REFREEZE_ABOVE = 2000
 again (a task's own setup is a few hundred; pandas, loaded by the first task, is about 33,000)."""
 
 _log = logging.getLogger(__name__)
-_frozen: set[int] = set()  # the pid that froze its heap (a forked worker is a new process: it freezes its own)
+_frozen: dict[int, int] = {}  # pid -> its freezes (a forked worker is a new process: it freezes its own)
+MAX_FREEZES = 3
+"""Freezes per process at most: the first task's and two more. A refreeze keeps what the task that makes it
+holds for good (its own setup), so if some workload brought thousands of new objects to every task, the
+worker would stop freezing them (and collect them as it did before) rather than keep them all."""
 
 
 def freeze_worker_heap() -> bool:
     """Collect, then ``gc.freeze()`` what this process holds: at the first task of a process, and at a later
-    one when more than :data:`REFREEZE_ABOVE` tracked objects arrived since (the modules the first task loaded);
-    only inside a Spark task (an executor's Python worker; not the driver's processes, not tests), not with
-    ``TUBESPARK_NO_GC_FREEZE``.
+    one when more than :data:`REFREEZE_ABOVE` tracked objects arrived since (the modules the first task loaded),
+    :data:`MAX_FREEZES` times at most; only inside a Spark task (an executor's Python worker; not the driver's
+    processes, not tests), not with ``TUBESPARK_NO_GC_FREEZE``.
 
-    Returns whether it froze now."""
+    Returns whether it froze now. (``gc.get_freeze_count`` is not asked on the way: it walks every frozen
+    object, ~16 ms for a worker's, which is what the freeze saves.)"""
     if TaskContext.get() is None:
         return False
     pid = os.getpid()
-    first = pid not in _frozen
-    if first:
-        _frozen.add(pid)
+    done = _frozen.get(pid)
+    if done is None:
         if os.environ.get(NO_FREEZE_ENV, "").strip() not in ("", "0"):
+            _frozen[pid] = MAX_FREEZES  # switched off: never freezes in this process
             return False
-    elif gc.get_freeze_count() == 0 or len(gc.get_objects()) <= REFREEZE_ABOVE:
-        return False  # switched off at the first task (nothing frozen), or nothing much arrived since
+    elif done >= MAX_FREEZES or len(gc.get_objects()) <= REFREEZE_ABOVE:
+        return False  # frozen enough, or nothing much arrived since
     gc.collect()
-    before = gc.get_freeze_count()
+    young = len(gc.get_objects())
     gc.freeze()
+    _frozen[pid] = (done or 0) + 1
     _log.info("froze %d %sobjects out of the collection Spark runs after each task (%s=1 turns this off)",
-              gc.get_freeze_count() - before, "" if first else "more ", NO_FREEZE_ENV)
+              young, "more " if done else "", NO_FREEZE_ENV)
     return True

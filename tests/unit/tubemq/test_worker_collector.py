@@ -28,8 +28,9 @@ TASKS = 4
 WALKED_AT_MOST = 1500  # a task's own leftovers are a few hundred; the unfrozen pandas was ~33,000
 
 WORKER = """
-import gc, json, sys
+import gc, json, sys, time
 from pyspark import TaskContext
+from tubespark.spark.worker_heap import freeze_worker_heap
 from tubespark.tubemq.spark.adapter import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
 
@@ -40,9 +41,12 @@ for k in range(tasks):
     TaskContext._setTaskContext(TaskContext())  # as pyspark.worker sets it for each task
     task = QueueRange(broker_id, host, port, "collector", partition, 0, end, "collector_reader", "collector_client")
     rows = sum(batch.num_rows for batch in read_range(task, options))
+    started = time.process_time()
+    freeze_worker_heap()  # what the next read task's start costs once the heap is frozen
+    check_ms = (time.process_time() - started) * 1000
     TaskContext._setTaskContext(None)
     gc.collect()  # what pyspark.daemon runs after each task
-    out.append([rows, len(gc.get_objects())])  # what the next task's collection walks, before the task adds to it
+    out.append([rows, len(gc.get_objects()), check_ms])  # what the next task's collection walks
 print(json.dumps(out))
 """
 
@@ -66,8 +70,11 @@ def test_the_collection_after_each_task_walks_only_what_the_tasks_left(broker: F
                           timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     tasks = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [rows for rows, _ in tasks] == [ROWS] * TASKS
-    walked = [objects for _, objects in tasks]
+    assert [rows for rows, _, _ in tasks] == [ROWS] * TASKS
+    walked = [objects for _, objects, _ in tasks]
     # From the second task on, the modules the first one loaded are frozen too.
     assert max(walked[1:]) <= WALKED_AT_MOST, walked
     assert walked[-1] <= walked[1] + 100, walked  # and later tasks leave nothing that accumulates
+    # A task's check whether to freeze again must not walk the frozen heap (gc.get_freeze_count does: 5-16 ms)
+    checks = sorted(ms for _, _, ms in tasks[1:])
+    assert checks[len(checks) // 2] < 2.0, checks
