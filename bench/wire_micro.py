@@ -8,6 +8,7 @@ one (``twin.pure_python()``), so the table says where a row's microseconds go an
 
     PYTHONPATH=. python -m bench.wire_micro [--cpu] [--detail] [--json FILE]
     PYTHONPATH=. python -m bench.wire_micro --cpu --ab OLD.so,NEW.so [--rounds 5] [--paired]
+    PYTHONPATH=. python -m bench.wire_micro --cpu --join 1,2,4,8 [--rounds 5]
 
 ``--cpu`` times with the process's CPU clock (``time.process_time``) instead of the wall clock, so other
 jobs on a shared machine distort the figures less. ``--detail`` adds what bounds a change of the read path
@@ -18,7 +19,8 @@ them round by round in this one process, and prints each build's medians; with `
 compiled answer's walk into columns, CRC on (``read_fetch``; a build from before it, ``scan_fetch`` +
 ``decode_fetch``, the two walks it replaced), the two builds back to back in
 each of ``--rounds`` short rounds, and the median of the per-round ratios: a busy machine moves both halves of
-a round alike, so the ratio shows a change of a few percent that the medians of whole steps hide.
+a round alike, so the ratio shows a change of a few percent that the medians of whole steps hide. ``--join``
+times one Arrow batch of K consecutive fetches (what a read task hands Spark) built and handed over, per K.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 from tubespark.core.framed_io import BytesReader
 from tubespark.tubemq.client.common import check
-from tubespark.tubemq.spark.schema import arrow_schema, to_record_batch
+from tubespark.tubemq.spark.schema import arrow_schema, fetches_record_batch, to_record_batch
 from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.envelope import decode_response, encode_response
 from tubespark.tubemq.wire.fetch import parse_fetch_reply
@@ -105,6 +107,36 @@ def read_steps(size: int, count: int, detail: bool = False) -> dict[str, float]:
 
         with SparkHandover() as handover:
             out["spark_handover"] = round(_per_call_us(lambda: handover.write(batch)) / count, 3)
+    return out
+
+
+def join_steps(joins: list[int], rounds: int) -> dict[int, dict[int, dict[str, float]]]:
+    """``--join``: per size and per K in ``joins``, CPU us per row of making one Arrow batch of K fetches'
+    decoded columns (``fetches_record_batch``: the values joined once) and of handing it over (Spark's hand-over
+    as ``bench/client_read.py`` models it), medians of ``rounds`` rounds with the K alternating in each."""
+    from bench.client_read import SparkHandover
+
+    schema = arrow_schema(False)
+    where = {"topic": "t", "partition_key": "1:t:0", "broker_id": 1, "partition_id": 0, "schema": schema}
+    out: dict[int, dict[int, dict[str, float]]] = {}
+    with SparkHandover() as handover:
+        for size, count in FETCHES.items():
+            frame = _fetch_frame(size, count)
+            _, payload = read_frame(BytesReader(frame))
+            data = decode_response(payload)[1]
+            parts = [parse_fetch_reply(data).columns(28 * count * k, step=28) for k in range(max(joins))]
+            runs: dict[int, dict[str, list[float]]] = {k: {"arrow_batch": [], "spark_handover": []} for k in joins}
+            for r in range(rounds):
+                for k in joins if r % 2 == 0 else joins[::-1]:
+                    batch = fetches_record_batch(parts[:k], **where)  # type: ignore[arg-type]
+                    rows = count * k
+                    joined = parts[:k]
+                    runs[k]["arrow_batch"].append(
+                        _per_call_us(lambda j=joined: fetches_record_batch(j, **where), 0.1) / rows)  # type: ignore[arg-type]
+                    runs[k]["spark_handover"].append(_per_call_us(lambda b=batch: handover.write(b), 0.1) / rows)
+            out[size] = {k: {step: round(statistics.median(v), 4) for step, v in runs[k].items()} for k in joins}
+            for k in joins:
+                out[size][k]["sum"] = round(out[size][k]["arrow_batch"] + out[size][k]["spark_handover"], 4)
     return out
 
 
@@ -231,9 +263,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --ab")
     parser.add_argument("--paired", action="store_true",
                         help="--ab of the compiled answer's walk into columns only, ratio per round")
+    parser.add_argument("--join", help="K,K,...: one Arrow batch of K fetches, built and handed over (us/row)")
     args = parser.parse_args(argv)
     if args.cpu:
         _CLOCK["timer"] = time.process_time
+    if args.join:
+        for size, ks in join_steps([int(k) for k in args.join.split(",")], args.rounds).items():
+            for k, figures in ks.items():
+                print(f"{size:5} B, {k} fetches a batch: " + ", ".join(f"{n} {v:.4f}" for n, v in figures.items())
+                      + " us/row")
+        return
     if args.ab and args.paired:
         paired = compare_decode_paired(args.ab.split(","), args.rounds)
         for size, figures in paired.items():

@@ -26,6 +26,7 @@ from tests.doubles.fakebroker import FakeBroker
 from tubespark.core.deferred import Deferral, DeferredRanges
 from tubespark.core.outage import DEFERRING_ATTEMPT_S, read_attempt_s
 from tubespark.errors import BrokerConnectionError, BrokerUnavailableError, RangeReadError, ServerBusyError
+from tubespark.tubemq.spark import read_task
 from tubespark.tubemq.spark.adapter import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.wire.constants import Method
@@ -56,6 +57,12 @@ class Link:
 
     def close(self) -> None:
         self.proxy.stop()
+
+
+@pytest.fixture(autouse=True)
+def batch_per_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests take the broker down once the task handed its first fetch's rows on: a batch per fetch."""
+    monkeypatch.setattr(read_task, "BATCH_ROWS", 1)
 
 
 @pytest.fixture

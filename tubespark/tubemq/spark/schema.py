@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 from tubespark.formats import Record
 from tubespark.spark.arrow import arrow_schema_for, record_batch
 from tubespark.tubemq.wire.fetch import Columns, PackedColumns
-from tubespark.tubemq.wire.message import RESERVED_ATTRIBUTES, ReceivedMessage, parse_msg_time
+from tubespark.tubemq.wire.message import RESERVED_ATTRIBUTES, MessageColumns, ReceivedMessage, parse_msg_time
 
 STREAM_ID_ATTRIBUTES = ("streamId", "inlongStreamId", "iname")
 """Where a record's stream id is, first match wins (InLong's names: ``streamId`` as InLongMsg v4's parser and
@@ -103,36 +103,103 @@ def _packed_record_batch(columns: PackedColumns, *, topic: str, partition_key: s
     carries the same attributes, as one producer's do) are slices of arrays kept across fetches
     (:func:`_repeated`): a fetch's batch is then a dozen calls, not a dozen array builds.
     """
-    n = len(columns)
-    value = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(columns.value_offset_buffer),
-                                                   pa.py_buffer(columns.value_buffer)])
-    offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(columns.offset_buffer)])
+    return _packed_batch([columns], topic=topic, partition_key=partition_key, broker_id=broker_id,
+                         partition_id=partition_id, schema=schema)
+
+
+def fetches_record_batch(parts: Sequence[Columns], *, topic: str, partition_key: str, broker_id: int,
+                         partition_id: int, schema: pa.Schema) -> pa.RecordBatch:
+    """One Arrow batch for the messages of several consecutive fetches of one partition, in their order.
+
+    Why: a batch costs about 30 us of Arrow building and as much again of PySpark's hand-over whatever its
+    rows (``docs/performance/breakdown.md``), and a fetch holds about 450 rows at 1 KiB. Each answer is
+    decoded into buffers of its own (the compiled decoder cannot append to another's), so the value and
+    offset columns are joined once here (``pa.concat_arrays``: one copy of the values, while they are still in
+    the cache); the columns one value fills are slices as in :func:`to_record_batch`, for all the rows at once.
+    """
+    if len(parts) == 1:
+        return to_record_batch(parts[0], topic=topic, partition_key=partition_key, broker_id=broker_id,
+                               partition_id=partition_id, schema=schema)
+    if all(isinstance(part, PackedColumns) for part in parts):
+        return _packed_batch([part for part in parts if isinstance(part, PackedColumns)], topic=topic,
+                             partition_key=partition_key, broker_id=broker_id, partition_id=partition_id,
+                             schema=schema)
+    lists = [part.unpacked if isinstance(part, PackedColumns) else part for part in parts]  # pure twin, filtered
+    joined = MessageColumns([i for c in lists for i in c.message_ids], [d for c in lists for d in c.data],
+                            [a for c in lists for a in c.attributes], [t for c in lists for t in c.msg_types],
+                            [t for c in lists for t in c.msg_times], [o for c in lists for o in c.offsets])
+    return to_record_batch(joined, topic=topic, partition_key=partition_key, broker_id=broker_id,
+                           partition_id=partition_id, schema=schema)
+
+
+def value_bytes(columns: Columns) -> int:
+    """The bytes of ``columns``' values (what a batch of them holds beyond its fixed-width columns)."""
+    if isinstance(columns, PackedColumns):
+        return int.from_bytes(columns.value_offset_buffer[4 * columns.count:4 * columns.count + 4], "little",
+                              signed=True) if columns.count else 0
+    return sum(map(len, columns.data))
+
+
+def _packed_batch(parts: Sequence[PackedColumns], *, topic: str, partition_key: str, broker_id: int,
+                  partition_id: int, schema: pa.Schema) -> pa.RecordBatch:
+    """The batch of one or more consecutive fetches' compiled-twin buffers (see the two callers)."""
+    n = sum(part.count for part in parts)
     time_type = schema.field("msgTime").type
-    uniform = columns.uniform_text
-    index: pa.Array | None = None
-    if uniform >= 0:
-        times = _repeated(_micros(parse_msg_time(columns.text_msg_times[uniform])), "msgTime", time_type, n)
-        stream_ids = _repeated(columns.text_msg_types[uniform] or None, "streamId", pa.string(), n)
+    with_attributes = len(schema) > 8
+    values: list[pa.Array] = []
+    offsets: list[pa.Array] = []
+    times: list[pa.Array] = []
+    stream_ids: list[pa.Array] = []
+    attributes: list[pa.Array] = []
+    uniform = {(p.text_msg_times[p.uniform_text], p.text_msg_types[p.uniform_text]) if p.uniform_text >= 0 else None
+               for p in parts}
+    shared = next(iter(uniform)) if len(uniform) == 1 else None  # every row of every part: one msgTime, streamId
+    for part in parts:
+        k = part.count
+        values.append(pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(part.value_offset_buffer),
+                                                              pa.py_buffer(part.value_buffer)]))
+        offsets.append(pa.Array.from_buffers(pa.int64(), k, [None, pa.py_buffer(part.offset_buffer)]))
+        index: pa.Array | None = None
+        if shared is not None:
+            pass  # msgTime and streamId: one value for every row of every part, below
+        elif part.uniform_text >= 0:
+            u = part.uniform_text
+            times.append(_repeated(_micros(parse_msg_time(part.text_msg_times[u])), "msgTime", time_type, k))
+            stream_ids.append(_repeated(part.text_msg_types[u] or None, "streamId", pa.string(), k))
+        else:
+            index = pa.Array.from_buffers(pa.int32(), k, [None, pa.py_buffer(part.text_index_buffer)])
+            times.append(pa.array([_micros(parse_msg_time(text)) for text in part.text_msg_times],
+                                  time_type).take(index))
+            stream_ids.append(pa.array([msg_type or None for msg_type in part.text_msg_types],
+                                       pa.string()).take(index))
+        if with_attributes:
+            if index is None:
+                index = pa.Array.from_buffers(pa.int32(), k, [None, pa.py_buffer(part.text_index_buffer)])
+            user = pa.array([_user_attributes(a) for a in part.text_attributes], schema.field("attributes").type)
+            attributes.append(user.take(index))
+    if shared is None:
+        time_array, stream_array = _joined(times), _joined(stream_ids)
     else:
-        index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.text_index_buffer)])
-        times = pa.array([_micros(parse_msg_time(text)) for text in columns.text_msg_times], time_type).take(index)
-        stream_ids = pa.array([msg_type or None for msg_type in columns.text_msg_types], pa.string()).take(index)
+        msg_time, msg_type = shared
+        time_array = _repeated(_micros(parse_msg_time(msg_time)), "msgTime", time_type, n)
+        stream_array = _repeated(msg_type or None, "streamId", pa.string(), n)
     arrays = [
-        value,
+        _joined(values),
         _repeated(topic, "topic", pa.string(), n),
         _repeated(partition_key, "partitionKey", pa.string(), n),
         _repeated(broker_id, "brokerId", pa.int32(), n),
         _repeated(partition_id, "partitionId", pa.int32(), n),
-        offsets,
-        times,
-        stream_ids,
+        _joined(offsets),
+        time_array,
+        stream_array,
     ]
-    if len(schema) > len(arrays):
-        if index is None:
-            index = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(columns.text_index_buffer)])
-        user = pa.array([_user_attributes(a) for a in columns.text_attributes], schema.field("attributes").type)
-        arrays.append(user.take(index))
+    if with_attributes:
+        arrays.append(_joined(attributes))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _joined(arrays: list[pa.Array]) -> pa.Array:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
 
 
 _REPEATS: dict[tuple[str, object], pa.Array] = {}
