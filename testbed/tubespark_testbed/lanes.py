@@ -1,10 +1,12 @@
-"""Two lanes of cluster tests on one machine: which lane a test module runs in, and the quiet turns between them.
+"""Lanes of cluster tests on one machine: which lane a test module runs in, and the quiet turns between them.
 
-``./dev test`` runs the cluster tests in two pytest processes at once (``TUBESPARK_LANE=main`` and ``side``; with
-``TUBESPARK_LANES=1``, one process runs them all), each with its own session clusters and Spark session. The side
-lane takes the modules that spend most of their time waiting on a server's fixed timers (a TubeMQ master's hold on a
-restarted broker, heartbeat timeouts, a 60 s stall), so their waits overlap the main lane's CPU-bound Spark work
-instead of adding to the run.
+``./dev test`` runs the cluster tests in three pytest processes at once (``TUBESPARK_LANE=main``, ``side`` and
+``long``; with ``TUBESPARK_LANES=2``, the long lane's modules run in the main lane; with ``TUBESPARK_LANES=1``, one
+process runs them all), each with its own session clusters and Spark session. The side lane takes the modules that
+spend most of their time waiting on a server's fixed timers (a TubeMQ master's hold on a restarted broker, heartbeat
+timeouts, a 60 s stall), so their waits overlap the main lane's CPU-bound Spark work instead of adding to the run.
+The long lane takes the rolling soak: minutes of brokers and masters stopped and restarted under two queries, on
+clusters of its own, which overlap both other lanes instead of ending the main lane's run.
 
 A test that times its triggers, measures recovery or bounds a latency (``PRESTART_QUIET`` on its module, or the
 ``quiet`` marker, in ``tests/integration``) must not share the machine with the other lane's tests.
@@ -25,7 +27,8 @@ from pathlib import Path
 
 LANE_ENV = "TUBESPARK_LANE"
 LOCK_ENV = "TUBESPARK_LANE_LOCK"
-MAIN, SIDE = "main", "side"
+COUNT_ENV = "TUBESPARK_LANES"
+MAIN, SIDE, LONG = "main", "side", "long"
 
 SIDE_MODULES = frozenset({
     # each has a cluster of its own, killed, stalled or restarted under a query, and waits out the server's timers
@@ -52,17 +55,41 @@ default port, 15002, and its client connects there, so two at once would clash o
 run in one lane, one after the other (tests/unit/tooling/test_lanes.py holds this)."""
 
 
+LONG_MODULES = frozenset({
+    # the rolling soak (~4 minutes, mostly waiting on restarted brokers and a master fail-over, on its own clusters)
+    "tubemq/test_soak.py",
+})
+"""Paths under ``tests/integration`` of the long lane's modules (the main lane's when there are two lanes)."""
+
+
 def lane() -> str | None:
     """This process's lane, or ``None`` when one process runs every cluster test."""
     value = os.environ.get(LANE_ENV, "").strip()
-    if value and value not in (MAIN, SIDE):
-        raise ValueError(f"{LANE_ENV}={value!r}: expected {MAIN!r} or {SIDE!r}")
+    if value and value not in (MAIN, SIDE, LONG):
+        raise ValueError(f"{LANE_ENV}={value!r}: expected {MAIN!r}, {SIDE!r} or {LONG!r}")
     return value or None
 
 
-def in_lane(relative_path: str, which: str) -> bool:
+def lane_count() -> int:
+    """How many lanes ``./dev test`` runs: 3 unless ``TUBESPARK_LANES`` says 1 or 2."""
+    value = os.environ.get(COUNT_ENV, "").strip() or "3"
+    if value not in ("1", "2", "3"):
+        raise ValueError(f"{COUNT_ENV}={value!r}: expected 1, 2 or 3")
+    return int(value)
+
+
+def lane_of(relative_path: str, count: int = 3) -> str:
+    """The lane of the module at ``relative_path`` (under ``tests/integration``) when ``count`` lanes run."""
+    if relative_path in SIDE_MODULES:
+        return SIDE
+    if relative_path in LONG_MODULES and count >= 3:
+        return LONG
+    return MAIN
+
+
+def in_lane(relative_path: str, which: str, count: int = 3) -> bool:
     """Whether the module at ``relative_path`` (under ``tests/integration``) runs in lane ``which``."""
-    return (relative_path in SIDE_MODULES) == (which == SIDE)
+    return lane_of(relative_path, count) == which
 
 
 class QuietTurns:

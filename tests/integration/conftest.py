@@ -65,20 +65,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    which = lanes.lane()
+    which, count = lanes.lane(), lanes.lane_count()
     kept: list[pytest.Item] = []
-    other_lane: list[pytest.Item] = []  # ./dev test's two lanes (tubespark_testbed/lanes.py)
+    other_lane: list[pytest.Item] = []  # ./dev test's lanes (tubespark_testbed/lanes.py)
     for item in items:
         path = Path(str(item.fspath)).resolve()
         if _HERE in path.parents:
             item.add_marker(pytest.mark.integration)
-            if which is not None and not lanes.in_lane(path.relative_to(_HERE).as_posix(), which):
+            if which is not None and not lanes.in_lane(path.relative_to(_HERE).as_posix(), which, count):
                 other_lane.append(item)
                 continue
         kept.append(item)
     if other_lane:
         config.hook.pytest_deselected(items=other_lane)
-        items[:] = kept
+    # Quiet modules last: a quiet test waits for every other lane's test under way, and the long lane's soak is one
+    # test of minutes at the start; by the end of this lane it has long ended (whole modules move, with their
+    # module-scoped fixtures, in their own order)
+    kept.sort(key=lambda item: bool(getattr(getattr(item, "module", None), "PRESTART_QUIET", False)))
+    items[:] = kept
 
 
 def _topic_pool_spec() -> dict[tuple[int, int], int]:
@@ -259,7 +263,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
-    """In two lanes, a quiet test and the other lane's tests take turns (tubespark_testbed/lanes.py)."""
+    """In lanes, a quiet test and the other lanes' tests take turns (tubespark_testbed/lanes.py)."""
     turns = item.config.stash.get(_TURNS, None)
     if turns is None:
         return (yield)

@@ -1,4 +1,4 @@
-"""The two lanes of cluster tests (tubespark_testbed/lanes.py): which modules go where, and the quiet turns."""
+"""The lanes of cluster tests (tubespark_testbed/lanes.py): which modules go where, and the quiet turns."""
 
 from __future__ import annotations
 
@@ -19,12 +19,28 @@ def test_every_side_module_exists_and_the_quiet_modules_run_in_the_main_lane():
     assert quiet and not any(lanes.in_lane(m, lanes.SIDE) for m in quiet)  # the lock gives quiet turns to the main
 
 
+def test_the_long_lane_takes_the_soak_when_three_lanes_run_and_the_main_lane_otherwise(monkeypatch):
+    assert {p.relative_to(INTEGRATION).as_posix() for p in INTEGRATION.rglob("test_*.py")} >= lanes.LONG_MODULES
+    assert not lanes.LONG_MODULES & lanes.SIDE_MODULES
+    soak = "tubemq/test_soak.py"
+    assert lanes.lane_of(soak, 3) == lanes.LONG and lanes.in_lane(soak, lanes.LONG)
+    assert lanes.lane_of(soak, 2) == lanes.MAIN and not lanes.in_lane(soak, lanes.LONG, 2)
+    assert lanes.lane_of("contract/test_sink.py", 3) == lanes.MAIN
+    monkeypatch.delenv(lanes.COUNT_ENV, raising=False)
+    assert lanes.lane_count() == 3
+    monkeypatch.setenv(lanes.COUNT_ENV, "2")
+    assert lanes.lane_count() == 2
+    monkeypatch.setenv(lanes.COUNT_ENV, "4")
+    with pytest.raises(ValueError, match="TUBESPARK_LANES='4'"):
+        lanes.lane_count()
+
+
 def test_the_modules_that_start_a_local_connect_server_share_one_lane():
     """Each binds Connect's default port: in two lanes they could run at once, and one's client reach the other."""
     starts = {p.relative_to(INTEGRATION).as_posix() for p in INTEGRATION.rglob("test_*.py")
               if any(s in p.read_text() for s in ('"--connect"', "spark-pipelines", ".remote("))}
     assert starts == lanes.CONNECT_SERVER_MODULES
-    assert len({lanes.in_lane(m, lanes.SIDE) for m in starts}) == 1
+    assert len({lanes.lane_of(m, count) for m in starts for count in (2, 3)}) == 1
 
 
 def test_the_lane_comes_from_the_environment_and_a_wrong_one_is_refused(monkeypatch):
