@@ -139,6 +139,46 @@ def skipped_bundles(path: str) -> SkippedBundles:
     return SkippedBundles(sum(by_partition.values()), by_partition, ranges)
 
 
+STATS_OPTION = "readStatsPath"
+
+
+@dataclass
+class FetchCounter:
+    """What one read task fetched from its broker: messages and bytes of message values (``readStatsPath``)."""
+
+    messages: int = 0
+    value_bytes: int = 0
+
+    def add(self, columns: Columns) -> None:
+        self.messages += len(columns)
+        self.value_bytes += (len(columns.value_buffer) if isinstance(columns, PackedColumns)
+                             else sum(len(value) for value in columns.data))
+
+    def publish(self, path: str | None, task: QueueRange) -> None:
+        """One JSON file per task range (a retried task overwrites its own); a failure only loses the count."""
+        if not path:
+            return
+        doc = {"partition": task.ref.key, "start": task.start, "end": task.end, "messages": self.messages,
+               "bytes": self.value_bytes}
+        name = f"{task.topic}-{task.broker_id}-{task.partition_id}-{task.start}-{task.end}.json"
+        try:
+            SharedDir(path, STATS_OPTION).publish(name, json.dumps(doc).encode())
+        except SharedDirError as exc:
+            log.error("cannot record the read stats of %s in %s: %s", task.ref.key, path, exc)
+
+
+def read_stats(path: str) -> dict[str, int]:
+    """The sum of what the read tasks of ``readStatsPath=path`` fetched: ``messages``, ``bytes``, ``tasks``."""
+    directory = SharedDir(path, STATS_OPTION)
+    total = {"messages": 0, "bytes": 0, "tasks": 0}
+    for name in directory.names("*.json"):
+        doc = json.loads(directory.read(name))
+        total["messages"] += int(doc["messages"])
+        total["bytes"] += int(doc["bytes"])
+        total["tasks"] += 1
+    return total
+
+
 def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float | None = None,
                defer: bool = True) -> Iterator[pa.RecordBatch]:
     """Executor side: read the task's range from its broker, one Arrow batch per fetch, then let go. A broker
@@ -159,8 +199,10 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
     hinted = False
+    fetched = FetchCounter()
     try:
         for columns in _patiently(task, options, outage_s, reader.read_columns, deferrer):
+            fetched.add(columns)
             if not hinted and len(columns):
                 hinted = True  # the first messages tell: a topic of InLong bundles holds little else
                 hint_inlong_bundles(columns, ref.key)
@@ -178,6 +220,7 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
     finally:
         broker.close()
+    fetched.publish(options.read_stats_path, task)
 
 
 _hinted: set[str] = set()  # what this process has hinted at already
@@ -254,9 +297,12 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
     keep = (lambda attrs: replays.first_time(attrs.get(dedup_attribute))) if dedup_attribute else None
     skipped = SkipCounter()
     messages_read = rows = 0
+    fetched = FetchCounter()
     try:
         for messages in _patiently(task, options, outage_s, reader.read_batches, defer):
             messages_read += len(messages)
+            fetched.messages += len(messages)
+            fetched.value_bytes += sum(len(message.data) for message in messages)
             decoded = decode_bundles(messages, ref.key, options.ignore_parse_errors, skipped)
             if decoded:
                 batch = bundle_record_batch(decoded, topic=task.topic, partition_key=ref.key,
@@ -274,6 +320,7 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
     finally:
         broker.close()
+    fetched.publish(options.read_stats_path, task)
     level = logging.WARNING if skipped.count else logging.INFO
     log.log(level, "read of %s [%d, %d): %d rows from %d bundles; %d messages skipped as unparseable%s", ref.key,
             task.start, task.end, rows, messages_read - skipped.count, skipped.count,

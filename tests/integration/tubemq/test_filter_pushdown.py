@@ -1,0 +1,89 @@
+"""WHERE clauses pushed to a TubeMQ batch read (tubespark/spark/pushdown.py), with real Spark on the session
+cluster: for each kind of filter the same rows with pushdown on as with it off (Spark's default), fewer messages
+fetched from the broker (each task's count, ``readStatsPath``), and Spark's explain() naming what was served."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import produce
+from tubespark.spark.pushdown import CONF
+from tubespark.tubemq.spark.read_task import read_stats
+from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+BASE = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
+STREAMS = ("a", "b", "c", "d")
+COUNT = 240  # over 2 partitions, 12 minutes, 4 stream ids
+
+
+@pytest.fixture(scope="module")
+def topic(tubemq_cluster, topic_factory) -> str:
+    name = topic_factory(partitions=1, stores=2)
+    produce(tubemq_cluster.master_address, name, [
+        OutgoingMessage(b"m%d" % i, msg_type=STREAMS[i % 4],
+                        msg_time=format_msg_time(BASE + timedelta(minutes=i * 12 // COUNT)))
+        for i in range(COUNT)])
+    return name
+
+
+@contextlib.contextmanager
+def pushdown(spark, on: bool) -> Iterator[None]:
+    spark.conf.set(CONF, "true" if on else "false")
+    try:
+        yield
+    finally:
+        spark.conf.unset(CONF)
+
+
+def read(spark, master: str, topic: str, where: str, stats: Path, *, on: bool) -> tuple[list[tuple], int, str]:
+    """The rows (every column), the messages the tasks fetched and the physical plan."""
+    with pushdown(spark, on):
+        frame = (spark.read.format("tubemq").option("master", master).option("topic", topic)
+                 .option("readStatsPath", str(stats)).load().where(where))
+        plan = frame._jdf.queryExecution().executedPlan().toString()
+        rows = sorted(tuple(row) for row in frame.collect())
+    return rows, read_stats(str(stats))["messages"], plan
+
+
+CASES = [
+    ("streamId = 'b'", 4, None),
+    ("streamId IN ('a', 'c')", 2, None),
+    ("msgTime >= '2026-11-20 08:03:00' AND msgTime < '2026-11-20 08:05:00'", 6, None),
+    ("partitionId = 1", 2, "EqualTo(partitionId,1)"),
+    ("offset >= 280 AND offset < 840", 3, None),
+    ("streamId = 'a' AND msgTime > '2026-11-20 08:09:30' AND partitionId = 0", 10, "EqualTo(partitionId,0)"),
+]
+
+
+@pytest.mark.parametrize(("where", "factor", "served"), CASES, ids=[c[0] for c in CASES])
+def test_same_rows_fewer_messages(spark, tubemq_cluster, topic, tmp_path, where, factor, served):
+    master = tubemq_cluster.master_address
+    plain, plain_fetched, plain_plan = read(spark, master, topic, where, tmp_path / "off", on=False)
+    pushed, pushed_fetched, pushed_plan = read(spark, master, topic, where, tmp_path / "on", on=True)
+    assert plain_fetched == COUNT and "PushedFilters" not in plain_plan  # Spark's default: read all, unchanged
+    assert plain and pushed == plain
+    assert pushed_fetched <= 1.5 * COUNT / factor + 30, (pushed_fetched, len(plain))  # about the selected part
+    assert pushed_fetched >= len(plain)
+    if served:
+        assert served in pushed_plan
+
+
+def test_filters_that_match_nothing_read_nothing(spark, tubemq_cluster, topic, tmp_path):
+    rows, fetched, _ = read(spark, tubemq_cluster.master_address, topic, "partitionId = 0 AND partitionId = 1",
+                            tmp_path, on=True)
+    assert rows == [] and fetched == 0
+
+
+def test_filters_left_to_spark_read_everything(spark, tubemq_cluster, topic, tmp_path):
+    where = "streamId LIKE 'b%' OR partitionId = 0"  # neither can be served: Spark filters every message
+    plain, _, _ = read(spark, tubemq_cluster.master_address, topic, where, tmp_path / "off", on=False)
+    pushed, fetched, _ = read(spark, tubemq_cluster.master_address, topic, where, tmp_path / "on", on=True)
+    assert pushed == plain and 0 < len(plain) < COUNT
+    assert fetched == COUNT
