@@ -195,3 +195,20 @@ def test_the_plan_reads_only_what_the_filters_select():
 
 def test_a_plan_without_filters_is_unchanged():
     assert _plan([])[0] == [("p0", 0, 100), ("p1", 0, 100)]
+
+
+def test_tank_and_rocketmq_select_partitions_and_cut_offsets():
+    from tubespark.rocketmq.spark.adapter import PullAdapter
+    from tubespark.rocketmq.spark.options import RocketMQOptions
+    from tubespark.tank.spark.adapter import TankAdapter
+    from tubespark.tank.spark.options import TankOptions
+
+    tank = TankAdapter(TankOptions.from_raw({"broker": "h:11011", "topic": "tt"}, mode="read"), batch=True)
+    pushed, left = translate([EqualTo(("partition",), 2), GreaterThan(("offset",), 9)], tank.pushdown_columns())
+    assert pushed.selects(tank.partition_values("tt:2")) and not pushed.selects(tank.partition_values("tt:1"))
+    assert pushed.offsets == Span(10, None) and len(left) == 1
+    rocket = PullAdapter(RocketMQOptions.from_raw({"namesrv": "h:9876", "topic": "tt"}, mode="read"), batch=True)
+    pushed, left = translate([EqualTo(("brokerName",), "b"), In(("queueId",), (0, 3)), EqualTo(("tags",), "x")],
+                             rocket.pushdown_columns())
+    assert [pushed.selects(rocket.partition_values(k)) for k in ("tt:b:3", "tt:b:1", "tt:c:0")] == [True, False, False]
+    assert [describe_filter(f) for f in left] == ["EqualTo(tags,x)"]  # tags: left to Spark
