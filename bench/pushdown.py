@@ -6,7 +6,8 @@ One local TubeMQ cluster (the testbed's), one topic of 4 partitions (1 per store
 ``msgTime`` (one minute is 1 %). Each case alternates off and on ``--repeats`` times in one Spark session
 (``local[2]``) and reports per run: the rows Spark returned, wall and CPU seconds (Spark's JVM and its Python
 workers, from /proc: a shared machine distorts CPU far less than wall time), and what the read tasks fetched from
-the broker (messages and bytes of values, the ``readStatsPath`` counts). Run it under the integration lock.
+the broker (messages and bytes of values, the ``readStatsPath`` counts). Reads set ``streamIdPushdown=true``, so
+the streamId case goes to the brokers' msgType filter. Run it under the integration lock.
 
     PYTHONPATH=.:testbed flock /tmp/tubespark-integration.lock python3 -m bench.pushdown --messages 2000000
 """
@@ -61,7 +62,7 @@ def run_once(spark, meter: CpuMeter, master: str, where: str, on: bool) -> dict:
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true" if on else "false")
     with tempfile.TemporaryDirectory(prefix="bench-pushdown-") as stats:
         frame = (spark.read.format("tubemq").option("master", master).option("topic", TOPIC)
-                 .option("readStatsPath", stats).load().where(where))
+                 .option("readStatsPath", stats).option("streamIdPushdown", "true").load().where(where))
         before, started = meter.snapshot(), time.perf_counter()
         rows = frame.count()
         wall = time.perf_counter() - started

@@ -42,23 +42,22 @@ def pushdown(spark, on: bool) -> Iterator[None]:
         spark.conf.unset(CONF)
 
 
-def read(spark, master: str, topic: str, where: str, stats: Path, *, on: bool) -> tuple[list[tuple], int, str]:
+def read(spark, master: str, topic: str, where: str, stats: Path, *, on: bool,
+         **options: str) -> tuple[list[tuple], int, str]:
     """The rows (every column), the messages the tasks fetched and the physical plan."""
     with pushdown(spark, on):
         frame = (spark.read.format("tubemq").option("master", master).option("topic", topic)
-                 .option("readStatsPath", str(stats)).load().where(where))
+                 .option("readStatsPath", str(stats)).options(**options).load().where(where))
         plan = frame._jdf.queryExecution().executedPlan().toString()
         rows = sorted(tuple(row) for row in frame.collect())
     return rows, read_stats(str(stats))["messages"], plan
 
 
 CASES = [
-    ("streamId = 'b'", 4, None),
-    ("streamId IN ('a', 'c')", 2, None),
     ("msgTime >= '2026-11-20 08:03:00' AND msgTime < '2026-11-20 08:05:00'", 6, None),
     ("partitionId = 1", 2, "EqualTo(partitionId,1)"),
     ("offset >= 280 AND offset < 840", 3, None),
-    ("streamId = 'a' AND msgTime > '2026-11-20 08:09:30' AND partitionId = 0", 10, "EqualTo(partitionId,0)"),
+    ("streamId = 'a' AND msgTime > '2026-11-20 08:09:30' AND partitionId = 0", 4, "EqualTo(partitionId,0)"),
 ]
 
 
@@ -87,3 +86,18 @@ def test_filters_left_to_spark_read_everything(spark, tubemq_cluster, topic, tmp
     pushed, fetched, _ = read(spark, tubemq_cluster.master_address, topic, where, tmp_path / "on", on=True)
     assert pushed == plain and 0 < len(plain) < COUNT
     assert fetched == COUNT
+
+
+@pytest.mark.parametrize(("where", "share"), [("streamId = 'b'", 4), ("streamId IN ('a', 'c')", 2)])
+def test_stream_ids_to_the_broker(spark, tubemq_cluster, topic, tmp_path, where, share):
+    """By default a streamId filter stays with Spark (the offsets stay exact); with streamIdPushdown=true the
+    brokers send only those messages, the same rows but for the offset column, now a lower bound."""
+    master = tubemq_cluster.master_address
+    plain, _, _ = read(spark, master, topic, where, tmp_path / "off", on=False)
+    kept, kept_fetched, _ = read(spark, master, topic, where, tmp_path / "kept", on=True)
+    assert kept == plain and kept_fetched == COUNT
+    pushed, fetched, _ = read(spark, master, topic, where, tmp_path / "on", on=True, streamIdPushdown="true")
+    assert fetched == len(plain) == COUNT // share  # the broker sent exactly the selected messages
+    offset = 5  # the column's index in the rows
+    assert [r[:offset] + r[offset + 1:] for r in pushed] == [r[:offset] + r[offset + 1:] for r in plain]
+    assert all(p[offset] <= q[offset] for p, q in zip(pushed, plain, strict=True))

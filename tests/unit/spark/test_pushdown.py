@@ -116,12 +116,16 @@ def test_a_broker_declares_its_columns():
     assert pushed.values == {"queueId": {3}} and len(left) == 1
 
 
-def test_inlongmsg_reads_leave_stream_ids_and_times_to_spark():
-    raw = TubeAdapter(TubeMQOptions.from_raw({"master": "m:8715", "topic": "tt"}, mode="read"), batch=True)
-    bundles = TubeAdapter(TubeMQOptions.from_raw({"master": "m:8715", "topic": "tt", "payloadFormat": "inlongmsg"},
-                                                 mode="read"), batch=True)
-    assert {"streamId", "msgTime"} <= set(raw.pushdown_columns())
-    assert not {"streamId", "msgTime"} & set(bundles.pushdown_columns())
+def test_stream_ids_reach_the_broker_only_when_asked():
+    def columns(**extra: str) -> set[str]:
+        options = TubeMQOptions.from_raw({"master": "m:8715", "topic": "tt", **extra}, mode="read")
+        return set(TubeAdapter(options, batch=True).pushdown_columns())
+
+    assert "msgTime" in columns() and "streamId" not in columns()  # the offset column stays exact
+    assert {"streamId", "msgTime"} <= columns(streamIdPushdown="true")
+    # InLong bundles: a row's streamId and msgTime are its record's, which the broker does not see
+    assert not {"streamId", "msgTime"} & columns(streamIdPushdown="true", payloadFormat="inlongmsg")
+    assert {"partitionKey", "offset"} <= columns(payloadFormat="inlongmsg")
 
 
 def test_stream_ids_meet_the_option():

@@ -234,12 +234,15 @@ class TubeAdapter(Broker):
     def pushdown_columns(self) -> Columns:
         """What a pushed WHERE filter can use (:mod:`tubespark.spark.pushdown`): the partition columns select
         partitions; ``offset`` cuts ranges; ``msgTime`` prunes by the same bisection as ``startingTimestamp``;
-        ``streamId`` is the msgType the broker filters by (a hash: Spark checks again). With
-        ``payloadFormat=inlongmsg`` a row's ``streamId`` and ``msgTime`` are its record's, which the broker does
-        not see: those two are left to Spark."""
+        ``streamId`` is the msgType the broker filters by (a hash: Spark checks again), only with
+        ``streamIdPushdown=true``: a filtered fetch tells no exact offset for the messages it returns, so the
+        ``offset`` column changes (docs/tubemq/protocol.md "Filtering by msgType"). With ``payloadFormat=inlongmsg``
+        a row's ``streamId`` and ``msgTime`` are its record's, which the broker does not see: left to Spark."""
         columns = dict(PUSHDOWN_COLUMNS)
+        if self.options.inlongmsg or not self.options.stream_id_pushdown:
+            del columns["streamId"]
         if self.options.inlongmsg:
-            del columns["streamId"], columns["msgTime"]
+            del columns["msgTime"]
         return columns
 
     def partition_values(self, key: str) -> Mapping[str, object]:

@@ -234,6 +234,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "epoch ms}`, an end time per partition (as `endingTimestamp`); others follow `endingOffsets`."),
     OptionSpec("streamIds", "", _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
                "comma separated. Filtered on the broker."),
+    OptionSpec("streamIdPushdown", "false", parse_bool, "Batch reads with Spark's filter pushdown on "
+               "(`spark.sql.python.filterPushdown.enabled=true`): `true` sends a WHERE on `streamId` (`=`, `IN`) to "
+               "the brokers as their msgType filter, as `streamIds` does, so only those messages are fetched; the "
+               "`offset` column of such a read is then a lower bound, not the exact index position (the broker "
+               "skips messages inside a fetch). `false`: Spark filters `streamId`, the offsets stay exact."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
                "message's attributes."),
     OptionSpec("dedupAttribute", None, parse_attribute_name,
@@ -312,6 +317,7 @@ class TubeMQOptions(TlsOptions, SharedOptions):
     ending_timestamp: int | None
     ending_offsets_by_timestamp: dict[str, int] | None
     stream_ids: tuple[str, ...]
+    stream_id_pushdown: bool
     commit_to_group: bool
     include_attributes: bool
     verify_checksums: bool
