@@ -144,14 +144,15 @@ STATS_OPTION = "readStatsPath"
 
 @dataclass
 class FetchCounter:
-    """What one read task fetched from its broker: messages and bytes of message values (``readStatsPath``)."""
+    """What one read task fetched from its broker: messages and bytes of message values (``readStatsPath``), those
+    of its range: the tail of a fetch that reaches past the range's end is cut and not counted."""
 
     messages: int = 0
     value_bytes: int = 0
 
     def add(self, columns: Columns) -> None:
         self.messages += len(columns)
-        self.value_bytes += (len(columns.value_buffer) if isinstance(columns, PackedColumns)
+        self.value_bytes += (columns.value_bytes() if isinstance(columns, PackedColumns)
                              else sum(len(value) for value in columns.data))
 
     def publish(self, path: str | None, task: QueueRange) -> None:
