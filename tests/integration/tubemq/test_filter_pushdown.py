@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import produce
+from tubespark.core.retry import RetryPolicy, poll
 from tubespark.spark.pushdown import CONF
+from tubespark.tubemq.client.common import ClientSettings
+from tubespark.tubemq.client.producer import Producer
 from tubespark.tubemq.spark.read_task import read_stats
 from tubespark.tubemq.wire.message import OutgoingMessage, format_msg_time
 
@@ -26,11 +28,17 @@ COUNT = 240  # over 2 partitions, 12 minutes, 4 stream ids
 
 @pytest.fixture(scope="module")
 def topic(tubemq_cluster, topic_factory) -> str:
+    """Both partitions hold messages: the producer sends only once the master lists both (a fresh topic's second
+    store can show up a moment after the first, and a producer that knows one partition sends it everything)."""
     name = topic_factory(partitions=1, stores=2)
-    produce(tubemq_cluster.master_address, name, [
-        OutgoingMessage(b"m%d" % i, msg_type=STREAMS[i % 4],
-                        msg_time=format_msg_time(BASE + timedelta(minutes=i * 12 // COUNT)))
-        for i in range(COUNT)])
+    with Producer(tubemq_cluster.master_address, ClientSettings(heartbeat_interval_s=1)) as producer:
+        producer.publish([name])
+        assert poll(lambda: len(producer.partitions(name)) == 2 or None, RetryPolicy(timeout_s=60, backoff_s=0.5),
+                    what=f"the master to list both partitions of {name}")
+        for i in range(COUNT):
+            producer.send_async(name, OutgoingMessage(b"m%d" % i, msg_type=STREAMS[i % 4], msg_time=format_msg_time(
+                BASE + timedelta(minutes=i * 12 // COUNT))))
+        producer.flush()
     return name
 
 
