@@ -27,7 +27,7 @@ COUNT = 240  # over 2 partitions, 12 minutes, 4 stream ids
 
 
 @pytest.fixture(scope="module")
-def topic(tubemq_cluster, topic_factory) -> str:
+def topic_parts(tubemq_cluster, topic_factory) -> tuple[str, list[int]]:
     """Both partitions hold messages: the producer sends only once the master lists both (a fresh topic's second
     store can show up a moment after the first, and a producer that knows one partition sends it everything)."""
     name = topic_factory(partitions=1, stores=2)
@@ -39,7 +39,12 @@ def topic(tubemq_cluster, topic_factory) -> str:
             producer.send_async(name, OutgoingMessage(b"m%d" % i, msg_type=STREAMS[i % 4], msg_time=format_msg_time(
                 BASE + timedelta(minutes=i * 12 // COUNT))))
         producer.flush()
-    return name
+        return name, sorted(ref.partition_id for ref in producer.partitions(name))
+
+
+@pytest.fixture
+def topic(topic_parts) -> str:
+    return topic_parts[0]
 
 
 @contextlib.contextmanager
@@ -67,14 +72,16 @@ def read(spark, master: str, topic: str, where: str, stats: Path, *, on: bool,
 
 CASES = [
     ("msgTime >= '2026-11-20 08:03:00' AND msgTime < '2026-11-20 08:05:00'", 6, None),
-    ("partitionId = 1", 2, "EqualTo(partitionId,1)"),
+    ("partitionId = {p1}", 2, "EqualTo(partitionId,{p1})"),
     ("offset >= 280 AND offset < 840", 3, None),
-    ("streamId = 'a' AND msgTime > '2026-11-20 08:09:30' AND partitionId = 0", 4, "EqualTo(partitionId,0)"),
+    ("streamId = 'a' AND msgTime > '2026-11-20 08:09:30' AND partitionId = {p0}", 4, "EqualTo(partitionId,{p0})"),
 ]
 
 
 @pytest.mark.parametrize(("where", "factor", "served"), CASES, ids=[c[0] for c in CASES])
-def test_same_rows_fewer_messages(spark, tubemq_cluster, topic, tmp_path, where, factor, served):
+def test_same_rows_fewer_messages(spark, tubemq_cluster, topic_parts, tmp_path, where, factor, served):
+    topic, (p0, p1) = topic_parts[0], topic_parts[1]
+    where, served = where.format(p0=p0, p1=p1), served and served.format(p0=p0, p1=p1)
     master = tubemq_cluster.master_address
     plain, plain_fetched, plain_plan = read(spark, master, topic, where, tmp_path / "off", on=False)
     pushed, pushed_fetched, pushed_plan = read(spark, master, topic, where, tmp_path / "on", on=True)
@@ -86,14 +93,15 @@ def test_same_rows_fewer_messages(spark, tubemq_cluster, topic, tmp_path, where,
         assert f"PushedFilters: [{served}]" in pushed_plan
 
 
-def test_filters_that_match_nothing_read_nothing(spark, tubemq_cluster, topic, tmp_path):
-    rows, fetched, _ = read(spark, tubemq_cluster.master_address, topic, "partitionId = 0 AND partitionId = 1",
+def test_filters_that_match_nothing_read_nothing(spark, tubemq_cluster, topic_parts, tmp_path):
+    topic, (p0, p1) = topic_parts
+    rows, fetched, _ = read(spark, tubemq_cluster.master_address, topic, f"partitionId = {p0} AND partitionId = {p1}",
                             tmp_path, on=True)
     assert rows == [] and fetched == 0
 
 
 def test_filters_left_to_spark_read_everything(spark, tubemq_cluster, topic, tmp_path):
-    where = "streamId LIKE 'b%' OR partitionId = 0"  # neither can be served: Spark filters every message
+    where = "streamId LIKE 'b%' OR offset = 0"  # neither can be served: Spark filters every message
     plain, _, _ = read(spark, tubemq_cluster.master_address, topic, where, tmp_path / "off", on=False)
     pushed, fetched, _ = read(spark, tubemq_cluster.master_address, topic, where, tmp_path / "on", on=True)
     assert pushed == plain and 0 < len(plain) < COUNT
