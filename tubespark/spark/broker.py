@@ -36,6 +36,7 @@ from tubespark.spark.options import SharedOptions
 from tubespark.spark.origins import OriginSource
 from tubespark.spark.partition_state import PartitionTable
 from tubespark.spark.planning import Bounds, BoundsPolicy
+from tubespark.spark.pushdown import Columns
 
 Range = tuple[str, int, int]
 """``(partition key, low, high)``: one read task's offsets ``[low, high)``."""
@@ -162,6 +163,26 @@ class Broker:
         """Where ``option`` (``startingOffsets`` / ``endingOffsets``) puts ``key`` by the broker's own means (a
         time), or ``None``: the shared rules resolve the option's spec."""
         return None
+
+    def pushdown_columns(self) -> Columns:
+        """The read columns whose WHERE filters this broker can use (:mod:`tubespark.spark.pushdown`); none by
+        default (every filter is left to Spark)."""
+        return {}
+
+    def partition_values(self, key: str) -> Mapping[str, object]:
+        """The PARTITION columns' values every row of partition ``key`` has (what a pushed filter selects)."""
+        return {}
+
+    def time_position(self, key: str, bounds: Bounds, column: str, when_ms: int) -> int:
+        """The first offset of ``key`` whose message has ``column`` at or after ``when_ms`` (the partition's end
+        when none has): for a TIME column the broker declared in :meth:`pushdown_columns`."""
+        raise NotImplementedError
+
+    def use_tags(self, column: str, values: frozenset[object]) -> frozenset[object]:
+        """Read only messages whose TAG ``column`` is one of ``values`` (the broker filters them when it sends);
+        returns the values the read now keeps (fewer where an option of the read already narrowed them; empty:
+        no message can match)."""
+        raise NotImplementedError
 
     def gone(self, keys: Collection[str]) -> dict[str, str]:
         """Those of ``keys`` (a batch Spark replays after a restart) that no longer exist, and why; none by

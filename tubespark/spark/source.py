@@ -29,9 +29,10 @@ from pyspark.sql.types import StructType  # noqa: E402
 
 from tubespark.core.outage import vouch  # noqa: E402
 from tubespark.errors import OptionError, SharedDirError  # noqa: E402
-from tubespark.spark.batch_engine import BatchEngine  # noqa: E402
+from tubespark.spark.batch_engine import BatchEngine, PushdownReader  # noqa: E402
 from tubespark.spark.broker import Broker  # noqa: E402
 from tubespark.spark.commit_log import OPTION, committed_batches, parse_checkpoint_location  # noqa: E402
+from tubespark.spark.pushdown import pushdown_enabled  # noqa: E402
 from tubespark.spark.stream_engine import StreamEngine  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,12 @@ class BrokerDataSource(DataSource):
         return parse_checkpoint_location(str(given[0])) if given else None
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return self.batch_reader(self._options("read", self.read_required, BATCH_READ_DEFAULTS))
+        """The batch reader; with Spark's filter pushdown on, one that takes WHERE filters
+        (:mod:`tubespark.spark.pushdown`), else one without ``pushFilters``, which PySpark 4.3 requires then."""
+        reader = self.batch_reader(self._options("read", self.read_required, BATCH_READ_DEFAULTS))
+        if isinstance(reader, BatchEngine) and pushdown_enabled():
+            return PushdownReader(reader)
+        return reader
 
     def _write_options(self, schema: StructType) -> Any:
         options = self._options("write")

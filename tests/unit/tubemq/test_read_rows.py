@@ -68,3 +68,19 @@ def test_a_raw_read_of_inlong_bundles_logs_one_hint(caplog, monkeypatch):
         "partition 1:t:0 holds InLong bundles (TubeMQ attribute msgEnType=2: InLongMsg), read with payloadFormat=raw, "
         "so each row's value is a whole bundle's bytes, many records in one; set .option(\"payloadFormat\", "
         "\"inlongmsg\") for a row per record")
+
+
+def test_read_stats_count_the_rows_of_the_range(tmp_path):
+    """readStatsPath: what a task fetched, messages and value bytes, of a packed fetch cut at the range end too."""
+    from tubespark.tubemq.spark.read_task import FetchCounter, QueueRange, read_stats
+    from tubespark.tubemq.wire.fetch import PackedColumns
+
+    values = [b"a" * 10, b"b" * 20, b"c" * 30]
+    bounds = [0, 10, 30, 60]
+    packed = PackedColumns(3, b"\0" * 24, b"\0" * 24, b"".join(v.to_bytes(4, "little") for v in bounds),
+                           b"".join(values), b"\0" * 12, [{}], [""], [""])
+    counter = FetchCounter()
+    counter.add(packed.head(2))
+    task = QueueRange(1, "h", 1, "tt", 0, 0, 56, "g", "c")
+    counter.publish(str(tmp_path), task)
+    assert read_stats(str(tmp_path)) == {"messages": 2, "bytes": 30, "tasks": 1}

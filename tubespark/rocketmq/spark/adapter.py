@@ -29,7 +29,7 @@ cannot know of them: the name server keeps no record of a stopped group.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -43,6 +43,7 @@ from tubespark.spark.broker import Broker, Catalog, Deferring, Range, Survey
 from tubespark.spark.offset_rules import check_named_partitions, resolve_start
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
+from tubespark.spark.pushdown import Column, Columns, Kind
 from tubespark.spark.unavailable import FAIL
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,15 @@ class _NeverBack(BoundsPolicy):
         log.warning("queue %s: the broker serving it reports max offset %d, below this query's %d (a slave acting "
                     "for its master may lag); waiting, the offset does not move back", key, bounds.high, start)
         return Resolution(None, f"its serving broker is at {bounds.high}, behind this query's {start}")
+
+
+PUSHDOWN_COLUMNS: Mapping[str, Column] = {
+    "queueKey": Column(Kind.PARTITION, str, never_null=True),
+    "topic": Column(Kind.PARTITION, str, never_null=True),
+    "brokerName": Column(Kind.PARTITION, str, never_null=True),
+    "queueId": Column(Kind.PARTITION, int, never_null=True),
+    "queueOffset": Column(Kind.OFFSET, int, never_null=True),
+}
 
 
 class PullAdapter(Broker):
@@ -186,6 +196,15 @@ class PullAdapter(Broker):
 
     def available_now_target(self) -> Offsets:
         return {key: high for key, (_low, high) in self.client.bounds(self._queues()).items()}
+
+    def pushdown_columns(self) -> Columns:
+        """A pushed WHERE on the queue columns selects queues; on ``queueOffset`` it cuts each queue's range
+        (:mod:`tubespark.spark.pushdown`). Tags stay with Spark: the pull reads take no ``subExpression``."""
+        return PUSHDOWN_COLUMNS
+
+    def partition_values(self, key: str) -> Mapping[str, object]:
+        mq = MessageQueue.parse_key(key)
+        return {"queueKey": key, "topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}
 
     def read_tasks(self, ranges: Sequence[Range], defer: Deferring = None) -> Sequence[InputPartition]:
         return [PullRange(mq.topic, mq.broker_name, mq.queue_id, low, high, defer)

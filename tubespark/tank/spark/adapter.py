@@ -34,6 +34,7 @@ from tubespark.spark.broker import Broker, Catalog, Deferring, Range, Survey
 from tubespark.spark.offset_rules import check_named_partitions, resolve_start
 from tubespark.spark.offsets import EARLIEST, Offsets
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
+from tubespark.spark.pushdown import Column, Columns, Kind
 from tubespark.tank.client.broker import TankClient
 from tubespark.tank.spark.bounds import PARTITION_LISTING, UNITS, discover, known_partitions
 from tubespark.tank.spark.bounds import Bounds as TankBounds
@@ -60,6 +61,13 @@ class _SequencePolicy(BoundsPolicy):
     def above(self, key: str, start: int, bounds: Bounds) -> Resolution:
         return Resolution(bounds.high, f"the broker's high-water mark went back below this query's position: it "
                                        f"lost acknowledged messages (query at {start}, broker at {bounds.high})")
+
+
+PUSHDOWN_COLUMNS: Mapping[str, Column] = {
+    "topic": Column(Kind.PARTITION, str, never_null=True),
+    "partition": Column(Kind.PARTITION, int, never_null=True),
+    "offset": Column(Kind.OFFSET, int, never_null=True),
+}
 
 
 class TankAdapter(Broker):
@@ -136,6 +144,15 @@ class TankAdapter(Broker):
 
     def available_now_target(self) -> Offsets:
         return {key: bounds.next for key, bounds in self._discover().items()}
+
+    def pushdown_columns(self) -> Columns:
+        """A pushed WHERE on the partition columns selects partitions; on ``offset`` (sequence numbers) it cuts
+        each partition's range (:mod:`tubespark.spark.pushdown`)."""
+        return PUSHDOWN_COLUMNS
+
+    def partition_values(self, key: str) -> Mapping[str, object]:
+        topic, partition = split_key(key)
+        return {"topic": topic, "partition": partition}
 
     def read_tasks(self, ranges: Sequence[Range], defer: Deferring = None) -> Sequence[InputPartition]:
         return [SeqRange(self.options.broker, *split_key(key), low, high, defer) for key, low, high in ranges]

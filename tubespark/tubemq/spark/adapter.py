@@ -27,6 +27,8 @@ import logging
 import uuid
 import zlib
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
 from functools import partial
 
 import pyarrow as pa
@@ -38,6 +40,7 @@ from tubespark.spark.broker import Broker, Catalog, Deferring, Range, Survey
 from tubespark.spark.offset_rules import check_named_partitions, resolve_start
 from tubespark.spark.offsets import EARLIEST, Offsets, wanted_offset, wanted_time
 from tubespark.spark.planning import Bounds, BoundsPolicy, Resolution
+from tubespark.spark.pushdown import Column, Columns, Kind
 from tubespark.tubemq.client.broker import BrokerClient
 from tubespark.tubemq.client.group import HeldPartition
 from tubespark.tubemq.client.placement import configured_partitions
@@ -48,7 +51,7 @@ from tubespark.tubemq.spark.availability import served_partitions
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.ledger import OFFSET_UNITS, PARTITION_LISTING, Assignment, PartitionLedger
 from tubespark.tubemq.spark.membership import GroupMembership
-from tubespark.tubemq.spark.options import TubeMQOptions
+from tubespark.tubemq.spark.options import MAX_STREAM_IDS, STREAM_ID_RE, TubeMQOptions
 from tubespark.tubemq.spark.origins import TopicOrigins
 from tubespark.tubemq.spark.read_task import QueueRange, read_range, skipped_bundles
 from tubespark.tubemq.spark.topics import subscribed_topics
@@ -89,6 +92,22 @@ class _LostAcknowledged(BoundsPolicy):
                                        f"may already have written new ones below {bounds.high} since its restart. "
                                        f"With failOnDataLoss=true a restart on this checkpoint keeps failing, also "
                                        f"once the broker is refilled past {start} (the offsets' #last check)")
+
+
+def _stream_id_ok(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 256 and STREAM_ID_RE.match(value) is not None
+
+
+PUSHDOWN_COLUMNS: Mapping[str, Column] = {
+    "partitionKey": Column(Kind.PARTITION, str, never_null=True),
+    "topic": Column(Kind.PARTITION, str, never_null=True),
+    "brokerId": Column(Kind.PARTITION, int, never_null=True),
+    "partitionId": Column(Kind.PARTITION, int, never_null=True),
+    "offset": Column(Kind.OFFSET, int, never_null=True),
+    "msgTime": Column(Kind.TIME, datetime),
+    "streamId": Column(Kind.TAG, str, accepts=_stream_id_ok),
+}
+"""The read columns a pushed filter can use (docs/tubemq/guide.md#filter-pushdown)."""
 
 
 class TubeAdapter(Broker):
@@ -211,6 +230,40 @@ class TubeAdapter(Broker):
             found = self._probed[ref.key]
             catalog.bounds[ref.key] = Bounds(found.min_offset, found.max_offset)
         return catalog
+
+    def pushdown_columns(self) -> Columns:
+        """What a pushed WHERE filter can use (:mod:`tubespark.spark.pushdown`): the partition columns select
+        partitions; ``offset`` cuts ranges; ``msgTime`` prunes by the same bisection as ``startingTimestamp``;
+        ``streamId`` is the msgType the broker filters by (a hash: Spark checks again), only with
+        ``streamIdPushdown=true``: a filtered fetch tells no exact offset for the messages it returns, so the
+        ``offset`` column changes (docs/tubemq/protocol.md "Filtering by msgType"). With ``payloadFormat=inlongmsg``
+        a row's ``streamId`` and ``msgTime`` are its record's, which the broker does not see: left to Spark."""
+        columns = dict(PUSHDOWN_COLUMNS)
+        if self.options.inlongmsg or not self.options.stream_id_pushdown:
+            del columns["streamId"]
+        if self.options.inlongmsg:
+            del columns["msgTime"]
+        return columns
+
+    def partition_values(self, key: str) -> Mapping[str, object]:
+        broker_id, topic, partition_id = PartitionRef.parse_key(key)
+        return {"partitionKey": key, "topic": topic, "brokerId": broker_id, "partitionId": partition_id}
+
+    def time_position(self, key: str, bounds: Bounds, column: str, when_ms: int) -> int:
+        """The first offset at or after ``when_ms``'s minute (tubespark/tubemq/client/seek.py), the partition's
+        max offset when every message is older."""
+        assert self._planner is not None, "time_position runs while the batch plan holds its planner"
+        return end_at_time(self._planner, self.member.refs[key], self._probed[key], when_ms,
+                           f"{self.batch_group}-time", self.options)
+
+    def use_tags(self, column: str, values: frozenset[object]) -> frozenset[object]:
+        """Read tasks register with these stream ids as the broker's filter, met with ``streamIds`` when that is
+        set (a row must pass both). More than the broker's 500 filter items: no broker filter (Spark's applies)."""
+        given = set(self.options.stream_ids)
+        ids = frozenset(str(v) for v in values if not given or v in given)
+        if 0 < len(ids) <= MAX_STREAM_IDS:
+            self.options = replace(self.options, stream_ids=tuple(sorted(ids)))
+        return ids
 
     def position_at(self, key: str, bounds: Bounds, option: str) -> int | None:
         """A start or end time (``startingTimestamp``, ``startingOffsetsByTimestamp``, ``endingTimestamp``,

@@ -54,7 +54,7 @@ __all__ = ["EARLIEST", "LATEST", "OPTIONS", "PROTECTED", "TERMS", "TubeMQOptions
 
 _GROUP_RE = re.compile(r"^[a-zA-Z][\w-]+$")
 _TOPIC_RE = re.compile(r"^[a-zA-Z]\w+$")
-_STREAM_ID_RE = re.compile(r"^[_A-Za-z0-9\-]+$")
+STREAM_ID_RE = re.compile(r"^[_A-Za-z0-9\-]+$")
 
 
 def _topics(name: str, value: str) -> tuple[str, ...]:
@@ -90,10 +90,14 @@ def _group(name: str, value: str) -> str:
     return value
 
 
+MAX_STREAM_IDS = 500
+"""The most msgTypes a TubeMQ broker filters by (docs/tubemq/protocol.md "Filtering by msgType")."""
+
+
 def _stream_ids(name: str, value: str) -> tuple[str, ...]:
     items = sorted(set(comma_list(value)))
-    bad = [v for v in items if not _STREAM_ID_RE.match(v) or len(v) > 256]
-    if bad or len(items) > 500:
+    bad = [v for v in items if not STREAM_ID_RE.match(v) or len(v) > 256]
+    if bad or len(items) > MAX_STREAM_IDS:
         raise OptionError(f"option {name}={value!r}: expected at most 500 streamIds of letters, digits, '_' "
                           f"or '-'" + (f"; bad: {', '.join(bad)}" if bad else ""))
     return tuple(items)
@@ -230,6 +234,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "epoch ms}`, an end time per partition (as `endingTimestamp`); others follow `endingOffsets`."),
     OptionSpec("streamIds", "", _stream_ids, "Only messages whose streamId (TubeMQ msgType) is one of these, "
                "comma separated. Filtered on the broker."),
+    OptionSpec("streamIdPushdown", "false", parse_bool, "Batch reads with Spark's filter pushdown on "
+               "(`spark.sql.python.filterPushdown.enabled=true`): `true` sends a WHERE on `streamId` (`=`, `IN`) to "
+               "the brokers as their msgType filter, as `streamIds` does, so only those messages are fetched; the "
+               "`offset` column of such a read is then a lower bound, not the exact index position (the broker "
+               "skips messages inside a fetch). `false`: Spark filters `streamId`, the offsets stay exact."),
     OptionSpec("includeAttributes", "false", parse_bool, "Add an `attributes` map<string,string> column with each "
                "message's attributes."),
     OptionSpec("dedupAttribute", None, parse_attribute_name,
@@ -258,6 +267,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                "`tubespark[s3]`), `file:///dir`; checked when the query starts. Each task that "
                "skipped messages writes one JSON file named by its range; `skipped_bundles(path)` in "
                "`tubespark.tubemq.spark.read_task` sums them and a streaming driver logs the total."),
+    OptionSpec("readStatsPath", None, parse_shared_directory, "A directory (as `skippedBundlesPath`) where each "
+               "read task writes one JSON file with what it fetched from its broker: messages and bytes of message "
+               "values; `read_stats(path)` in `tubespark.tubemq.spark.read_task` sums them. To measure what a "
+               "filter pushed to the broker saved."),
     OptionSpec("auth.user", None, _user, "User name for an authenticating TubeMQ cluster.", False, BOTH),
     OptionSpec("auth.password", None, parse_text, "Password for `auth.user`.", False, BOTH),
     *tls_specs("tubemq.", enable="Connect with TLS: `master` then lists the masters' TLS ports, and the brokers' "
@@ -304,6 +317,7 @@ class TubeMQOptions(TlsOptions, SharedOptions):
     ending_timestamp: int | None
     ending_offsets_by_timestamp: dict[str, int] | None
     stream_ids: tuple[str, ...]
+    stream_id_pushdown: bool
     commit_to_group: bool
     include_attributes: bool
     verify_checksums: bool
@@ -314,6 +328,7 @@ class TubeMQOptions(TlsOptions, SharedOptions):
     payload_format: str
     ignore_parse_errors: bool
     skipped_bundles_path: str | None
+    read_stats_path: str | None
     bundle_max_bytes: int | None
     bundle_max_rows: int
     bundle_linger_ms: int

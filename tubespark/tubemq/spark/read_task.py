@@ -148,6 +148,45 @@ fixed costs (Arrow building, PySpark's hand-over), which pays for small messages
 each) took 0.034 us per row to build and hand over against 0.047 one by one, while two of 1 KiB (about 460 KB
 each) took 0.23 against 0.20. So a fetch of 1 KiB messages stays a batch of its own, and four of 100 B make one."""
 
+STATS_OPTION = "readStatsPath"
+
+
+@dataclass
+class FetchCounter:
+    """What one read task fetched from its broker: messages and bytes of message values (``readStatsPath``), those
+    of its range: the tail of a fetch that reaches past the range's end is cut and not counted."""
+
+    messages: int = 0
+    value_bytes: int = 0
+
+    def add(self, columns: Columns) -> None:
+        self.messages += len(columns)
+        self.value_bytes += value_bytes(columns)
+
+    def publish(self, path: str | None, task: QueueRange) -> None:
+        """One JSON file per task range (a retried task overwrites its own); a failure only loses the count."""
+        if not path:
+            return
+        doc = {"partition": task.ref.key, "start": task.start, "end": task.end, "messages": self.messages,
+               "bytes": self.value_bytes}
+        name = f"{task.topic}-{task.broker_id}-{task.partition_id}-{task.start}-{task.end}.json"
+        try:
+            SharedDir(path, STATS_OPTION).publish(name, json.dumps(doc).encode())
+        except SharedDirError as exc:
+            log.error("cannot record the read stats of %s in %s: %s", task.ref.key, path, exc)
+
+
+def read_stats(path: str) -> dict[str, int]:
+    """The sum of what the read tasks of ``readStatsPath=path`` fetched: ``messages``, ``bytes``, ``tasks``."""
+    directory = SharedDir(path, STATS_OPTION)
+    total = {"messages": 0, "bytes": 0, "tasks": 0}
+    for name in directory.names("*.json"):
+        doc = json.loads(directory.read(name))
+        total["messages"] += int(doc["messages"])
+        total["bytes"] += int(doc["bytes"])
+        total["tasks"] += 1
+    return total
+
 
 def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float | None = None,
                defer: bool = True) -> Iterator[pa.RecordBatch]:
@@ -180,8 +219,10 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
         return fetches_record_batch(parts, topic=task.topic, partition_key=ref.key, broker_id=task.broker_id,
                                     partition_id=task.partition_id, schema=schema)
 
+    fetched = FetchCounter()
     try:
         for columns in _patiently(task, options, outage_s, reader.read_columns, deferrer):
+            fetched.add(columns)
             if not hinted and len(columns):
                 hinted = True  # the first messages tell: a topic of InLong bundles holds little else
                 hint_inlong_bundles(columns, ref.key)
@@ -189,11 +230,11 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
                 columns = columns.where([replays.first_time(a.get(dedup_attribute)) for a in columns.attributes])
             if not columns:
                 continue
-            fetched = value_bytes(columns)
-            if held and (rows + len(columns) > BATCH_ROWS or size + fetched > BATCH_BYTES):
+            nbytes = value_bytes(columns)
+            if held and (rows + len(columns) > BATCH_ROWS or size + nbytes > BATCH_BYTES):
                 yield batch()
             held.append(columns)
-            rows, size = rows + len(columns), size + fetched
+            rows, size = rows + len(columns), size + nbytes
             if rows >= BATCH_ROWS or size >= BATCH_BYTES:
                 yield batch()
         if held:
@@ -209,6 +250,7 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
             yield batch()
     finally:
         broker.close()
+    fetched.publish(options.read_stats_path, task)
 
 
 _hinted: set[str] = set()  # what this process has hinted at already
@@ -285,9 +327,12 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
     keep = (lambda attrs: replays.first_time(attrs.get(dedup_attribute))) if dedup_attribute else None
     skipped = SkipCounter()
     messages_read = rows = 0
+    fetched = FetchCounter()
     try:
         for messages in _patiently(task, options, outage_s, reader.read_batches, defer):
             messages_read += len(messages)
+            fetched.messages += len(messages)
+            fetched.value_bytes += sum(len(message.data) for message in messages)
             decoded = decode_bundles(messages, ref.key, options.ignore_parse_errors, skipped)
             if decoded:
                 batch = bundle_record_batch(decoded, topic=task.topic, partition_key=ref.key,
@@ -305,6 +350,7 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
     finally:
         broker.close()
+    fetched.publish(options.read_stats_path, task)
     level = logging.WARNING if skipped.count else logging.INFO
     log.log(level, "read of %s [%d, %d): %d rows from %d bundles; %d messages skipped as unparseable%s", ref.key,
             task.start, task.end, rows, messages_read - skipped.count, skipped.count,

@@ -135,8 +135,7 @@ def fetches_record_batch(parts: Sequence[Columns], *, topic: str, partition_key:
 def value_bytes(columns: Columns) -> int:
     """The bytes of ``columns``' values (what a batch of them holds beyond its fixed-width columns)."""
     if isinstance(columns, PackedColumns):
-        return int.from_bytes(columns.value_offset_buffer[4 * columns.count:4 * columns.count + 4], "little",
-                              signed=True) if columns.count else 0
+        return columns.value_bytes()
     return sum(map(len, columns.data))
 
 

@@ -64,6 +64,11 @@ class PackedColumns:
         """The first ``count`` rows (the buffers are shared)."""
         return replace(self, count=max(0, min(count, self.count)))
 
+    def value_bytes(self) -> int:
+        """Bytes of the ``count`` rows' values (the buffer may hold more: :meth:`head`)."""
+        bounds = memoryview(self.value_offset_buffer).cast("i")
+        return bounds[self.count] - bounds[0] if self.count else 0
+
     @functools.cached_property
     def unpacked(self) -> MessageColumns:
         """The same rows as :class:`MessageColumns` (for the paths that need Python objects per row)."""
