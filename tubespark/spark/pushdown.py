@@ -269,7 +269,7 @@ def pushdown_enabled(depth: int = 2) -> bool:
     asks for the reader from one of two workers: ``data_source_pushdown_filters`` (only run with pushdown on;
     it then calls ``pushFilters``) or ``plan_data_source_read``, which holds the setting in its local
     ``enable_pushdown`` when it calls ``reader()``. Anything else (a direct call, another PySpark) gets the
-    reader without ``pushFilters``: reads stay correct, only unpushed. tests/integration/spark/
+    reader without ``pushFilters``: reads stay correct, only unpushed. tests/integration/tubemq/
     test_filter_pushdown.py checks both paths in a real session.
     """
     frame: FrameType | None = sys._getframe(depth)
