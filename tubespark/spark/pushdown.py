@@ -7,15 +7,18 @@ filters on, a time range and an offset range to prune each partition's read to. 
 filter, whether Spark must still apply it.
 
 Exactness, the rule every kind follows: a filter is taken off Spark's list only when every row the read
-returns satisfies it and no row that satisfies it is left out. Only whole-partition selections are that
+returns satisfies it and no row that satisfies it is left out. Whole-partition selections are that
 (``partitionKey``, ``brokerId``, ``partitionId``, ``topic``: a partition is read entirely or not at all, and
-those columns are never null). The others prune the read, and Spark applies them again on what comes back:
+those columns are never null), and so is a tag set whose read checks every message's real tag (``exact``). The
+others prune the read, and Spark applies them again on what comes back:
 
 * a time range is found by bisecting the partition over its messages' times (minute precision, and it assumes
   times do not go down along a partition), so the pruned range can hold messages outside the range;
 * an offset range is cut on message boundaries, and a broker whose offset column is a lower bound in some reads
   (TubeMQ's sparse index batches) keeps Spark's check;
-* a tag filter on the broker may let through a hash collision (TubeMQ filters by the hash of the msgType).
+* a tag filter on the broker may let through a hash collision (TubeMQ filters by the hash of the msgType),
+  unless the broker's read checks each message's real tag after the broker's filter (RocketMQ's pull reads do:
+  :meth:`tubespark.rocketmq.wire.filter.Filter.keeps`): such a column is declared ``exact`` and served.
 
 A filter on a column the broker did not declare, of a kind it cannot use (``Not``, ``IsNull``, string
 matching, a value of the wrong type), is left to Spark untouched: never approximated.
@@ -76,6 +79,9 @@ class Column:
     type: type
     accepts: Callable[[object], bool] = lambda value: True
     never_null: bool = False
+    exact: bool = False
+    """TAG: the read returns exactly the messages whose value is in the set (it checks each message's real value
+    after the broker's filter), so the filter is served, not applied by Spark again."""
 
 
 Columns = Mapping[str, Column]
@@ -155,7 +161,8 @@ def _typed(value: object, spec: Column) -> bool:
 
 
 def _values(f: Filter, spec: Column) -> frozenset[Any] | None:
-    """EqualTo / EqualNullSafe / In with values the broker accepts (a null never matches a value set)."""
+    """EqualTo / EqualNullSafe / In with values the broker accepts (a null never matches a value set; an empty
+    In matches no row: the empty set)."""
     if isinstance(f, EqualTo | EqualNullSafe):
         candidates: Sequence[object] = (f.value,)
     elif isinstance(f, In):
@@ -164,7 +171,7 @@ def _values(f: Filter, spec: Column) -> frozenset[Any] | None:
         return None
     if isinstance(f, EqualNullSafe) and f.value is None:
         return None
-    if not candidates or not all(_typed(v, spec) for v in candidates):
+    if not all(_typed(v, spec) for v in candidates):
         return None
     return frozenset(candidates)
 
@@ -223,12 +230,12 @@ def _absorb(pushed: Pushdown, f: Filter, name: str, spec: Column) -> bool | None
             return None
         have = pushed.values.get(name)
         pushed.values[name] = values if have is None else have & values
-        return spec.kind is Kind.PARTITION
+        return spec.kind is Kind.PARTITION or spec.exact
     if isinstance(f, In) and spec.kind is Kind.OFFSET:  # offsets in a set: the span around them
         values = _values(f, spec)
         if values is None:
             return None
-        span: Span | None = Span(min(values), max(values))
+        span: Span | None = Span(min(values), max(values)) if values else Span(1, 0)
     else:
         span = _range(f, spec)
     if span is None:

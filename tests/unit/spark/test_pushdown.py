@@ -215,4 +215,57 @@ def test_tank_and_rocketmq_select_partitions_and_cut_offsets():
     pushed, left = translate([EqualTo(("brokerName",), "b"), In(("queueId",), (0, 3)), EqualTo(("tags",), "x")],
                              rocket.pushdown_columns())
     assert [pushed.selects(rocket.partition_values(k)) for k in ("tt:b:3", "tt:b:1", "tt:c:0")] == [True, False, False]
-    assert [describe_filter(f) for f in left] == ["EqualTo(tags,x)"]  # tags: left to Spark
+    assert left == [] and pushed.values["tags"] == {"x"}  # tags: the read's own filter, exact
+
+
+def _rocket(**extra: str) -> Any:
+    from tubespark.rocketmq.spark.adapter import PullAdapter
+    from tubespark.rocketmq.spark.options import RocketMQOptions
+
+    return PullAdapter(RocketMQOptions.from_raw({"namesrv": "h:9876", "topic": "tt", **extra}, mode="read"),
+                       batch=True)
+
+
+def _push(adapter: Any, filters: list[Any]) -> tuple[Any, list[Any]]:
+    reader = PushdownReader(BatchEngine(adapter))
+    left = list(reader.pushFilters(filters))
+    return reader.engine.pushdown, left
+
+
+def test_rocketmq_tags_become_the_pulls_tag_filter_served_exactly():
+    """The read checks each message's real tag after the broker's hash filter: taken off Spark's list."""
+    adapter = _rocket()
+    pushed, left = _push(adapter, [In(("tags",), ("b", "a")), IsNotNull(("tags",))])
+    assert pushed.served == ["In(tags,[b,a])"] and [describe_filter(f) for f in left] == ["IsNotNull(tags)"]
+    assert adapter.options.filter.tags == {"a", "b"} and adapter.options.filter.keeps("a")
+    assert not adapter.options.filter.keeps("c") and not adapter.options.filter.keeps(None)  # untagged: no match
+
+
+def test_rocketmq_tags_meet_the_users_tag_list():
+    adapter = _rocket(subExpression="a || b")
+    assert _push(adapter, [In(("tags",), ("b", "c"))])[0].values["tags"] == {"b"}
+    assert adapter.options.sub_expression == "b"
+    adapter = _rocket(subExpression="a")
+    pushed, left = _push(adapter, [EqualTo(("tags",), "c")])
+    assert pushed.nothing and left == [] and adapter.options.sub_expression == "a"  # no row can match: none read
+
+
+def test_rocketmq_tags_stay_with_spark_under_an_sql92_filter():
+    adapter = _rocket(subExpression="n > 3", expressionType="sql92")
+    f = EqualTo(("tags",), "a")
+    pushed, left = _push(adapter, [f])
+    assert left == [f] and pushed.values == {} and adapter.options.sub_expression == "n > 3"
+
+
+@pytest.mark.parametrize("tag", ["*", "a || b", " a", "", "a\t"])
+def test_rocketmq_tags_a_tag_expression_cannot_name_stay_with_spark(tag):
+    adapter = _rocket()
+    f = EqualTo(("tags",), tag)
+    assert _push(adapter, [f])[1] == [f] and adapter.options.sub_expression == "*"
+
+
+def test_an_empty_in_matches_nothing():
+    assert translate([In(("partitionId",), ())], COLUMNS)[0].nothing
+    assert translate([In(("offset",), ())], COLUMNS)[0].nothing
+    adapter = _rocket()
+    assert _push(adapter, [In(("tags",), ())])[0].nothing and adapter.options.sub_expression == "*"

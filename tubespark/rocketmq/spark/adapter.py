@@ -24,12 +24,16 @@ offsets options name: :func:`~tubespark.rocketmq.client.client.remember`): the n
 groups that run, so known queues on a group that is not registered now are unavailable partitions
 (``onUnavailablePartitions``). A process that never saw the topic's other groups and names none of their queues
 cannot know of them: the name server keeps no record of a stopped group.
+
+With Spark's filter pushdown on, a batch read selects queues, cuts offsets and turns a ``WHERE`` on ``tags`` into
+the pulls' tag filter (:meth:`PullAdapter.pushdown_columns`, docs/rocketmq/guide.md "Filter pushdown").
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -38,6 +42,7 @@ from tubespark.errors import BrokerUnavailableError, TubeSparkError
 from tubespark.rocketmq.client.client import RocketMQClient, all_queues, remember, remembered
 from tubespark.rocketmq.spark.options import QUEUE_LISTING, RocketMQOptions
 from tubespark.rocketmq.spark.read_task import READ_GROUP, PullRange, read_range
+from tubespark.rocketmq.wire.filter import SUB_ALL, TAG
 from tubespark.rocketmq.wire.route import MessageQueue
 from tubespark.spark.broker import Broker, Catalog, Deferring, Range, Survey
 from tubespark.spark.offset_rules import check_named_partitions, resolve_start
@@ -63,13 +68,21 @@ class _NeverBack(BoundsPolicy):
         return Resolution(None, f"its serving broker is at {bounds.high}, behind this query's {start}")
 
 
+def _tag_ok(value: object) -> bool:
+    """A tag a tag expression can name: the broker splits ``subExpression`` on ``||`` and trims each part, and
+    ``*`` means every message; a tag with those in it (or an empty one) is left to Spark."""
+    return isinstance(value, str) and value != SUB_ALL and value == value.strip() != "" and "||" not in value
+
+
 PUSHDOWN_COLUMNS: Mapping[str, Column] = {
     "queueKey": Column(Kind.PARTITION, str, never_null=True),
     "topic": Column(Kind.PARTITION, str, never_null=True),
     "brokerName": Column(Kind.PARTITION, str, never_null=True),
     "queueId": Column(Kind.PARTITION, int, never_null=True),
     "queueOffset": Column(Kind.OFFSET, int, never_null=True),
+    "tags": Column(Kind.TAG, str, accepts=_tag_ok, exact=True),
 }
+"""The read columns a pushed filter can use (docs/rocketmq/guide.md#filter-pushdown)."""
 
 
 class PullAdapter(Broker):
@@ -198,9 +211,24 @@ class PullAdapter(Broker):
         return {key: high for key, (_low, high) in self.client.bounds(self._queues()).items()}
 
     def pushdown_columns(self) -> Columns:
-        """A pushed WHERE on the queue columns selects queues; on ``queueOffset`` it cuts each queue's range
-        (:mod:`tubespark.spark.pushdown`). Tags stay with Spark: the pull reads take no ``subExpression``."""
+        """A pushed WHERE on the queue columns selects queues; on ``queueOffset`` it cuts each queue's range; on
+        ``tags`` (``=``, ``IN``) it becomes the pull's tag filter (:meth:`use_tags`), served exactly: the broker
+        filters by tag hash code, the read drops the collisions by the real tag (``Filter.keeps``, as the Java
+        client's ``PullAPIWrapper.processPullResult``), and every message keeps its own ``queueOffset``, so no
+        column changes (unlike TubeMQ's ``streamIdPushdown``, no opt-in). With an SQL92 ``subExpression`` a tag
+        filter stays with Spark: a pull takes one expression of one type (:mod:`tubespark.spark.pushdown`)."""
+        if self.options.filter.kind != TAG:
+            return {name: spec for name, spec in PUSHDOWN_COLUMNS.items() if name != "tags"}
         return PUSHDOWN_COLUMNS
+
+    def use_tags(self, column: str, values: frozenset[object]) -> frozenset[object]:
+        """Read tasks pull with these tags as ``subExpression``, met with the user's tag list when one is set (a
+        row must pass both: their intersection, exactly). Empty: no message can match (the plan reads none)."""
+        given = self.options.filter.tags
+        tags = frozenset(str(v) for v in values if not given or v in given)
+        if tags:
+            self.options = replace(self.options, sub_expression=" || ".join(sorted(tags)), expression_type=TAG.lower())
+        return tags
 
     def partition_values(self, key: str) -> Mapping[str, object]:
         mq = MessageQueue.parse_key(key)
