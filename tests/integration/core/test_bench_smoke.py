@@ -4,7 +4,7 @@ Not a timed test: it proves the command runs against a real cluster and real Spa
 the Performance page (docs/performance/index.md) describes (expected keys, positive rates, the broker's JVM flags).
 The bench starts its own TubeMQ cluster (its broker on Java's default flags), so this costs ~40 s of
 cluster start-up plus a minute of Spark; it runs in the background from the start of the integration
-tests (in ``./dev test``'s side lane, whose other tests mostly wait: tubespark_testbed/lanes.py), and the test
+tests (in ``./dev test``'s long lane, beside the rolling soak: tubespark_testbed/lanes.py), and the test
 waits for it.
 """
 
