@@ -163,10 +163,12 @@ class FetchCounter:
         self.messages += len(columns)
         self.value_bytes += value_bytes(columns)
 
-    def publish(self, path: str | None, task: QueueRange) -> None:
+    def add_messages(self, messages: Sequence[ReceivedMessage]) -> None:
+        self.messages += len(messages)
+        self.value_bytes += sum(len(message.data) for message in messages)
+
+    def publish(self, path: str, task: QueueRange) -> None:
         """One JSON file per task range (a retried task overwrites its own); a failure only loses the count."""
-        if not path:
-            return
         doc = {"partition": task.ref.key, "start": task.start, "end": task.end, "messages": self.messages,
                "bytes": self.value_bytes}
         name = f"{task.topic}-{task.broker_id}-{task.partition_id}-{task.start}-{task.end}.json"
@@ -219,10 +221,11 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
         return fetches_record_batch(parts, topic=task.topic, partition_key=ref.key, broker_id=task.broker_id,
                                     partition_id=task.partition_id, schema=schema)
 
-    fetched = FetchCounter()
+    fetched = FetchCounter() if options.read_stats_path else None  # counted only where it is asked for
     try:
         for columns in _patiently(task, options, outage_s, reader.read_columns, deferrer):
-            fetched.add(columns)
+            if fetched is not None:
+                fetched.add(columns)
             if not hinted and len(columns):
                 hinted = True  # the first messages tell: a topic of InLong bundles holds little else
                 hint_inlong_bundles(columns, ref.key)
@@ -250,7 +253,8 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
             yield batch()
     finally:
         broker.close()
-    fetched.publish(options.read_stats_path, task)
+    if fetched is not None and options.read_stats_path:
+        fetched.publish(options.read_stats_path, task)
 
 
 _hinted: set[str] = set()  # what this process has hinted at already
@@ -327,12 +331,12 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
     keep = (lambda attrs: replays.first_time(attrs.get(dedup_attribute))) if dedup_attribute else None
     skipped = SkipCounter()
     messages_read = rows = 0
-    fetched = FetchCounter()
+    fetched = FetchCounter() if options.read_stats_path else None
     try:
         for messages in _patiently(task, options, outage_s, reader.read_batches, defer):
             messages_read += len(messages)
-            fetched.messages += len(messages)
-            fetched.value_bytes += sum(len(message.data) for message in messages)
+            if fetched is not None:
+                fetched.add_messages(messages)
             decoded = decode_bundles(messages, ref.key, options.ignore_parse_errors, skipped)
             if decoded:
                 batch = bundle_record_batch(decoded, topic=task.topic, partition_key=ref.key,
@@ -350,7 +354,8 @@ def _read_bundles(task: QueueRange, options: TubeMQOptions, outage_s: float | No
         log.warning("partition %s vanished (%s); skipping offsets [%d, %d)", ref.key, exc, task.start, task.end)
     finally:
         broker.close()
-    fetched.publish(options.read_stats_path, task)
+    if fetched is not None and options.read_stats_path:
+        fetched.publish(options.read_stats_path, task)
     level = logging.WARNING if skipped.count else logging.INFO
     log.log(level, "read of %s [%d, %d): %d rows from %d bundles; %d messages skipped as unparseable%s", ref.key,
             task.start, task.end, rows, messages_read - skipped.count, skipped.count,
