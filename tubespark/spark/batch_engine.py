@@ -51,10 +51,10 @@ class BatchEngine(DataSourceReader):
         """After :meth:`plan`: server -> partitions left out because it does not serve them now (only with
         ``onUnavailablePartitions=skip``; otherwise the plan fails instead)."""
         self.checked = True
-        self.pushdown: Pushdown | None = None
-        """The filters Spark pushed (:class:`PushdownReader`), ``None``: none."""
         """After :meth:`plan`: whether the broker could tell every partition the topics have (False only where it
         could not learn that and ``onUnavailablePartitions=skip`` let the read go on)."""
+        self.pushdown: Pushdown | None = None
+        """The filters Spark pushed (:class:`PushdownReader`), ``None``: none."""
 
     def plan(self) -> list[InputPartition]:
         """The read tasks; raises before any task runs for every rule above."""
