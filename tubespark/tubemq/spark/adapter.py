@@ -51,7 +51,7 @@ from tubespark.tubemq.spark.availability import served_partitions
 from tubespark.tubemq.spark.by_time import end_at_time, start_at_time
 from tubespark.tubemq.spark.ledger import OFFSET_UNITS, PARTITION_LISTING, Assignment, PartitionLedger
 from tubespark.tubemq.spark.membership import GroupMembership
-from tubespark.tubemq.spark.options import MAX_STREAM_IDS, STREAM_ID_RE, TubeMQOptions
+from tubespark.tubemq.spark.options import MAX_STREAM_IDS, TubeMQOptions, stream_id_ok
 from tubespark.tubemq.spark.origins import TopicOrigins
 from tubespark.tubemq.spark.read_task import QueueRange, read_range, skipped_bundles
 from tubespark.tubemq.spark.topics import subscribed_topics
@@ -94,10 +94,6 @@ class _LostAcknowledged(BoundsPolicy):
                                        f"once the broker is refilled past {start} (the offsets' #last check)")
 
 
-def _stream_id_ok(value: object) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= 256 and STREAM_ID_RE.match(value) is not None
-
-
 PUSHDOWN_COLUMNS: Mapping[str, Column] = {
     "partitionKey": Column(Kind.PARTITION, str, never_null=True),
     "topic": Column(Kind.PARTITION, str, never_null=True),
@@ -105,7 +101,7 @@ PUSHDOWN_COLUMNS: Mapping[str, Column] = {
     "partitionId": Column(Kind.PARTITION, int, never_null=True),
     "offset": Column(Kind.OFFSET, int, never_null=True),
     "msgTime": Column(Kind.TIME, datetime),
-    "streamId": Column(Kind.TAG, str, accepts=_stream_id_ok),
+    "streamId": Column(Kind.TAG, str, accepts=stream_id_ok),
 }
 """The read columns a pushed filter can use (docs/tubemq/guide.md#filter-pushdown)."""
 

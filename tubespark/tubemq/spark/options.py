@@ -94,9 +94,14 @@ MAX_STREAM_IDS = 500
 """The most msgTypes a TubeMQ broker filters by (docs/tubemq/protocol.md "Filtering by msgType")."""
 
 
+def stream_id_ok(value: object) -> bool:
+    """Whether ``value`` is a streamId a broker can filter by: 1 to 256 letters, digits, '_' or '-'."""
+    return isinstance(value, str) and len(value) <= 256 and STREAM_ID_RE.match(value) is not None
+
+
 def _stream_ids(name: str, value: str) -> tuple[str, ...]:
     items = sorted(set(comma_list(value)))
-    bad = [v for v in items if not STREAM_ID_RE.match(v) or len(v) > 256]
+    bad = [v for v in items if not stream_id_ok(v)]
     if bad or len(items) > MAX_STREAM_IDS:
         raise OptionError(f"option {name}={value!r}: expected at most 500 streamIds of letters, digits, '_' "
                           f"or '-'" + (f"; bad: {', '.join(bad)}" if bad else ""))
