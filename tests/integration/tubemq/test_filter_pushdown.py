@@ -28,18 +28,21 @@ COUNT = 240  # over 2 partitions, 12 minutes, 4 stream ids
 
 @pytest.fixture(scope="module")
 def topic_parts(tubemq_cluster, topic_factory) -> tuple[str, list[int]]:
-    """Both partitions hold messages: the producer sends only once the master lists both (a fresh topic's second
-    store can show up a moment after the first, and a producer that knows one partition sends it everything)."""
+    """Both partitions hold every stream id and minute: each run of 4 messages (one per stream id) goes to one
+    partition, alternately. The placement is ours, not the producer's round-robin, whose random start once put
+    every ``a`` on the partition a case does not read. The producer sends once the master lists both partitions
+    (a fresh topic's second store can show up a moment after the first)."""
     name = topic_factory(partitions=1, stores=2)
     with Producer(tubemq_cluster.master_address, ClientSettings(heartbeat_interval_s=1)) as producer:
         producer.publish([name])
         assert poll(lambda: len(producer.partitions(name)) == 2 or None, RetryPolicy(timeout_s=60, backoff_s=0.5),
                     what=f"the master to list both partitions of {name}")
+        refs = sorted(producer.partitions(name), key=lambda ref: ref.partition_id)
         for i in range(COUNT):
             producer.send_async(name, OutgoingMessage(b"m%d" % i, msg_type=STREAMS[i % 4], msg_time=format_msg_time(
-                BASE + timedelta(minutes=i * 12 // COUNT))))
+                BASE + timedelta(minutes=i * 12 // COUNT))), refs[i // 4 % 2])
         producer.flush()
-        return name, sorted(ref.partition_id for ref in producer.partitions(name))
+        return name, [ref.partition_id for ref in refs]
 
 
 @pytest.fixture
