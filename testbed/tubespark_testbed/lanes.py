@@ -61,9 +61,9 @@ LONG_MODULES = frozenset({
     "spark/test_standalone_cluster.py",
     # the rolling soak (~4 minutes, mostly waiting on restarted brokers and a master fail-over, on its own clusters)
     "tubemq/test_soak.py",
-    # processes of their own (a Connect server or `spark-pipelines run`, ~50 s each; the README's walkthrough and
-    # the quickstart notebook, about a minute each): the main lane was the run's longest (1,661 s at faf12a5)
-    *CONNECT_SERVER_MODULES, "core/test_readme_example.py", "core/test_notebooks.py",
+    # the README's walkthrough and the notebooks (about a minute each, in kernels and sessions of their own): the
+    # main lane was the run's longest (1,661 s at faf12a5) and the long lane ended after 699 s
+    "core/test_readme_example.py", "core/test_notebooks.py",
 })
 """Paths under ``tests/integration`` of the long lane's modules (the main lane's when there are two lanes)."""
 

@@ -1,7 +1,7 @@
 """A user's whole round trip through format("tubemq"), using only tubespark's public API, in its own process.
 
     python roundtrip_job.py MASTER TOPIC_IN TOPIC_OUT WORK_DIR [--connect] [--ship] [--register]
-                            [--expect-not-found] [--batch-only] [--rows N]
+                            [--expect-not-found] [--rows N]
 
 Batch write of N rows to TOPIC_IN, batch read back, then one streaming query (Trigger.AvailableNow with
 maxOffsetsPerTrigger, so admission control has to split it) that copies TOPIC_IN to TOPIC_OUT with the
@@ -11,7 +11,7 @@ the server with ``spark.addArtifacts(tubespark.package_zip(), pyfile=True)``. Wi
 calls nothing: PySpark's data source discovery must find the formats (the ``pyspark_*`` modules of the Python
 Spark's workers run); ``--register`` calls ``tubespark.register(spark)`` as older code does. ``--expect-not-found``
 first checks that format("tubemq") is not found (that Python lacks tubespark) and that ``tubespark.typed_errors``
-says so as :class:`~tubespark.errors.DataSourceNotFoundError`; ``--batch-only`` leaves out the streaming query.
+says so as :class:`~tubespark.errors.DataSourceNotFoundError`.
 Prints one JSON line with what it saw; any mismatch exits non-zero. Used by test_connect.py and, from an
 installed wheel in a fresh venv, by test_wheel.py, so it imports nothing from the checkout.
 """
@@ -35,7 +35,6 @@ def main() -> int:
     parser.add_argument("--ship", action="store_true")
     parser.add_argument("--register", action="store_true")
     parser.add_argument("--expect-not-found", action="store_true")
-    parser.add_argument("--batch-only", action="store_true")
     parser.add_argument("--rows", type=int, default=400)
     args = parser.parse_args()
 
@@ -98,12 +97,6 @@ def main() -> int:
         return 1
 
     per_trigger = max(1, rows // 4)
-    if args.batch_only:
-        print(json.dumps({"pyspark": pyspark.__version__, "session": type(spark).__module__,
-                          "tubespark_file": tubespark.__file__, "shipped": shipped, "registered": args.register,
-                          "not_found": not_found, "read": len(read)}), flush=True)
-        spark.stop()
-        return 0
     query = (spark.readStream.format("tubemq").option("master", args.master).option("topic", args.topic_in)
              .option("group", f"rt-{uuid.uuid4().hex[:8]}").option("startingOffsets", "earliest")
              .option("maxOffsetsPerTrigger", str(per_trigger)).load()

@@ -8,8 +8,9 @@ streaming read (Trigger.AvailableNow, maxOffsetsPerTrigger) written by the strea
 Connect session: once with tubespark shipped by ``spark.addArtifacts(tubespark.package_zip(),
 pyfile=True)``, once with nothing shipped. Before ``tubespark.register`` sent a stand-in on Connect,
 the first failed in the streaming source's process with ModuleNotFoundError (tubespark.spark.connect
-says why), the second failed at once. A third case runs the server with this environment's Python, which
-has tubespark: PySpark's data source discovery registers the format there, and the client calls nothing.
+says why), the second failed at once. A Connect server whose Python has tubespark, where PySpark's data source
+discovery registers the format and the client calls nothing, is tests/integration/spark/test_pipelines.py's
+(``spark-pipelines run`` is such a server; its definitions read and write ``format("tubemq")`` with no call).
 """
 
 from __future__ import annotations
@@ -68,10 +69,3 @@ def test_batch_and_streaming_reads_and_writes_from_a_connect_session(tubemq_clus
     # admission control over Connect: every micro-batch within maxOffsetsPerTrigger (ROWS // 4)
     assert sum(result["stream_batches"]) == ROWS and max(result["stream_batches"]) <= ROWS // 4, result
 
-
-def test_a_server_whose_python_has_tubespark_finds_the_format_with_no_call(tubemq_cluster, topic_factory, tmp_path):
-    """Issue 39 part 1 on Spark Connect: the server's Python (here this environment's) has tubespark, so PySpark's
-    data source discovery registers format("tubemq") there; the client neither registers nor ships anything."""
-    result = run_job(sys.executable, tmp_path, tubemq_cluster.master_address, topic_factory(), topic_factory(),
-                     "--batch-only")
-    assert result["registered"] is False and result["shipped"] is None and result["read"] == ROWS, result
