@@ -8,7 +8,7 @@ one (``twin.pure_python()``), so the table says where a row's microseconds go an
 
     PYTHONPATH=. python -m bench.wire_micro [--cpu] [--detail] [--json FILE]
     PYTHONPATH=. python -m bench.wire_micro --cpu --ab OLD.so,NEW.so [--rounds 5] [--paired]
-    PYTHONPATH=. python -m bench.wire_micro --cpu --join 1,2,4,8 [--rounds 5]
+    PYTHONPATH=. python -m bench.wire_micro --cpu --join 1,2,4,8 [--rounds 5] [--ab OLD.so,NEW.so --paired]
 
 ``--cpu`` times with the process's CPU clock (``time.process_time``) instead of the wall clock, so other
 jobs on a shared machine distort the figures less. ``--detail`` adds what bounds a change of the read path
@@ -20,7 +20,9 @@ compiled answer's walk into columns, CRC on (``read_fetch``; a build from before
 ``decode_fetch``, the two walks it replaced), the two builds back to back in
 each of ``--rounds`` short rounds, and the median of the per-round ratios: a busy machine moves both halves of
 a round alike, so the ratio shows a change of a few percent that the medians of whole steps hide. ``--join``
-times one Arrow batch of K consecutive fetches (what a read task hands Spark) built and handed over, per K.
+times one Arrow batch of K consecutive fetches (what a read task hands Spark) built and handed over, per K;
+with ``--ab OLD.so,NEW.so --paired`` the K answers' walks and their batch, paired as above (a build before
+``new_buffer``, without the arena, joins its fetches' buffers with ``pa.concat_arrays``, as the read did).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import statistics
@@ -37,12 +40,15 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from tubespark.core.framed_io import BytesReader
 from tubespark.tubemq.client.common import check
+from tubespark.tubemq.spark.read_task import ARENA_BYTES
 from tubespark.tubemq.spark.schema import arrow_schema, fetches_record_batch, to_record_batch
 from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.envelope import decode_response, encode_response
-from tubespark.tubemq.wire.fetch import parse_fetch_reply
+from tubespark.tubemq.wire.fetch import PackedColumns, ValueArena, packed_columns, parse_fetch_reply
 from tubespark.tubemq.wire.frame import encode_frame, read_frame
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
@@ -111,32 +117,28 @@ def read_steps(size: int, count: int, detail: bool = False) -> dict[str, float]:
 
 
 def join_steps(joins: list[int], rounds: int) -> dict[int, dict[int, dict[str, float]]]:
-    """``--join``: per size and per K in ``joins``, CPU us per row of making one Arrow batch of K fetches'
-    decoded columns (``fetches_record_batch``: the values joined once) and of handing it over (Spark's hand-over
-    as ``bench/client_read.py`` models it), medians of ``rounds`` rounds with the K alternating in each."""
+    """``--join``: per size and per K in ``joins``, CPU us per row of walking K answers and making them one Arrow
+    batch as a read task does (:func:`_answers_to_batch`, this build), and of handing the batch over (Spark's
+    hand-over as ``bench/client_read.py`` models it), medians of ``rounds`` rounds with the K alternating in each."""
     from bench.client_read import SparkHandover
 
-    schema = arrow_schema(False)
-    where = {"topic": "t", "partition_key": "1:t:0", "broker_id": 1, "partition_id": 0, "schema": schema}
     out: dict[int, dict[int, dict[str, float]]] = {}
     with SparkHandover() as handover:
         for size, count in FETCHES.items():
             frame = _fetch_frame(size, count)
             _, payload = read_frame(BytesReader(frame))
             data = decode_response(payload)[1]
-            parts = [parse_fetch_reply(data).columns(28 * count * k, step=28) for k in range(max(joins))]
-            runs: dict[int, dict[str, list[float]]] = {k: {"arrow_batch": [], "spark_handover": []} for k in joins}
+            runs: dict[int, dict[str, list[float]]] = {k: {"walk_and_batch": [], "spark_handover": []} for k in joins}
+            calls = {k: _answers_to_batch(twin.loaded(), data, k) for k in joins}
             for r in range(rounds):
                 for k in joins if r % 2 == 0 else joins[::-1]:
-                    batch = fetches_record_batch(parts[:k], **where)  # type: ignore[arg-type]
+                    batch = calls[k]()
                     rows = count * k
-                    joined = parts[:k]
-                    runs[k]["arrow_batch"].append(
-                        _per_call_us(lambda j=joined: fetches_record_batch(j, **where), 0.1) / rows)  # type: ignore[arg-type]
+                    runs[k]["walk_and_batch"].append(_per_call_us(calls[k], 0.1) / rows)
                     runs[k]["spark_handover"].append(_per_call_us(lambda b=batch: handover.write(b), 0.1) / rows)
             out[size] = {k: {step: round(statistics.median(v), 4) for step, v in runs[k].items()} for k in joins}
             for k in joins:
-                out[size][k]["sum"] = round(out[size][k]["arrow_batch"] + out[size][k]["spark_handover"], 4)
+                out[size][k]["sum"] = round(out[size][k]["walk_and_batch"] + out[size][k]["spark_handover"], 4)
     return out
 
 
@@ -224,6 +226,95 @@ def _answer_to_columns(module: Any, data: bytes) -> Callable[[], object]:
     return both
 
 
+def _answers_to_batch(module: Any, data: bytes, k: int) -> Callable[[], object]:
+    """K answers walked and made one Arrow batch, as a read task does it with ``module``, CRC on: with a build that
+    has ``new_buffer``, each walk writes its values after the last one's in the reader's ``ValueArena`` and the
+    batch takes them as they are (one copy of each body); with a build from before it, each walk copies its
+    values into a buffer of its own and a batch of several joins the value and offset arrays with
+    ``pa.concat_arrays`` (what ``schema.fetches_record_batch`` did: a second copy). The rest is the same code.
+    Each call keeps the last batch until the next is made, as a read task holds the fetch it has not handed over
+    yet while the next answer is walked (so the memory each build writes into is as warm as in a read task)."""
+    last: list[object] = []
+    where = {"topic": "t", "partition_key": "1:t:0", "broker_id": 1, "partition_id": 0, "schema": arrow_schema(False)}
+    if hasattr(module, "new_buffer"):
+        arena = ValueArena(ARENA_BYTES)  # a read task's
+
+        def arena_batch() -> object:
+            parts = [packed_columns(arena.walk(module, data, 28, True)[5:]) for _ in range(k)]  # type: ignore[index]
+            cuts = [0, *(i for i in range(1, k) if not parts[i].follows(parts[i - 1])), k]  # type: ignore[union-attr]
+            # where the arena's buffer ended, a read task ends a batch too
+            batches = [fetches_record_batch(parts[a:b], **where) for a, b in itertools.pairwise(cuts)]  # type: ignore[arg-type]
+            last[:] = batches
+            return batches[-1]
+
+        return arena_batch
+
+    def joined() -> object:
+        parts = [packed_columns(module.read_fetch(data, 28, True)[5:]) for _ in range(k)]
+        columns = parts[0]
+        assert columns is not None
+        if k > 1:
+            value_array = pa.concat_arrays([pa.Array.from_buffers(pa.binary(), p.count, [  # type: ignore[union-attr]
+                None, pa.py_buffer(p.value_offset_buffer), pa.py_buffer(p.value_buffer)]) for p in parts])  # type: ignore[union-attr]
+            offset_array = pa.concat_arrays([pa.Array.from_buffers(pa.int64(), p.count, [  # type: ignore[union-attr]
+                None, pa.py_buffer(p.offset_buffer)]) for p in parts])  # type: ignore[union-attr]
+            _, value_offsets, values = value_array.buffers()
+            columns = PackedColumns(len(value_array), b"", offset_array.buffers()[1], value_offsets, values, b"",
+                                    columns.text_attributes, columns.text_msg_types, columns.text_msg_times,
+                                    uniform_text=columns.uniform_text)
+        last[:] = [to_record_batch(columns, **where)]  # type: ignore[arg-type]
+        return last[0]
+
+    return joined
+
+
+def compare_batch_paired(paths: list[str], rounds: int, joins: list[str]) -> dict[int, dict[str, dict[str, float]]]:
+    """``--paired --join``: :func:`_answers_to_batch` and the batch's hand-over (Spark's, as ``bench/client_read.py``
+    models it) per row of two builds, back to back per round; ``joins`` entries ``K`` or ``K1:K2`` (fetches a
+    batch with the first build and with the second: each read task's batching at its best)."""
+    from bench.client_read import SparkHandover
+
+    first, second = (_load_build(path) for path in paths)
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    with SparkHandover() as handover:
+        def handed(make: Callable[[], object]) -> Callable[[], object]:
+            return lambda: handover.write(make())
+
+        for size, count in FETCHES.items():
+            _, payload = read_frame(BytesReader(_fetch_frame(size, count)))
+            _, data = decode_response(payload)
+            out[size] = {}
+            for join in joins:
+                k1, _, k2 = join.partition(":")
+                ks = (int(k1), int(k2 or k1))
+                calls = {"first": handed(_answers_to_batch(first, data, ks[0])),
+                         "second": handed(_answers_to_batch(second, data, ks[1]))}
+                out[size][join] = _paired(calls, rounds, count, 20, per_call_rows=(count * ks[0], count * ks[1]))
+    return out
+
+
+def _paired(calls: dict[str, Callable[[], object]], rounds: int, rows: int, number: int,
+            per_call_rows: tuple[int, int] | None = None) -> dict[str, float]:
+    """The medians per row of two calls timed back to back (best of 3 x ``number`` calls) in each round, the order
+    alternating, and the median (and quartiles) of the per-round ratio second/first; each call makes ``rows``
+    rows, or the first and second ``per_call_rows``."""
+    made = dict(zip(("first", "second"), per_call_rows or (rows, rows), strict=True))
+    times: dict[str, list[float]] = {"first": [], "second": []}
+    ratios = []
+    for r in range(rounds):
+        got = {}
+        for name in ("first", "second") if r % 2 == 0 else ("second", "first"):
+            best = min(timeit.repeat(calls[name], number=number, repeat=3, timer=_CLOCK["timer"]))
+            got[name] = best / number / made[name] * 1e6
+            times[name].append(got[name])
+        ratios.append(got["second"] / got["first"])
+    quartiles = statistics.quantiles(ratios, n=4)
+    return {"first_us": round(statistics.median(times["first"]), 4),
+            "second_us": round(statistics.median(times["second"]), 4),
+            "ratio": round(statistics.median(ratios), 3),
+            "ratio_q1": round(quartiles[0], 3), "ratio_q3": round(quartiles[2], 3)}
+
+
 def compare_decode_paired(paths: list[str], rounds: int) -> dict[int, dict[str, float]]:
     """The answer's walk into columns (:func:`_answer_to_columns`) per row of two builds, back to back per round:
     medians and the median (and quartiles) of the per-round ratio second/first."""
@@ -233,20 +324,7 @@ def compare_decode_paired(paths: list[str], rounds: int) -> dict[int, dict[str, 
         _, payload = read_frame(BytesReader(_fetch_frame(size, count)))
         _, data = decode_response(payload)
         calls = {"first": _answer_to_columns(first, data), "second": _answer_to_columns(second, data)}
-        times: dict[str, list[float]] = {"first": [], "second": []}
-        ratios = []
-        for r in range(rounds):
-            got = {}
-            for name in ("first", "second") if r % 2 == 0 else ("second", "first"):
-                best = min(timeit.repeat(calls[name], number=50, repeat=3, timer=_CLOCK["timer"]))
-                got[name] = best / 50 / count * 1e6
-                times[name].append(got[name])
-            ratios.append(got["second"] / got["first"])
-        quartiles = statistics.quantiles(ratios, n=4)
-        out[size] = {"first_us": round(statistics.median(times["first"]), 4),
-                     "second_us": round(statistics.median(times["second"]), 4),
-                     "ratio": round(statistics.median(ratios), 3),
-                     "ratio_q1": round(quartiles[0], 3), "ratio_q3": round(quartiles[2], 3)}
+        out[size] = _paired(calls, rounds, count, 50)
     return out
 
 
@@ -263,10 +341,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of --ab")
     parser.add_argument("--paired", action="store_true",
                         help="--ab of the compiled answer's walk into columns only, ratio per round")
-    parser.add_argument("--join", help="K,K,...: one Arrow batch of K fetches, built and handed over (us/row)")
+    parser.add_argument("--join", help="K,K,...: one Arrow batch of K fetches, built and handed over (us/row); with "
+                                       "--ab --paired also K1:K2, fetches a batch with each build")
     args = parser.parse_args(argv)
     if args.cpu:
         _CLOCK["timer"] = time.process_time
+    if args.ab and args.paired and args.join:
+        batches = compare_batch_paired(args.ab.split(","), args.rounds, args.join.split(","))
+        for size, ks in batches.items():
+            for k, figures in ks.items():
+                print(f"{size:5} B, {k} fetches a batch: answers to batch + hand-over us/row "
+                      f"{figures['first_us']:.4f} -> {figures['second_us']:.4f}; per round {figures['ratio']:.3f} "
+                      f"(quartiles {figures['ratio_q1']:.3f}-{figures['ratio_q3']:.3f})")
+        return
     if args.join:
         for size, ks in join_steps([int(k) for k in args.join.split(",")], args.rounds).items():
             for k, figures in ks.items():

@@ -14,12 +14,14 @@ The compiled twin must also take the fast lane where it should: valid input may 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import struct
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,7 +30,7 @@ from tests.unit.core.test_fuzz_decoders import FUZZ, INNER_MESSAGE_SEEDS, PAYLOA
 from tubespark.core.native import COMPILED, PURE_PYTHON, extensions_disabled
 from tubespark.errors import ChecksumMismatchError, MessageFormatError, TubeSparkError
 from tubespark.tubemq.errors import ProtobufDecodeError
-from tubespark.tubemq.spark.schema import arrow_schema, to_record_batch
+from tubespark.tubemq.spark.schema import arrow_schema, fetches_record_batch, to_record_batch
 from tubespark.tubemq.wire import fetch, twin
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
@@ -354,3 +356,120 @@ def test_one_value_columns_kept_across_fetches_fit_every_fetch() -> None:
         assert got == expected
         rows = got[4][0]
         assert {(r["topic"], r["streamId"]) for r in rows} == {("t", f"s{k % 2}")} and len(rows) == n
+
+
+# ------------------------------------------------------------------ one values buffer for several answers
+
+
+def _read(data: bytes, arena: fetch.ValueArena | None, verify: bool = True) -> tuple[tuple, fetch.Columns | None]:
+    """What a read task's reader sees of one answer: header and rows, or the error; and the columns."""
+    try:
+        reply = fetch.parse_fetch_reply(data, verify=verify, arena=arena)
+        columns = reply.columns(reply.currOffset, verify=verify, step=28)
+    except TubeSparkError as exc:
+        return ("error", type(exc), str(exc)), None
+    return ("rows", _header(reply), _rows(columns)), columns
+
+
+def _pure_read(data: bytes, verify: bool = True) -> tuple:
+    with twin.pure_python():
+        return _read(data, None, verify)[0]
+
+
+def _batch(parts: list[fetch.Columns]) -> list[dict]:
+    return fetches_record_batch(parts, topic="t", partition_key="1:t:0", broker_id=1, partition_id=0,
+                                schema=arrow_schema(True)).to_pylist()
+
+
+GOOD = [SHAPES[name] for name in ("one producer", "several texts", "mixed prefix", "empty bodies", "1 KiB", "plain",
+                                  "empty", "user attributes", "every length to 300")]
+
+
+def test_answers_walked_into_one_arena_read_alike_and_make_one_batch() -> None:
+    """A read task's answers put their values one after the other in its arena: each reads as the pure-Python
+    twin reads it, and together they make the batch the answers make one by one, whose values buffer is the
+    arena's (no copy)."""
+    arena = fetch.ValueArena(1 << 20)
+    parts = []
+    for data in [*GOOD, *captured()]:
+        outcome, columns = _read(data, arena)
+        assert outcome == _pure_read(data)
+        assert columns is not None
+        parts.append(columns)
+    expected = [row for part in parts for row in _batch([part])]
+    assert _batch(parts) == expected and len(expected) > 500
+    if NATIVE is not None:
+        assert all(isinstance(p, fetch.PackedColumns) for p in parts)
+        assert all(b.follows(a) for a, b in itertools.pairwise(parts))  # type: ignore[union-attr]
+        batch = fetches_record_batch(parts, topic="t", partition_key="1:t:0", broker_id=1, partition_id=0,
+                                     schema=arrow_schema(False))
+        assert batch.column(0).buffers()[2].address == pa.py_buffer(parts[0].value_buffer).address  # type: ignore[union-attr]
+
+
+@TWINS_FUZZ
+@given(st.lists(byte_inputs([SHAPES["several texts"], SHAPES["mixed prefix"], SHAPES["1 KiB"],
+                             *(d for d, _ in ERRORS.values())]), min_size=1, max_size=4),
+       st.booleans())
+def test_fuzz_answers_into_one_arena_read_alike(answers: list[bytes], verify: bool) -> None:
+    """Fuzzed answers one after the other into one small arena (its buffer changes within a list): each reads as
+    the pure-Python twin reads it, and no later answer, good or failing, changes the rows of an earlier one."""
+    arena = fetch.ValueArena(4096)
+    kept = []
+    for data in answers:
+        outcome, columns = _read(data, arena, verify)
+        assert outcome == _pure_read(data, verify)
+        if columns is not None:
+            kept.append((columns, outcome[2]))
+    assert [_rows(columns) for columns, _ in kept] == [rows for _, rows in kept]
+
+
+@pytest.mark.parametrize("late", ["no checkSum", "truncated", "bad checksum", "bad prefix"])
+def test_an_answer_that_fails_leaves_the_arena_as_it_was(late: str) -> None:
+    """A walk that gives up half-way (a broken message after 5,000 good ones) keeps nothing of what it wrote: the
+    rows before it read the same, the error is the one it always was, where it always was, and the next answer's
+    values follow the last good one's as if the broken answer had never come."""
+    good = [raw(k, b"v%d" % k, 0) for k in range(MANY)]
+    broken = {"no checkSum": answer(*good) + b"\x22\x06\x08\x01\x1a\x00\x20\x00",
+              "truncated": bpb.GetMessageResponseB2C(success=True, errCode=200, messages=[
+                  *good, message(MANY, b"abcdef", msg_type="s")]).SerializeToString()[:-3],
+              "bad checksum": answer(*good, raw(MANY, b"b", 0, crc=5)),
+              "bad prefix": answer(*good, raw(MANY, b"abc", 1))}[late]
+    arena = fetch.ValueArena(1 << 20)
+    before = [_read(data, arena)[1] for data in GOOD[:3]]
+    rows = [_rows(c) for c in before if c is not None]
+    if late in ("no checkSum", "truncated"):
+        with pytest.raises(ProtobufDecodeError):
+            fetch.parse_fetch_reply(broken, arena=arena)
+    else:
+        outcome, _ = _read(broken, arena)
+        assert outcome == _pure_read(broken) and outcome[0] == "error" and f"message {MANY}:" in outcome[2]
+    _, after = _read(GOOD[3], arena)
+    assert [_rows(c) for c in before if c is not None] == rows
+    assert after is not None and _rows(after) == _pure_read(GOOD[3])[2]
+    if NATIVE is not None:
+        assert after.follows(before[-1])  # type: ignore[union-attr,arg-type]
+
+
+def test_an_arena_moves_on_when_full_and_never_writes_what_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answers that do not fit the arena's buffer go to a new one; a buffer that a batch or columns still hold is
+    never written again, one that nothing holds is written again (its pages are warm): a few buffers serve any
+    number of answers."""
+    if NATIVE is None:
+        return  # the pure-Python twin has no arena: its rows are lists
+    made: list[int] = []
+    new_buffer = NATIVE.new_buffer
+    monkeypatch.setattr(NATIVE, "new_buffer", lambda size: made.append(size) or new_buffer(size))
+    arena = fetch.ValueArena(3 * len(SHAPES["1 KiB"]))  # three answers a buffer
+    first = [_read(SHAPES["1 KiB"], arena)[1] for _ in range(2)]
+    held = fetches_record_batch(first, topic="t", partition_key="1:t:0", broker_id=1, partition_id=0,  # type: ignore[arg-type]
+                                schema=arrow_schema(False))
+    expected = held.to_pylist()
+    del first
+    for k in range(60):
+        data = answer(*(message(i, os.urandom(1024), msg_type="s") for i in range(20)), currOffset=28 * k)
+        outcome, columns = _read(data, arena)
+        assert outcome == _pure_read(data)
+        kept = columns  # the last answer's columns stay held while the next is walked, as a read task's do
+    assert held.to_pylist() == expected  # the held buffer was not written again
+    assert kept is not None and _rows(kept) == _pure_read(data)[2]
+    assert 3 <= len(made) <= 5  # the held one and then a few, reused: not one every three answers (20)

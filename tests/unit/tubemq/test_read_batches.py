@@ -18,6 +18,7 @@ from tubespark.tubemq.spark.adapter import QueueRange, read_range
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, fetches_record_batch, to_record_batch, value_bytes
 from tubespark.tubemq.wire import twin
+from tubespark.tubemq.wire.fetch import Columns, PackedColumns, ValueArena
 from tubespark.tubemq.wire.message import OutgoingMessage
 
 FETCH = 7  # messages per fetch of the fake broker
@@ -80,26 +81,47 @@ def test_a_batch_holds_at_most_batch_bytes(broker: FakeBroker, monkeypatch: pyte
     assert [b.num_rows for b in batches] == [7, 7, 7]  # no two fetches fit
 
 
-def test_joined_fetches_keep_each_fetchs_attributes(broker: FakeBroker) -> None:
-    """The compiled twin's buffers of three fetches (each with its own attribute texts: uniform, mixed, none)
-    give the batch the per-fetch batches give; so does a mix with the pure-Python twin's lists."""
+def _parts(broker: FakeBroker, arena: ValueArena | None) -> list[Columns]:
     from tubespark.tubemq.client.broker import BrokerClient
     from tubespark.tubemq.client.ranges import RangeReader
 
     client = BrokerClient("batches_client")
     try:
-        parts = list(RangeReader(client, "batches_direct").read_columns(broker.ref("batches"), 0, 28 * MESSAGES))
+        return list(RangeReader(client, "batches_direct", arena=arena).read_columns(broker.ref("batches"), 0,
+                                                                                     28 * MESSAGES))
     finally:
         client.close()
+
+
+def test_joined_fetches_keep_each_fetchs_attributes(broker: FakeBroker) -> None:
+    """The compiled twin's buffers of six fetches (each with its own attribute texts: uniform, mixed, none), their
+    values one after the other in the reader's arena, give the batch the per-fetch batches give; so does a mix
+    with the pure-Python twin's lists."""
+    parts = _parts(broker, ValueArena(1 << 20))
     assert len(parts) == 6
     schema = arrow_schema(True)
     where = {"topic": "batches", "partition_key": "1:batches:0", "broker_id": 1, "partition_id": 0, "schema": schema}
     expected = pa.Table.from_batches([to_record_batch(p, **where) for p in parts]).to_pylist()
     assert fetches_record_batch(parts, **where).to_pylist() == expected
-    mixed = [p.unpacked if k == 1 else p for k, p in enumerate(parts)]  # type: ignore[union-attr]
+    mixed = [p.unpacked if k == 1 and isinstance(p, PackedColumns) else p for k, p in enumerate(parts)]
     assert fetches_record_batch(mixed, **where).to_pylist() == expected
     assert sum(value_bytes(p) for p in parts) == sum(len(r["value"]) for r in expected)
     assert value_bytes(parts[0].head(0)) == 0  # type: ignore[union-attr]
+    if twin.loaded() is not None:  # one values buffer for the batch: the arena's, not a copy
+        batch = fetches_record_batch(parts, **where)
+        assert batch.column(0).buffers()[2].address == pa.py_buffer(parts[0].value_buffer).address  # type: ignore[union-attr]
+
+
+def test_fetches_with_values_of_their_own_are_not_joined(broker: FakeBroker) -> None:
+    """Without an arena each fetch's values have a buffer of their own: joining them would cost a copy, so the
+    batch refuses, and a read task hands such fetches over one by one (``_joins``)."""
+    parts = _parts(broker, None)
+    if twin.loaded() is None:
+        return  # lists: the pure-Python twin joins them
+    with pytest.raises(ValueError, match="must follow each other"):
+        fetches_record_batch(parts[:2], topic="batches", partition_key="1:batches:0", broker_id=1, partition_id=0,
+                             schema=arrow_schema(False))
+    assert not read_task._joins(parts[0], parts[1])
 
 
 def test_rows_read_before_the_partition_vanished_are_handed_over(broker: FakeBroker,

@@ -21,7 +21,7 @@ from tubespark.tubemq.client.common import ClientSettings, Reply, check
 from tubespark.tubemq.net.connection import Connection, wait
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
 from tubespark.tubemq.wire.envelope import encode_request
-from tubespark.tubemq.wire.fetch import Columns, FetchReply, parse_fetch_reply
+from tubespark.tubemq.wire.fetch import Columns, FetchReply, ValueArena, parse_fetch_reply
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
@@ -202,23 +202,27 @@ class BrokerClient:
         return failed
 
     def fetch(self, part: PartitionRef, group: str, *, last_consumed: bool = True,
-              manual_commit: bool = False, verify: bool = True) -> Fetch:
+              manual_commit: bool = False, verify: bool = True, arena: ValueArena | None = None) -> Fetch:
         """One GetMessage. Raises NoDataError (404) when the group's position reached the index max."""
         return self.fetch_async(part, group, last_consumed=last_consumed, manual_commit=manual_commit,
-                                verify=verify).result()
+                                verify=verify, arena=arena).result()
 
     def fetch_async(self, part: PartitionRef, group: str, *, last_consumed: bool = True,
-                    manual_commit: bool = False, verify: bool = True) -> PendingFetch:
+                    manual_commit: bool = False, verify: bool = True,
+                    arena: ValueArena | None = None) -> PendingFetch:
         """Send one GetMessage now and take its answer later (``result()``, as :meth:`fetch` returns it).
 
         The broker may move the group's position as soon as it handles the request, whether or not the
         answer is ever taken. ``verify``: what the batch's :meth:`Fetch.columns` will be asked, so that the
         compiled twin checks the checksums in the one walk it makes of the answer when it arrives (any other
-        call still gets its answer, by a second walk).
+        call still gets its answer, by a second walk). ``arena``: where that walk puts the messages' values
+        (:class:`~tubespark.tubemq.wire.fetch.ValueArena`: one reader's consecutive fetches share a buffer).
         """
+        parse = _PARSE_FETCH[verify] if arena is None else functools.partial(parse_fetch_reply, verify=verify,
+                                                                              arena=arena)
         return PendingFetch(self._send_encoded(part, Method.GET_MESSAGE,
                                                self._fetch_request(part, group, last_consumed, manual_commit),
-                                               _PARSE_FETCH[verify], f"fetch {part.key} for group {group}"))
+                                               parse, f"fetch {part.key} for group {group}"))
 
     def _fetch_request(self, part: PartitionRef, group: str, last_consumed: bool, manual_commit: bool) -> bytes:
         """The GetMessage request envelope, encoded once per partition, group and flags: a range read sends the

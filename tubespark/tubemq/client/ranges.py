@@ -39,7 +39,7 @@ from tubespark.errors import BrokerConnectionError, DataLossError, NoDataError, 
 from tubespark.tubemq.client.broker import BrokerClient, Fetch, Position
 from tubespark.tubemq.errors import PartitionOccupiedError
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE
-from tubespark.tubemq.wire.fetch import Columns
+from tubespark.tubemq.wire.fetch import Columns, ValueArena
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
 
@@ -133,8 +133,11 @@ class RangeReader:
 
     def __init__(self, broker: BrokerClient, read_group: str, *, filters: tuple[str, ...] = (),
                  fail_on_data_loss: bool = True, verify_checksums: bool = True, retry_s: float = 60.0,
-                 data_wait_s: float | None = None) -> None:
+                 data_wait_s: float | None = None, arena: ValueArena | None = None) -> None:
+        """``arena``: where the fetches' values go (a read task's, so that its batches of several fetches take
+        them with no copy); None: each fetch's into a buffer of its own."""
         self.broker = broker
+        self.arena = arena
         self.read_group = read_group
         self.filters = tuple(filters)
         self.fail_on_data_loss = fail_on_data_loss
@@ -282,7 +285,7 @@ class RangeReader:
         messages' contents (a checksum, an attribute prefix), raised here by either twin.
         """
         pending_fetch = self.broker.fetch_async(cursor.part, self.read_group, last_consumed=True,
-                                                verify=self.verify_checksums)
+                                                verify=self.verify_checksums, arena=self.arena)
         if cursor.pending is not None and cursor.decoded is None:
             try:
                 cursor.decoded = cursor.pending.columns(self.verify_checksums)
@@ -309,7 +312,8 @@ class RangeReader:
         module docstring), so every fault goes back to :meth:`_step`, which registers again.
         """
         try:
-            return self.broker.fetch(part, self.read_group, last_consumed=True, verify=self.verify_checksums)
+            return self.broker.fetch(part, self.read_group, last_consumed=True, verify=self.verify_checksums,
+                                     arena=self.arena)
         except NoDataError:  # retriable for a consumer, but here it is the answer: nothing more yet
             return None
 

@@ -34,7 +34,7 @@ from tubespark.tubemq.client.ranges import RangeReader
 from tubespark.tubemq.errors import BundleParseError, ServerNotReadyError, ServiceStoppedError
 from tubespark.tubemq.spark.options import TubeMQOptions
 from tubespark.tubemq.spark.schema import arrow_schema, bundle_record_batch, fetches_record_batch, value_bytes
-from tubespark.tubemq.wire.fetch import Columns, PackedColumns
+from tubespark.tubemq.wire.fetch import Columns, PackedColumns, ValueArena
 from tubespark.tubemq.wire.formats import PartitionRef
 from tubespark.tubemq.wire.message import ReceivedMessage
 from tubespark.tubemq.wire.twin import HOT_PATH
@@ -141,12 +141,17 @@ def skipped_bundles(path: str) -> SkippedBundles:
 
 BATCH_ROWS = 8192
 """Rows of one Arrow batch at most: the fetches a task holds before it hands them to Spark as one batch."""
-BATCH_BYTES = 768 << 10
-"""Value bytes of one Arrow batch at most. Joining fetches costs one copy of their values and saves a batch's
-fixed costs (Arrow building, PySpark's hand-over), which pays for small messages only: in-process
-(``python -m bench.wire_micro --cpu --join 1,2,4,8``) four fetches of 100 B messages (about 190 KB of values
-each) took 0.034 us per row to build and hand over against 0.047 one by one, while two of 1 KiB (about 460 KB
-each) took 0.23 against 0.20. So a fetch of 1 KiB messages stays a batch of its own, and four of 100 B make one."""
+BATCH_BYTES = 2 << 20
+"""Value bytes of one Arrow batch at most. Joining fetches saves a batch's fixed costs (Arrow building, PySpark's
+hand-over) and, since their values lie one after the other in the task's :class:`ValueArena`, costs no copy (it
+cost one before, which did not pay at 1 KiB). In-process (``python -m bench.wire_micro --cpu --paired --join
+1:4 --ab``, docs/performance/breakdown.md) four fetches of 1 KiB messages (about 460 KB of values each) walked,
+made a batch and handed over took about 0.8 of the CPU per row one fetch a batch took before; so four of
+either size make one batch (four of 100 B: 8,000 rows, below ``BATCH_ROWS``)."""
+ARENA_BYTES = 4 << 20
+"""The buffer a read task's fetches write their values into (:class:`ValueArena`), one after the other, so that a
+batch of several takes them with no copy: two batches of ``BATCH_BYTES`` (a batch also ends where a buffer
+does). A buffer is written again once Spark let go of its batches, while its pages are still warm."""
 
 STATS_OPTION = "readStatsPath"
 
@@ -206,7 +211,7 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
         return
     schema = arrow_schema(options.include_attributes)
     ref = task.ref
-    broker, reader = _range_reader(task, options, deferring=deferrer is not None)
+    broker, reader = _range_reader(task, options, deferring=deferrer is not None, arena=ValueArena(ARENA_BYTES))
     dedup_attribute = options.dedup_attribute if options.dedupe else None
     replays = ReplayFilter()
     hinted = False
@@ -234,7 +239,8 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
             if not columns:
                 continue
             nbytes = value_bytes(columns)
-            if held and (rows + len(columns) > BATCH_ROWS or size + nbytes > BATCH_BYTES):
+            if held and (rows + len(columns) > BATCH_ROWS or size + nbytes > BATCH_BYTES
+                         or not _joins(held[-1], columns)):
                 yield batch()
             held.append(columns)
             rows, size = rows + len(columns), size + nbytes
@@ -255,6 +261,15 @@ def read_range(task: InputPartition, options: TubeMQOptions, *, outage_s: float 
         broker.close()
     if fetched is not None and options.read_stats_path:
         fetched.publish(options.read_stats_path, task)
+
+
+def _joins(before: Columns, columns: Columns) -> bool:
+    """Whether ``columns`` may join ``before``'s batch: lists always (a batch with lists joins lists), the compiled
+    twin's buffers when their values follow ``before``'s in the task's arena (not after a fetch dropped by a retry,
+    or a new buffer)."""
+    if isinstance(before, PackedColumns) and isinstance(columns, PackedColumns):
+        return columns.follows(before)
+    return True
 
 
 _hinted: set[str] = set()  # what this process has hinted at already
@@ -285,8 +300,8 @@ def _retry_s(options: TubeMQOptions) -> float:
     return options.request_timeout_ms / 1000 * 6
 
 
-def _range_reader(task: QueueRange, options: TubeMQOptions, *,
-                  deferring: bool = False) -> tuple[BrokerClient, RangeReader]:
+def _range_reader(task: QueueRange, options: TubeMQOptions, *, deferring: bool = False,
+                  arena: ValueArena | None = None) -> tuple[BrokerClient, RangeReader]:
     """The task's broker connection and range reader (the caller closes the broker). The reader gives up
     after one short attempt (:func:`read_attempt_s`, shorter for a task that defers); :func:`_patiently`
     decides whether to wait and go on."""
@@ -297,7 +312,7 @@ def _range_reader(task: QueueRange, options: TubeMQOptions, *,
                                verify_checksums=options.verify_checksums,
                                retry_s=read_attempt_s(retry_s, options.request_timeout_ms / 1000,
                                                       deferring=deferring),
-                               data_wait_s=retry_s)
+                               data_wait_s=retry_s, arena=arena)
 
 
 def _is_outage(exc: BaseException) -> bool:

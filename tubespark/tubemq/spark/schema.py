@@ -7,6 +7,7 @@ bundle, so ``(offset, recordIndex)`` identifies a row.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
@@ -112,10 +113,12 @@ def fetches_record_batch(parts: Sequence[Columns], *, topic: str, partition_key:
     """One Arrow batch for the messages of several consecutive fetches of one partition, in their order.
 
     Why: a batch costs about 30 us of Arrow building and as much again of PySpark's hand-over whatever its
-    rows (``docs/performance/breakdown.md``), and a fetch holds about 450 rows at 1 KiB. Each answer is
-    decoded into buffers of its own (the compiled decoder cannot append to another's), so the value and
-    offset columns are joined once here (``pa.concat_arrays``: one copy of the values, while they are still in
-    the cache); the columns one value fills are slices as in :func:`to_record_batch`, for all the rows at once.
+    rows (``docs/performance/breakdown.md``), and a fetch holds about 450 rows at 1 KiB. The compiled twin's
+    parts must follow each other in one values buffer (:meth:`PackedColumns.follows`: a read task's fetches
+    walked into its :class:`~tubespark.tubemq.wire.fetch.ValueArena`), which the batch's value column then
+    takes as it is: no copy of the values (joining buffers of their own cost one, which did not pay at 1 KiB).
+    The other columns are joined (8 bytes a row) or, those one value fills, sliced as in
+    :func:`to_record_batch`, for all the rows at once.
     """
     if len(parts) == 1:
         return to_record_batch(parts[0], topic=topic, partition_key=partition_key, broker_id=broker_id,
@@ -145,7 +148,10 @@ def _packed_batch(parts: Sequence[PackedColumns], *, topic: str, partition_key: 
     n = sum(part.count for part in parts)
     time_type = schema.field("msgTime").type
     with_attributes = len(schema) > 8
-    values: list[pa.Array] = []
+    for before, part in itertools.pairwise(parts):
+        if not part.follows(before):
+            raise ValueError("fetches_record_batch: the values of consecutive parts must follow each other")
+    value_offsets: list[memoryview] = []
     offsets: list[pa.Array] = []
     times: list[pa.Array] = []
     stream_ids: list[pa.Array] = []
@@ -155,8 +161,7 @@ def _packed_batch(parts: Sequence[PackedColumns], *, topic: str, partition_key: 
     shared = next(iter(uniform)) if len(uniform) == 1 else None  # every row of every part: one msgTime, streamId
     for part in parts:
         k = part.count
-        values.append(pa.Array.from_buffers(pa.binary(), k, [None, pa.py_buffer(part.value_offset_buffer),
-                                                              pa.py_buffer(part.value_buffer)]))
+        value_offsets.append(memoryview(part.value_offset_buffer)[:4 * k])
         offsets.append(pa.Array.from_buffers(pa.int64(), k, [None, pa.py_buffer(part.offset_buffer)]))
         index: pa.Array | None = None
         if shared is not None:
@@ -182,8 +187,12 @@ def _packed_batch(parts: Sequence[PackedColumns], *, topic: str, partition_key: 
         msg_time, msg_type = shared
         time_array = _repeated(_micros(parse_msg_time(msg_time)), "msgTime", time_type, n)
         stream_array = _repeated(msg_type or None, "streamId", pa.string(), n)
+    last = parts[-1]  # the end of the last value closes the joined offsets
+    value_offsets.append(memoryview(last.value_offset_buffer)[4 * last.count:4 * last.count + 4])
+    joined_offsets = last.value_offset_buffer if len(parts) == 1 else b"".join(value_offsets)
     arrays = [
-        _joined(values),
+        pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(joined_offsets),
+                                               pa.py_buffer(parts[0].value_buffer)]),
         _repeated(topic, "topic", pa.string(), n),
         _repeated(partition_key, "partitionKey", pa.string(), n),
         _repeated(broker_id, "brokerId", pa.int32(), n),

@@ -389,7 +389,7 @@ static uint32_t be32(const unsigned char *p) {
 }
 
 PyDoc_STRVAR(read_fetch_doc,
-"read_fetch(data, step, verify[, start]) -> tuple | None\n\n"
+"read_fetch(data, step, verify[, start[, into, at]]) -> tuple | None\n\n"
 "A GetMessageResponseB2C in one walk: its header fields and its messages as flat little-endian buffers,\n"
 "(success, errCode, errMsg, currOffset, maxOffset, count, message_ids int64[n], offsets int64[n],\n"
 "value_offsets int32[n+1], values, text_index int32[n], texts, uniform). Row k's offset is start + step*k,\n"
@@ -398,7 +398,11 @@ PyDoc_STRVAR(read_fetch_doc,
 "as bytes); ``uniform`` the text index every row has when they all have the same one, else -1 (the Arrow\n"
 "batch then repeats one value instead of gathering per row). None when the pure-Python twin must decide:\n"
 "a structure it is not sure of (it raises the typed error for garbage), a checksum mismatch (with\n"
-"verify), a bad attribute length, an errMsg that is not UTF-8.");
+"verify), a bad attribute length, an errMsg that is not UTF-8.\n\n"
+"``into`` (a bytearray with room for len(data) bytes from ``at``): the values are written there, from ``at``, and\n"
+"``values`` is ``into``, the value offsets counted from its start, so that a reader's consecutive answers put\n"
+"their values one after the other in one buffer and a batch of several takes them with no copy. Nothing\n"
+"below ``at`` is written; after a None the bytes from ``at`` are undefined.");
 
 /* The per-row buffers of read_fetch, grown by doubling: the walk learns the message count as it goes (one
  * walk, no count first). Bytes objects of refcount 1, so _PyBytes_Resize reallocates them in place. */
@@ -418,9 +422,11 @@ static int rows_resize(Rows *r, Py_ssize_t cap) {
 }
 
 static PyObject *read_fetch(PyObject *self, PyObject *args) {
-    PyObject *data, *step_obj, *start_obj = Py_None;
+    PyObject *data, *step_obj, *start_obj = Py_None, *into = Py_None;
     int verify;
-    if (!PyArg_ParseTuple(args, "OOp|O", &data, &step_obj, &verify, &start_obj)) return NULL;
+    Py_ssize_t at = 0;
+    if (!PyArg_ParseTuple(args, "OOp|OOn", &data, &step_obj, &verify, &start_obj, &into, &at)) return NULL;
+    if (into != Py_None && !PyByteArray_CheckExact(into)) return PyErr_Format(PyExc_TypeError, "into: a bytearray");
     if (!PyObject_CheckBuffer(data) || !plain_int(step_obj) || (start_obj != Py_None && !plain_int(start_obj)))
         Py_RETURN_NONE; /* the pure-Python twin decides (see take_int) */
     int overflow = 0;
@@ -433,6 +439,10 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
 
     Py_buffer buf;
     if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (into != Py_None && (at < 0 || at > INT32_MAX - buf.len || PyByteArray_GET_SIZE(into) - at < buf.len)) {
+        PyBuffer_Release(&buf);
+        return PyErr_Format(PyExc_ValueError, "into: no room for %zd bytes from %zd (int32 offsets)", buf.len, at);
+    }
     PyObject *values = NULL, *offsets = NULL, *texts = NULL, *msg = NULL, *result = NULL;
     TextTable table;
     int table_ok = 0;
@@ -441,7 +451,8 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
     rows.ids = PyBytes_FromStringAndSize(NULL, rows.cap * 8);
     rows.value_offsets = PyBytes_FromStringAndSize(NULL, (rows.cap + 1) * 4);
     rows.index = PyBytes_FromStringAndSize(NULL, rows.cap * 4);
-    values = PyBytes_FromStringAndSize(NULL, buf.len); /* every body lies in the answer: an upper bound */
+    /* every body lies in the answer: its length bounds the values */
+    values = into == Py_None ? PyBytes_FromStringAndSize(NULL, buf.len) : Py_NewRef(into);
     if (!rows.ids || !rows.value_offsets || !rows.index || !values) goto error;
     if (!(table_ok = table_init(&table))) {
         PyErr_NoMemory();
@@ -453,12 +464,13 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
     const unsigned char *err_msg = NULL;
     Py_ssize_t err_msg_len = 0, written = 0, n = 0;
     int64_t curr_offset = 0, max_offset = 0;
-    unsigned char *value_out = (unsigned char *)PyBytes_AS_STRING(values);
+    unsigned char *value_out = into == Py_None ? (unsigned char *)PyBytes_AS_STRING(values)
+                                               : (unsigned char *)PyByteArray_AS_STRING(into) + at;
     const unsigned char *last_text = NULL; /* one producer's messages share a text: compare before hashing */
     Py_ssize_t last_len = -1;
     int32_t last_index = 0;
     int32_t uniform = -2; /* -2: no row yet; -1: rows differ */
-    ((int32_t *)PyBytes_AS_STRING(rows.value_offsets))[0] = 0;
+    ((int32_t *)PyBytes_AS_STRING(rows.value_offsets))[0] = (int32_t)at;
     Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
     while (c.p < c.end) {
         uint32_t field, wt;
@@ -516,7 +528,7 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
         ((int32_t *)PyBytes_AS_STRING(rows.index))[n] = text_index;
         if (uniform != text_index) uniform = uniform == -2 ? text_index : -1;
         n++;
-        ((int32_t *)PyBytes_AS_STRING(rows.value_offsets))[n] = (int32_t)written;
+        ((int32_t *)PyBytes_AS_STRING(rows.value_offsets))[n] = (int32_t)(at + written);
     }
     if ((seen & 6) != 6) goto fallback; /* success and errCode are required */
     msg = PyUnicode_DecodeUTF8((const char *)err_msg, err_msg_len, "strict");
@@ -525,7 +537,7 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
         PyErr_Clear();
         goto fallback;
     }
-    if (!rows_resize(&rows, n) || _PyBytes_Resize(&values, written) < 0) goto error;
+    if (!rows_resize(&rows, n) || (into == Py_None && _PyBytes_Resize(&values, written) < 0)) goto error;
     offsets = PyBytes_FromStringAndSize(NULL, n * 8);
     if (!offsets) goto error;
     if (start_obj == Py_None) start = curr_offset;
@@ -560,6 +572,18 @@ done:
     if (table_ok) table_free(&table);
     PyBuffer_Release(&buf);
     return result;
+}
+
+PyDoc_STRVAR(new_buffer_doc,
+"new_buffer(size) -> bytearray\n\n"
+"A bytearray of ``size`` bytes left as malloc gives them (``bytearray(size)`` zeroes them first: as much work\n"
+"as a copy), for read_fetch's ``into``.");
+
+static PyObject *new_buffer(PyObject *self, PyObject *arg) {
+    Py_ssize_t size = PyLong_AsSsize_t(arg);
+    if (size == -1 && PyErr_Occurred()) return NULL;
+    if (size < 0) return PyErr_Format(PyExc_ValueError, "size %zd < 0", size);
+    return PyByteArray_FromStringAndSize(NULL, size);
 }
 
 /* ------------------------------------------------------------------------------- response envelope */
@@ -1245,6 +1269,7 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"read_fetch", read_fetch, METH_VARARGS, read_fetch_doc},
+    {"new_buffer", new_buffer, METH_O, new_buffer_doc},
     {"decode_response", decode_response, METH_O, decode_response_doc},
     {"locate_response", locate_response, METH_O, locate_response_doc},
     {"take_frame", take_frame, METH_VARARGS, take_frame_doc},

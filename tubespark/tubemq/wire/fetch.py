@@ -6,7 +6,8 @@ twin (``_native.c``, selected at import by :mod:`~tubespark.tubemq.wire.twin`) w
 and gives :class:`PackedColumns`: flat buffers Arrow takes without copying (value offsets and bytes,
 message ids, offsets) plus each distinct attribute text of the fetch once, which this module decodes
 with the same Python functions as the other twin (a producer's messages share one text, so that is a
-handful per fetch).
+handful per fetch). Given a :class:`ValueArena`, the walk writes the values of a reader's consecutive answers
+one after the other into one buffer, so that a batch of several fetches takes them with no copy.
 
 One behaviour, two speeds: whenever the compiled code is not sure (garbage, an unusual encoding, a
 checksum mismatch, a bad attribute prefix, attributes that are not UTF-8) it answers None and the
@@ -17,8 +18,11 @@ one text. ``tests/unit/tubemq/test_fetch_twins.py`` runs both over the same inpu
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import Any
 
 from tubespark.tubemq.wire import twin
 from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, INDEX_RECORD_SIZE
@@ -39,18 +43,20 @@ class PackedColumns:
 
     Row ``k``: message id ``int64`` at ``k`` of ``id_buffer``; offset ``int64`` at ``k`` of
     ``offset_buffer``; value bytes ``value_buffer[vo[k]:vo[k+1]]`` with ``vo`` the ``int32`` array
-    ``value_offset_buffer``; attribute text ``text_index[k]`` (``int32``) into ``text_attributes``,
-    ``text_msg_types`` and ``text_msg_times`` (entry 0: no attribute prefix); ``uniform_text`` is the
-    text index of every row when they all share one (a producer's messages do), else -1. The buffers may
-    hold more rows than ``count`` (:meth:`head` only lowers the count). As with :class:`MessageColumns`,
-    rows with the same text share one attributes mapping: read it, never change it.
+    ``value_offset_buffer`` (``vo[0]`` is 0 unless the values went into a :class:`ValueArena`: then
+    ``value_buffer`` is the arena's buffer, holding other fetches' values too); attribute text
+    ``text_index[k]`` (``int32``) into ``text_attributes``, ``text_msg_types`` and ``text_msg_times`` (entry
+    0: no attribute prefix); ``uniform_text`` is the text index of every row when they all share one (a
+    producer's messages do), else -1. The buffers may hold more rows than ``count`` (:meth:`head` only lowers
+    the count). As with :class:`MessageColumns`, rows with the same text share one attributes mapping: read
+    it, never change it.
     """
 
     count: int
     id_buffer: bytes
     offset_buffer: bytes
     value_offset_buffer: bytes
-    value_buffer: bytes
+    value_buffer: bytes | bytearray
     text_index_buffer: bytes
     text_attributes: Sequence[Mapping[str, str]]
     text_msg_types: Sequence[str]
@@ -69,6 +75,12 @@ class PackedColumns:
         bounds = memoryview(self.value_offset_buffer).cast("i")
         return bounds[self.count] - bounds[0] if self.count else 0
 
+    def follows(self, before: PackedColumns) -> bool:
+        """Whether these rows' values start in the same buffer exactly where ``before``'s end: one Arrow values
+        buffer then serves both (consecutive fetches of one :class:`ValueArena`, none of their rows cut away)."""
+        return (self.value_buffer is before.value_buffer and memoryview(self.value_offset_buffer).cast("i")[0]
+                == memoryview(before.value_offset_buffer).cast("i")[before.count])
+
     @functools.cached_property
     def unpacked(self) -> MessageColumns:
         """The same rows as :class:`MessageColumns` (for the paths that need Python objects per row)."""
@@ -77,7 +89,7 @@ class PackedColumns:
         offsets = memoryview(self.offset_buffer).cast("q")[:n].tolist()
         bounds = memoryview(self.value_offset_buffer).cast("i")[:n + 1].tolist()
         values = self.value_buffer
-        data = [values[bounds[k]:bounds[k + 1]] for k in range(n)]
+        data = [bytes(values[bounds[k]:bounds[k + 1]]) for k in range(n)]
         index = memoryview(self.text_index_buffer).cast("i")[:n].tolist()
         attrs, types, times = self.text_attributes, self.text_msg_types, self.text_msg_times
         return MessageColumns(ids, data, [attrs[i] for i in index], [types[i] for i in index],
@@ -203,7 +215,8 @@ class FetchReply:
         return decode_columns(self.messages, start, verify=verify, step=step)
 
 
-def parse_fetch_reply(data: bytes | memoryview, *, verify: bool = True, step: int = INDEX_RECORD_SIZE) -> FetchReply:
+def parse_fetch_reply(data: bytes | memoryview, *, verify: bool = True, step: int = INDEX_RECORD_SIZE,
+                      arena: ValueArena | None = None) -> FetchReply:
     """GetMessageResponseB2C bytes -> :class:`FetchReply`; ProtobufDecodeError for garbage (parse_message's).
 
     The compiled twin checks the structure and decodes the messages in one walk (``verify``: their checksums
@@ -211,10 +224,11 @@ def parse_fetch_reply(data: bytes | memoryview, *, verify: bool = True, step: in
     used to walk them twice, once here and once in :meth:`FetchReply.columns`, 0.07 us per row
     (docs/performance/breakdown.md). Where it is not sure (garbage, a bad checksum or attribute prefix) the
     pure-Python twin parses the answer here, and raises here for garbage, in :meth:`FetchReply.columns` for the
-    rest, as it always does."""
+    rest, as it always does. ``arena``: where the compiled walk writes the values (else into a buffer of their
+    own)."""
     compiled = twin.native()
     if compiled is not None:
-        read = compiled.read_fetch(data, step, verify)
+        read = compiled.read_fetch(data, step, verify) if arena is None else arena.walk(compiled, data, step, verify)
         if read is not None:
             success, err_code, err_msg, curr_offset, max_offset = read[:5]
             return FetchReply(success, err_code, err_msg, curr_offset, max_offset, data=data, walked=(step, verify),
@@ -224,3 +238,64 @@ def parse_fetch_reply(data: bytes | memoryview, *, verify: bool = True, step: in
         return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, proto=proto)
     return FetchReply(proto.success, proto.errCode, proto.errMsg, proto.currOffset, proto.maxOffset, data=data,
                       walked=(step, verify), proto=proto)
+
+
+_SPARES_KEPT = 2
+
+
+def _listed_refs() -> int:
+    """What ``sys.getrefcount`` says of an object only a list holds, asked as :meth:`ValueArena._next_buffer` asks
+    it (the count of the call's own argument is the interpreter's to decide: measured, not assumed)."""
+    listed = [bytearray()]
+    return sys.getrefcount(listed[0])
+
+
+_UNHELD = _listed_refs()
+
+
+class ValueArena:
+    """Where one reader's answers put their values: one after the other in a large buffer, so that the batch of
+    several consecutive fetches a read task hands Spark takes its values as one Arrow buffer with no copy.
+
+    Why: each answer's walk copies its bodies out of the answer once (the copy a binary column needs: the bodies
+    lie between their messages' protobuf fields), and a batch of several fetches with buffers of their own
+    cost a second copy to join them, which did not pay at 1 KiB (docs/performance/breakdown.md). Here the walk
+    writes them at ``tail``, which only grows: what lies below it, rows handed to Spark among them, is never
+    written again; a walk that fails (None: the pure-Python twin decides) leaves ``tail`` where it was, so no
+    row of it is anyone's. When an answer might not fit (its values are at most its length), the walk moves to
+    another buffer: a spare that nothing holds any more, else a new one of ``chunk_bytes`` (or the answer's
+    length); a full buffer is kept as a spare (two at most), or lives as long as the batches that hold it. One
+    walk at a time: a reader's answers arrive one after the other on its one connection.
+    """
+
+    def __init__(self, chunk_bytes: int) -> None:
+        self.chunk_bytes = chunk_bytes
+        self._buffer = bytearray()
+        self._tail = 0
+        self._spares: list[bytearray] = []  # buffers written full, to be written again once nothing holds them
+
+    def walk(self, compiled: ModuleType, data: bytes | memoryview, step: int, verify: bool) -> tuple[Any, ...] | None:
+        """``compiled.read_fetch`` of ``data`` with its values written here; its answer, as read_fetch's."""
+        room = memoryview(data).nbytes
+        if len(self._buffer) - self._tail < room:
+            self._next_buffer(compiled, room)
+        read = compiled.read_fetch(data, step, verify, None, self._buffer, self._tail)
+        if read is not None:
+            self._tail = memoryview(read[8]).cast("i")[read[5]]  # the end of its values: value_offsets[count]
+        return read  # type: ignore[no-any-return]
+
+    def _next_buffer(self, compiled: ModuleType, room: int) -> None:
+        """Move on to a buffer with ``room``: a spare that nothing holds any more (no batch, no columns: only
+        this arena refers to it), else a new one. Why reuse: a new buffer's pages are new to the process, and
+        the kernel's first touch of each (a page fault per 4 KiB) cost about as much as the copy into it
+        (a read task's one-fetch batch at 1 KiB took 0.21 us per row without reuse, 0.17 with it)."""
+        if len(self._buffer):
+            self._spares.append(self._buffer)
+        self._buffer, self._tail = bytearray(), 0
+        for i in range(len(self._spares)):
+            if sys.getrefcount(self._spares[i]) == _UNHELD and len(self._spares[i]) >= room:  # only the list's
+                self._buffer = self._spares.pop(i)
+                break
+        else:
+            self._buffer = compiled.new_buffer(max(self.chunk_bytes, room))
+        del self._spares[:-_SPARES_KEPT]  # those still held are let go: their holders free them
