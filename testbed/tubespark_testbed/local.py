@@ -656,10 +656,11 @@ class LocalCluster:
         wait_until(f"{proc.name} to accept connections again", lambda: _port_open(port, self._host(proc.name)),
                    timeout_s=limit, interval_s=0.1, watch=[proc], on_timeout=proc.diagnostics)
         accepting = time.monotonic() - started
+        serve_limit = timeout_s or self._serve_timeout(proc.name)
         if wait:
-            self._wait_serving(proc, limit, new_registration=new_registration)
+            self._wait_serving(proc, serve_limit, new_registration=new_registration)
         else:
-            self._coming_back[proc.name] = (limit, new_registration)
+            self._coming_back[proc.name] = (serve_limit, new_registration)
         return accepting
 
     def wait_back(self) -> None:
@@ -727,6 +728,12 @@ class LocalCluster:
         return {"zookeeper": ZK_START_TIMEOUT_S, "master": MASTER_START_TIMEOUT_S,
                 "broker": BROKER_START_TIMEOUT_S}[process_kind(name)]
 
+    def _serve_timeout(self, name: str) -> float:
+        """How long a restarted JVM may take to serve again: a broker's topics wait out the master's 30 s
+        ``wait_sub`` and, on a loaded machine, another config cycle (a CI run once saw a restarted broker's
+        master answer its heartbeat after 38 s and the 60 s start limit run out before its topics were ready)."""
+        return TOPIC_READY_TIMEOUT_S if process_kind(name) == "broker" else self._start_timeout(name)
+
     def _wait_serving(self, proc: JavaProcess, timeout_s: float | None, *, new_registration: bool = False) -> None:
         """Block until ``proc`` serves again: ZooKeeper answers ``srvr``; a master answers admin calls (as the
         active one or a standby); a broker is registered and its topics publishable and subscribable.
@@ -747,7 +754,7 @@ class LocalCluster:
             "master": lambda: self._master_role(name) != "down" and self.broker_run_status() is not None,
             "broker": broker_ready,
         }[process_kind(name)]
-        wait_until(f"{name} to serve again", _swallowing(ready), timeout_s=timeout_s or self._start_timeout(name),
+        wait_until(f"{name} to serve again", _swallowing(ready), timeout_s=timeout_s or self._serve_timeout(name),
                    interval_s=0.25, watch=[proc], on_timeout=proc.diagnostics)
 
     def add_broker(self, topics: Iterable[str] = (), *, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> str:
