@@ -47,6 +47,7 @@ from tubespark.rocketmq.wire.frame import request
 from tubespark_testbed.artifacts import cache_root
 from tubespark_testbed.errors import ClusterError
 from tubespark_testbed.javatool import resolve_classpath, which
+from tubespark_testbed.ports import free_port_block, free_ports
 from tubespark_testbed.procs import JavaProcess, stop_all, wait_until
 
 log = logging.getLogger(__name__)
@@ -102,32 +103,11 @@ def ensure_artifacts() -> list[str]:
 
 def _free_triple() -> int:
     """A listen port L with L-2 (the broker's "fast" port) and L+1 (its HA port) free as well."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind((HOST, 0))
-            port = probe.getsockname()[1]
-        if port < 1026 or port > 65533:
-            continue
-        socks = []
-        try:
-            for p in (port - 2, port, port + 1):
-                s = socket.socket()
-                socks.append(s)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("0.0.0.0", p))  # the HA port binds the wildcard address
-            return port
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise ClusterError("no free port triple for a broker")
+    return free_port_block((-2, 0, 1))
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,16 @@ class CtrlC:
             self._cancelling.start()
 
     def _cancel(self) -> None:
-        """Cancel every job, Spark's logging off first: the killed tasks' errors are the interruption itself."""
+        """Cancel every job, Spark's logging off first: the killed tasks' errors are the interruption itself.
+
+        The root level goes to OFF through log4j itself, not ``SparkContext.setLogLevel``: that one also lifts
+        the WARN filter Spark puts on a shell-launched session's console (its root level stays INFO), and a
+        task thread that had checked INFO before the level changed then printed its line past the lifted
+        filter (a CI run: "INFO Executor: Running task 0.0" after Ctrl-C, above the one line promised)."""
         try:
             context = self.spark.sparkContext
-            context.setLogLevel("OFF")
+            log4j = context._jvm.org.apache.logging.log4j
+            log4j.core.config.Configurator.setRootLevel(log4j.Level.OFF)
             context.cancelAllJobs()
         except Exception:  # noqa: BLE001 - the session is going anyway: stopping it ends the jobs too
             pass

@@ -26,7 +26,6 @@ import json
 import os
 import signal
 import site
-import socket
 import subprocess
 import sys
 import textwrap
@@ -37,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tubespark_testbed.ports import free_ports
 
 from tests.integration.helpers import bodies, produce
 
@@ -67,12 +67,6 @@ query.awaitTermination(180)
 print("STREAMED", spark.read.parquet(output).count(), flush=True)
 spark.stop()
 '''
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spark_home() -> Path:
@@ -126,7 +120,7 @@ def _standalone(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
     cwd.mkdir()
     env = _base_env(tmp_path)
     spark_class = str(_spark_home() / "bin" / "spark-class")
-    port, web = _free_port(), _free_port()
+    port, web = free_ports(2)
     url = f"spark://127.0.0.1:{port}"
     commands = [[spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
                  "--webui-port", str(web)]]

@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,15 +18,19 @@ from tubespark.apps.interrupt import CtrlC
 
 
 class SparkDouble:
-    """What CtrlC uses of a session: its context's log level and cancelAllJobs, recorded with the thread."""
+    """What CtrlC uses of a session: log4j's root level through the context's JVM view, and cancelAllJobs,
+    recorded with the thread."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool]] = []
         self.cancelled = threading.Event()
         self.sparkContext = self
+        log4j = SimpleNamespace(Level=SimpleNamespace(OFF="OFF"),
+                                core=SimpleNamespace(config=SimpleNamespace(Configurator=self)))
+        self._jvm = SimpleNamespace(org=SimpleNamespace(apache=SimpleNamespace(logging=SimpleNamespace(log4j=log4j))))
 
-    def setLogLevel(self, level: str) -> None:  # noqa: N802 - PySpark's name
-        self.calls.append((f"setLogLevel({level})", threading.current_thread() is threading.main_thread()))
+    def setRootLevel(self, level: str) -> None:  # noqa: N802 - log4j's Configurator.setRootLevel
+        self.calls.append((f"setRootLevel({level})", threading.current_thread() is threading.main_thread()))
 
     def cancelAllJobs(self) -> None:  # noqa: N802 - PySpark's name
         self.calls.append(("cancelAllJobs", threading.current_thread() is threading.main_thread()))
@@ -64,7 +69,7 @@ def test_during_a_spark_call_the_jobs_are_cancelled_from_another_thread_with_spa
     with pytest.raises(KeyboardInterrupt):
         job()
     assert finished == [True]
-    assert spark.calls == [("setLogLevel(OFF)", False), ("cancelAllJobs", False)]
+    assert spark.calls == [("setRootLevel(OFF)", False), ("cancelAllJobs", False)]
 
 
 def test_the_cancelled_job_s_failure_is_the_interruption_and_a_second_ctrl_c_is_ignored() -> None:
