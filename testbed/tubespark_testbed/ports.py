@@ -34,7 +34,7 @@ def _pick_range() -> range:
     try:
         start = int(_EPHEMERAL.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        start = 32768 if os.name == "posix" and _EPHEMERAL.parent.exists() else 49152
+        start = 32768  # Linux's default; other systems start theirs higher (macOS: 49152)
     return range(LOWEST, start) if start - LOWEST >= 2000 else range(0)
 
 
@@ -70,7 +70,8 @@ def _reserve(port: int) -> bool:
 def free_port_block(offsets: Sequence[int]) -> int:
     """A port ``p`` with ``p + o`` free and reserved for every ``o`` of ``offsets`` (e.g. a RocketMQ broker's
     listen port with its fast port ``p - 2`` and HA port ``p + 1``)."""
-    span = range(_pick_range().start - min(offsets, default=0), _pick_range().stop - max(offsets, default=0))
+    pick = _pick_range()
+    span = range(pick.start - min(offsets, default=0), pick.stop - max(offsets, default=0))
     if len(span) > 0:
         for _ in range(500):
             port = random.choice(span)
