@@ -28,6 +28,7 @@ KAFKA_VERSION = "4.3.1"
 SPARK_KAFKA_VERSION = "4.2.0"
 START_TIMEOUT_S = 90.0
 POMS = Path(__file__).resolve().parent / "maven"
+TOPICS_TOOL = Path(__file__).resolve().parent / "kafka_topics.java"
 
 
 def _free_port() -> int:
@@ -60,10 +61,22 @@ class KafkaBroker:
         self.controller_port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.jvm_flags: list[str] = []
+        self._java_cp: list[str] = []  # java and -cp <the broker's jars>, for create_topics
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def started_with(cls, topics: list[str], *, partitions: int = 4) -> KafkaBroker:
+        """A started broker on which ``topics`` exist with a leader for every partition."""
+        broker = cls(partitions=partitions).start()
+        try:
+            broker.create_topics(topics)
+        except BaseException:
+            broker.stop()
+            raise
+        return broker
 
     def __enter__(self) -> KafkaBroker:
         return self.start()
@@ -91,7 +104,7 @@ class KafkaBroker:
             "inter.broker.listener.name=PLAINTEXT",
             f"log.dirs={self.work_dir / 'data'}",
             f"num.partitions={self.partitions}",
-            "auto.create.topics.enable=true",
+            "auto.create.topics.enable=false",  # every topic is made by create_topics, its leaders checked
             "offsets.topic.replication.factor=1",
             "transaction.state.log.replication.factor=1",
             "transaction.state.log.min.isr=1",
@@ -123,6 +136,7 @@ class KafkaBroker:
         if fmt.returncode != 0:
             raise JavaToolError(f"kafka storage format failed:\n{fmt.stdout[-2000:]}\n{fmt.stderr[-2000:]}")
         self.jvm_flags = common
+        self._java_cp = [java, *common, "-cp", classpath]
         atexit.register(self.stop)  # no broker JVM outlives the benchmark
         out = open(self.work_dir / "kafka.out", "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen([java, *common, "-cp", classpath, "kafka.Kafka", str(props)],
@@ -137,6 +151,31 @@ class KafkaBroker:
             time.sleep(0.25)
         self.stop()
         raise JavaToolError(f"kafka did not start within {START_TIMEOUT_S:.0f} s:\n{self._tail()}")
+
+    def create_topics(self, names: list[str], timeout_s: float = 120.0) -> None:
+        """Create ``names`` (``partitions`` each, ignoring those that exist) and return once every partition has
+        a leader (``kafka_topics.java``, run with the broker's jars): the bench's writes never auto-create."""
+        if not names:
+            return
+        cmd = [*self._java_cp, str(TOPICS_TOOL), self.bootstrap, str(self.partitions), str(int(timeout_s)), *names]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s + 60, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise JavaToolError(f"creating kafka topics {names} did not end in {timeout_s + 60:.0f} s\n"
+                                f"{self.state()}") from exc
+        if done.returncode != 0:
+            raise JavaToolError(f"creating kafka topics {names} failed ({done.returncode}): "
+                                f"{done.stderr[-2000:]}\n{self.state()}")
+
+    def state(self) -> str:
+        """Whether the broker JVM still runs, and the end of its log: what a failed Kafka write is told with."""
+        if self.proc is None:
+            alive = "kafka broker: not started"
+        elif self.proc.poll() is None:
+            alive = f"kafka broker: running (pid {self.proc.pid})"
+        else:
+            alive = f"kafka broker: exited with {self.proc.returncode}"
+        return f"{alive}\n{self._tail()}"
 
     def _tail(self) -> str:
         texts = []

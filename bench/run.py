@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.tubemq_master is None:
                 cluster = LocalCluster(broker_jvm=args.broker_jvm, topics=[(t, *profile.topic_shape) for t in topics])
                 fut_cluster = pool.submit(cluster.start)
-            fut_kafka = pool.submit(KafkaBroker(partitions=partitions).start) if want_kafka else None
+            kafka_topics = [*read_topics.values(), *write_topics.values()]
+            fut_kafka = pool.submit(KafkaBroker.started_with, kafka_topics, partitions=partitions) \
+                if want_kafka else None
             fut_jars = pool.submit(spark_kafka_jars) if want_kafka else None
             fut_java = pool.submit(java.build)
             fut_java.result()
@@ -229,10 +231,14 @@ def main(argv: list[str] | None = None) -> int:
                             raise RuntimeError(f"{read_topics[size]} holds {read_rows[size]} messages, "
                                                f"expected {profile.read_rows[size]}")
                         if kafka is not None and {"kafka_batch", "kafka_batch_tuned"} & set(wanted):
-                            C.source_frame(spark, read_rows[size], size, partitions).write.format("kafka") \
-                                .option("kafka.bootstrap.servers", kafka.bootstrap) \
-                                .option("kafka.delivery.timeout.ms", str(LOAD_DELIVERY_TIMEOUT_MS)) \
-                                .option("topic", read_topics[size]).save()
+                            try:
+                                C.source_frame(spark, read_rows[size], size, partitions).write.format("kafka") \
+                                    .option("kafka.bootstrap.servers", kafka.bootstrap) \
+                                    .option("kafka.delivery.timeout.ms", str(LOAD_DELIVERY_TIMEOUT_MS)) \
+                                    .option("topic", read_topics[size]).save()
+                            except Exception as exc:
+                                raise RuntimeError(f"loading kafka {read_topics[size]} failed: {str(exc)[:2000]}\n"
+                                                   f"{kafka.state()}") from exc
                             got = C.count_kafka(env, read_topics[size])
                             if got != read_rows[size]:
                                 raise RuntimeError(f"kafka {read_topics[size]} holds {got}, expected {read_rows[size]}")

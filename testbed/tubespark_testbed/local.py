@@ -754,8 +754,32 @@ class LocalCluster:
             "master": lambda: self._master_role(name) != "down" and self.broker_run_status() is not None,
             "broker": broker_ready,
         }[process_kind(name)]
+        def report() -> str:
+            if process_kind(name) != "broker":
+                return proc.diagnostics()
+            return f"{self._run_status_text(name)}\n{self._unready_text(name)}\n{proc.diagnostics()}"
+
         wait_until(f"{name} to serve again", _swallowing(ready), timeout_s=timeout_s or self._serve_timeout(name),
-                   interval_s=0.25, watch=[proc], on_timeout=proc.diagnostics)
+                   interval_s=0.25, watch=[proc], on_timeout=report)
+
+    def _unready_text(self, broker: str) -> str:
+        """Which of the topics ``broker`` should serve are not publishable and subscribable there yet, and what
+        the master says of each: a wait that ran out names what it waited for."""
+        try:
+            names = self.served_topic_names(broker)
+            broker_id = self.broker(broker).broker_id
+            data = self.master_admin("admin_query_topic_deploy_info", topicName=",".join(names)).get("data") or [] \
+                if names else []
+        except ClusterError as exc:
+            return f"topics of {broker}: unavailable ({exc})"
+        lines = []
+        for topic in data:
+            for deploy in topic.get("deployInfo") or []:
+                run = deploy.get("runInfo") or {}
+                if deploy.get("brokerId") == broker_id and not (run.get("acceptPublish") is True
+                                                                and run.get("acceptSubscribe") is True):
+                    lines.append(f"  {topic.get('topicName')}: {deploy}")
+        return f"topics {broker} serves: {len(names)}, not ready: {len(lines)}\n" + "\n".join(lines)
 
     def add_broker(self, topics: Iterable[str] = (), *, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> str:
         """Start one more broker (next id, next loopback address, its own ports and data) and return its name.

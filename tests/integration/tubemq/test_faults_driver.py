@@ -278,14 +278,18 @@ def test_hand_over_and_regained_partitions_start_at_the_committed_offset(spark, 
                  "the last burst")
         q2_ends = {k: sorted({h[k] for h in _offsets_history(q2) if k in h}) for k in parts2}
         q2_rows = {(r.partitionKey, r.offset) for r in rows(spark, two)}
+        # what q1 read before it got the partitions back: a burst the split loop sent while the master moved a
+        # partition to q2 may have been read by both (rule c, q1's batch in flight at that hand-over), which is
+        # not the re-read at the hand-back measured below (a CI run counted it there: 40 rows for 30 allowed)
+        q1_before = {(r.partitionKey, r.offset) for r in rows(spark, one)}
         q2.stop()  # releases its partitions: the master hands them back to q1
         late = messages("late", 40)
         produce(master, topic, late)
         wait_for(lambda: {m.data for m in late} <= {r.value for r in rows(spark, one)}, 120,
                  "q1 to take q2's partitions back")
         for key in parts2:
-            q1_rows = {(r.partitionKey, r.offset) for r in rows(spark, one) if r.partitionKey == key}
-            again = q1_rows & q2_rows
+            q1_after = {(r.partitionKey, r.offset) for r in rows(spark, one) if r.partitionKey == key} - q1_before
+            again = q1_after & q2_rows
             ends = q2_ends[key]
             # at most the batch q2 had in flight (its last, not yet stored as the group's offset) is read twice
             allowed = ends[-1] - (ends[-2] if len(ends) > 1 else 0)
