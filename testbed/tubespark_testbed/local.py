@@ -542,6 +542,13 @@ class LocalCluster:
         except ClusterError as exc:
             return f"broker run status unavailable: {exc}"
 
+    def _known_not_serving(self, broker: str) -> bool:
+        """The master answers, and shows ``broker`` not serving (``False`` when it does not answer)."""
+        try:
+            return not self._broker_serving(broker)
+        except ClusterError:
+            return False
+
     def _broker_serving(self, broker: str | int | None = None) -> bool:
         """Registered, online, and past ``wait_sub``: its topics are in both the publish and subscribe view.
 
@@ -641,13 +648,19 @@ class LocalCluster:
         not the old one's. Right after a kill the master still shows the old process as running and
         serving (until its broker heartbeat timeout), so without this the wait could end before the new
         process registered; with it, it ends once the new registration went through the master's steps
-        (about 33 s: the master's 30 s ``wait_sub``).
+        (about 33 s: the master's 30 s ``wait_sub``). A master that already shows the broker not serving
+        before the new process starts (its heartbeat timeout ran out while it was down) has no view of the old
+        process left, so that is seen once here instead: a later wait whose polls of a master too busy to
+        answer missed the ~30 s the new registration is not serving would otherwise never see it, and wait out
+        its limit with the broker serving (a guess at a CI failure of ``wait_back``, which did not recur here).
 
         Returns the seconds until it accepted TCP connections on its RPC port; see :meth:`restart`.
         """
         proc = self.process(name)
         if proc.alive():
             raise ClusterError(f"{proc.name} is running; kill or terminate it first (or call restart)")
+        if new_registration and process_kind(proc.name) == "broker":
+            new_registration = not self._known_not_serving(proc.name)
         port = self._rpc_port(proc.name)
         limit = timeout_s or self._start_timeout(proc.name)
         started = time.monotonic()
