@@ -27,7 +27,10 @@ NOTEBOOKS = Path(__file__).resolve().parents[3] / "notebooks"
 
 def _run(name: str, tmp_path: Path, env: dict[str, str]) -> str:
     """Execute ``notebooks/<name>`` in a fresh kernel (with these env vars); return its text output."""
-    kernel_env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **env}
+    # PYSPARK_PYTHON as the test bed set it (its start-up script), else unset: the notebook's own
+    # tubespark.use_spark_python() then sets it, as in a reader's kernel. Plain python here compiled pyspark.zip in
+    # each streaming source's process, which missed Spark's 10 s connect-back on a busy machine (a CI run).
+    kernel_env = {**os.environ, "PYSPARK_DRIVER_PYTHON": sys.executable, **env}
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     client = nbclient.NotebookClient(notebook, timeout=240, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})

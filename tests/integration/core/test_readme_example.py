@@ -82,7 +82,11 @@ def test_readme_walkthrough_runs_as_written(tubemq_cluster, rocketmq_stack, tmp_
     with TankBroker({TANK_TOPIC: 2}) as tank:
         env = {**os.environ, "TUBEMQ_MASTER": tubemq_cluster.master_address,
                "TUBEMQ_MASTER_WEB_URL": tubemq_cluster.master_web_url, "TANK_BROKER": tank.address,
-               "ROCKETMQ_NAMESRV": rocketmq_stack.namesrv_address, "PYSPARK_PYTHON": sys.executable}
+               "ROCKETMQ_NAMESRV": rocketmq_stack.namesrv_address}
+        # the test bed's start-up script when set (tubespark_testbed/sparkpython.py), as the README's busy-machine
+        # line advises: plain python compiled pyspark.zip in the lag stream's process, which missed Spark's 10 s
+        # connect-back in a CI run ("Python worker failed to connect back")
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=400, env=env,
                               cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -96,7 +96,8 @@ def test_the_pipeline_streams_a_topic_into_a_table_and_sends_per_minute_counts_b
     publish(master, source)
 
     env = {**os.environ, "TUBEMQ_MASTER": master, "PIPELINE_SOURCE_TOPIC": source,
-           "PIPELINE_SUMMARY_TOPIC": summary, "PYSPARK_PYTHON": sys.executable}
+           "PIPELINE_SUMMARY_TOPIC": summary}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # else the test bed's start-up script (sparkpython.py)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     started, cpu = time.monotonic(), _children_cpu_s()
     done = subprocess.run(["bash", "-e", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -399,8 +399,9 @@ def test_spark_read_and_write_with_credentials_leak_no_password(cluster, tmp_pat
         d.mkdir()
     (site / "sitecustomize.py").write_text(textwrap.dedent(SITECUSTOMIZE))
     path = [str(site), str(_REPO), str(_REPO / "testbed"), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "TUBESPARK_AUTH_LOG_DIR": str(logs), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(path)}
+    env = {**os.environ, "TUBESPARK_AUTH_LOG_DIR": str(logs), "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join(path)}
+    env.setdefault("PYSPARK_PYTHON", sys.executable)  # else the test bed's start-up script (sparkpython.py)
     out = tmp_path / "job.out"
     with out.open("w") as sink:
         job = subprocess.run([sys.executable, str(_HERE), "leak-job", cluster.master_address, str(work),
