@@ -14,7 +14,6 @@ import atexit
 import base64
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,18 +22,13 @@ from pathlib import Path
 from types import TracebackType
 
 from tubespark_testbed.javatool import JavaToolError, resolve_classpath, which
+from tubespark_testbed.ports import free_ports
 
 KAFKA_VERSION = "4.3.1"
 SPARK_KAFKA_VERSION = "4.2.0"
 START_TIMEOUT_S = 90.0
 POMS = Path(__file__).resolve().parent / "maven"
 TOPICS_TOOL = Path(__file__).resolve().parent / "kafka_topics.java"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _artifact(jar: str) -> str:
@@ -89,7 +83,7 @@ class KafkaBroker:
         """Resolve the jars (cached), format the log dir and start; return once it serves clients."""
         jars = resolve_classpath(POMS / "kafka-server.pom.xml", "kafka-server")
         classpath = ":".join(jars)
-        self.port, self.controller_port = _free_port(), _free_port()
+        self.port, self.controller_port = free_ports(2)
         props = self.work_dir / "server.properties"
         log4j = self.work_dir / "log4j2.properties"
         log_file = self.work_dir / "kafka.log"
