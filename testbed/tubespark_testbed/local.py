@@ -780,18 +780,10 @@ class LocalCluster:
         the master says of each: a wait that ran out names what it waited for."""
         try:
             names = self.served_topic_names(broker)
-            broker_id = self.broker(broker).broker_id
-            data = self.master_admin("admin_query_topic_deploy_info", topicName=",".join(names)).get("data") or [] \
-                if names else []
+            waiting = self._not_ready(names, [broker]) if names else {}
         except ClusterError as exc:
             return f"topics of {broker}: unavailable ({exc})"
-        lines = []
-        for topic in data:
-            for deploy in topic.get("deployInfo") or []:
-                run = deploy.get("runInfo") or {}
-                if deploy.get("brokerId") == broker_id and not (run.get("acceptPublish") is True
-                                                                and run.get("acceptSubscribe") is True):
-                    lines.append(f"  {topic.get('topicName')}: {deploy}")
+        lines = [f"  {name}: {deploys or 'not deployed there'}" for name, deploys in sorted(waiting.items())]
         return f"topics {broker} serves: {len(names)}, not ready: {len(lines)}\n" + "\n".join(lines)
 
     def add_broker(self, topics: Iterable[str] = (), *, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> str:
@@ -980,19 +972,24 @@ class LocalCluster:
         which the master fills at the end of ``wait_sub``; the subscribe view was filled at its start,
         so this one check covers producers and consumers.
         """
-        if not names:
-            return True
+        return not names or not self._not_ready(names, brokers)
+
+    def _not_ready(self, names: list[str], brokers: Iterable[str | int] | None = None) -> dict[str, list[Any]]:
+        """Of ``names``, those :meth:`topics_ready` waits for, each with its deployments on ``brokers`` that do
+        not accept both ways yet (none listed: not deployed on any of them)."""
         chosen = [b for b in self.brokers if b.name not in self._down] if brokers is None else \
             [self.broker(b) for b in brokers]
         ids = {b.broker_id for b in chosen}
         data = self.master_admin("admin_query_topic_deploy_info", topicName=",".join(names)).get("data") or []
-        ready = set()
+        waiting: dict[str, list[Any]] = {name: [] for name in names}
         for topic in data:
             deploys = [d for d in topic.get("deployInfo") or [] if d.get("brokerId") in ids]
-            run = [d.get("runInfo") or {} for d in deploys]
-            if run and all(r.get("acceptPublish") is True and r.get("acceptSubscribe") is True for r in run):
-                ready.add(topic.get("topicName"))
-        return ready.issuperset(names)
+            closed = [d for d in deploys if not _accepting(d.get("runInfo") or {})]
+            if deploys and not closed:
+                waiting.pop(topic.get("topicName"), None)
+            elif topic.get("topicName") in waiting:
+                waiting[topic.get("topicName")] = closed
+        return waiting
 
     def wait_topics_ready(self, names: list[str], *, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> None:
         """Block until :meth:`topics_ready` (typically 31-33 s after creation)."""
@@ -1010,6 +1007,11 @@ class LocalCluster:
         if not 1 <= size_mb <= 20:
             raise ClusterError(f"max message size must be 1-20 MB, got {size_mb}")
         self.master_admin("admin_update_cluster_default_setting", maxMsgSizeInMB=size_mb)
+
+
+def _accepting(run_info: dict[str, Any]) -> bool:
+    """A deployment's ``runInfo`` (the master's publish view) accepts publishing and subscribing."""
+    return run_info.get("acceptPublish") is True and run_info.get("acceptSubscribe") is True
 
 
 def _swallowing(probe: Callable[[], bool]) -> Callable[[], bool]:
