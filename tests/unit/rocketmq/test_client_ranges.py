@@ -30,7 +30,9 @@ from tubespark.rocketmq.wire.message import StoredMessage, encode_stored
 from tubespark.rocketmq.wire.route import MessageQueue
 
 MQ = MessageQueue("events", "broker-a", 0)
-FAST = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.5)
+# The name servers here run in this process and answer: a generous wait keeps a busy machine from timing them
+# out (CI once missed a 0.5 s wait), and costs nothing when they answer.
+LOCAL = ClientSettings(connect_timeout_s=5.0, request_timeout_s=5.0)
 
 
 class AnsweringNameServer:
@@ -99,7 +101,7 @@ def topic_less_name_server() -> Iterator[AnsweringNameServer]:
 
 
 def _read(namesrv: str, retry_s: float) -> list[object]:
-    client = RocketMQClient([namesrv], FAST)
+    client = RocketMQClient([namesrv], LOCAL)
     try:
         return list(RangeReader(client, "tubespark_test", retry_s=retry_s).read(MQ, 3, 10))
     finally:
@@ -158,7 +160,7 @@ def test_a_route_the_name_server_gave_before_and_lost_is_an_outage_not_an_unknow
     before, or while no broker is registered at all (a fresh process during the outage), that is a
     retriable BrokerUnavailableError; a topic never routed while brokers run stays an UnknownTopicError."""
     server = ScriptedNameServer(codes.SUCCESS)
-    client = RocketMQClient([server.address], FAST)
+    client = RocketMQClient([server.address], LOCAL)
     try:
         assert [q.key for q in client.route("events").read_queues()] == ["events:broker-a:0", "events:broker-a:1"]
         server.routed = False
@@ -169,7 +171,7 @@ def test_a_route_the_name_server_gave_before_and_lost_is_an_outage_not_an_unknow
             client.route("never_routed")
         server.cluster = b'{"brokerAddrTable":{},"clusterAddrTable":{}}'  # no broker registered at all
         with pytest.raises(BrokerUnavailableError, match="no broker is registered there at all"):
-            RocketMQClient([server.address], FAST).route("never_seen_by_this_client")
+            RocketMQClient([server.address], LOCAL).route("never_seen_by_this_client")
         server.routed = True
         assert client.route("events", refresh=True).read_queues()
     finally:
@@ -206,7 +208,7 @@ class FlakyGroup(AnsweringNameServer):
 
 def test_busy_pulls_are_retried_under_cores_policy_and_every_message_arrives_once_in_order(caplog) -> None:
     group = FlakyGroup(200, busy={0, 64, 160})
-    client = RocketMQClient([group.address], FAST)
+    client = RocketMQClient([group.address], LOCAL)
     try:
         with caplog.at_level(logging.INFO, logger="tubespark.core.retry"):
             reader = RangeReader(client, "tubespark_test", retry_s=5.0, depth=1)  # one pull at a time: one busy each
@@ -223,7 +225,7 @@ def test_the_retry_budget_counts_the_brokers_fault_not_the_time_the_caller_held_
     """The caller (a Spark task writing rows out) may hold a batch longer than ``retry_s``; a fault met after
     that still gets its whole budget (before, the budget ran from the last answer and the read failed at once)."""
     group = FlakyGroup(2 * PULL_BATCH, busy={PULL_BATCH})
-    client = RocketMQClient([group.address], FAST)
+    client = RocketMQClient([group.address], LOCAL)
     got: list[bytes] = []
     try:
         for batch in RangeReader(client, "tubespark_test", retry_s=0.3).read(MQ, 0, 2 * PULL_BATCH):

@@ -11,13 +11,12 @@ of its topic is down waits for it instead of failing as an unknown topic.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.readers import RocketMQBatchReader
-from tests.unit.rocketmq.test_client_ranges import FAST, AnsweringNameServer
+from tests.unit.rocketmq.test_client_ranges import LOCAL, AnsweringNameServer
 from tubespark.errors import BrokerUnavailableError, PartitionsUnavailableError, UnknownTopicError
 from tubespark.rocketmq.client import client as client_module
 from tubespark.rocketmq.client.client import ClientSettings, RocketMQClient, remember
@@ -67,14 +66,14 @@ def namesrv(monkeypatch: pytest.MonkeyPatch) -> Iterator[GroupsNameServer]:
 
 
 def _batch(namesrv: GroupsNameServer, topic: str, **extra: str) -> RocketMQBatchReader:
-    options = {"namesrv": namesrv.address, "topic": topic, "requestTimeoutMs": "500", "connectTimeoutMs": "500",
+    options = {"namesrv": namesrv.address, "topic": topic, "requestTimeoutMs": "5000", "connectTimeoutMs": "5000",
                **extra}
     return RocketMQBatchReader(RocketMQOptions.from_raw(options, mode="read"))
 
 
 def test_a_batch_read_while_a_group_this_process_was_routed_to_is_down_fails_naming_it(namesrv):
     namesrv.topics["orders"] = ["broker-a", "broker-b"]
-    with RocketMQClient([namesrv.address], FAST) as seen:  # e.g. an earlier read of this driver
+    with RocketMQClient([namesrv.address], LOCAL) as seen:  # e.g. an earlier read of this driver
         assert {mq.broker_name for mq in seen.route("orders").read_queues()} == {"broker-a", "broker-b"}
     namesrv.stop_group("broker-b")
     with pytest.raises(PartitionsUnavailableError, match="broker group broker-b") as caught:
@@ -96,7 +95,7 @@ def test_queues_the_offsets_name_are_known_in_a_fresh_process(namesrv):
 def test_a_known_group_that_runs_but_no_longer_routes_the_topic_had_it_removed_not_down(namesrv):
     remember([MessageQueue("orders", "broker-b", 0)])
     namesrv.topics["orders"] = ["broker-a"]  # broker-b is registered: the topic was deleted there
-    with RocketMQClient([namesrv.address], FAST) as client:
+    with RocketMQClient([namesrv.address], LOCAL) as client:
         assert client.down_groups("orders", client.route("orders")) == {}
         assert "broker-b" not in client_module.remembered("orders")
 
@@ -104,7 +103,7 @@ def test_a_known_group_that_runs_but_no_longer_routes_the_topic_had_it_removed_n
 def test_a_restarted_query_whose_topic_lives_only_on_a_down_group_waits_instead_of_unknown_topic(namesrv):
     namesrv.topics["solo"] = ["broker-b"]
     namesrv.stop_group("broker-b")  # broker-a still runs: "no broker registered" does not apply
-    with RocketMQClient([namesrv.address], FAST) as fresh:
+    with RocketMQClient([namesrv.address], LOCAL) as fresh:
         with pytest.raises(UnknownTopicError):  # nothing known of the topic: it may as well not exist
             fresh.route("solo")
         remember([MessageQueue("solo", "broker-b", 0)])  # the restarted query's checkpoint names its queue
@@ -119,7 +118,7 @@ def test_a_group_registered_again_but_not_routing_its_topic_yet_is_still_down_un
     namesrv.topics["solo"] = ["broker-b"]
     namesrv.stop_group("broker-b")
     remember([MessageQueue("solo", "broker-b", 0)])  # the restarted query's checkpoint
-    settings = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.5, failover_s=1.0)
+    settings = ClientSettings(connect_timeout_s=5.0, request_timeout_s=5.0, failover_s=30.0)
     with RocketMQClient([namesrv.address], settings) as client:
         with pytest.raises(BrokerUnavailableError, match="not registered now"):
             client.route("solo")
@@ -129,7 +128,8 @@ def test_a_group_registered_again_but_not_routing_its_topic_yet_is_still_down_un
             client.route("solo")
         namesrv.topics["solo"] = ["broker-a"]  # a running query's view: broker-b is not down, just not routing
         assert set(client.down_groups("solo", client.route("solo"))) == {"broker-b"}
-        time.sleep(1.1)  # past failover_s: a registered group that does not route the topic had it removed
+        client_module._away["broker-b"] -= 31.0  # failover_s has passed since it was found away (no 30 s sleep):
+        # a registered group that does not route the topic had it removed
         assert client.down_groups("solo", client.route("solo", refresh=True)) == {}
     namesrv.topics["solo"] = []
     with RocketMQClient([namesrv.address], settings) as fresh, pytest.raises(UnknownTopicError):
