@@ -9,6 +9,7 @@ one (``twin.pure_python()``), so the table says where a row's microseconds go an
     PYTHONPATH=. python -m bench.wire_micro [--cpu] [--detail] [--json FILE]
     PYTHONPATH=. python -m bench.wire_micro --cpu --ab OLD.so,NEW.so [--rounds 5] [--paired]
     PYTHONPATH=. python -m bench.wire_micro --cpu --join 1,2,4,8 [--rounds 5] [--ab OLD.so,NEW.so --paired]
+    PYTHONPATH=. python -m bench.wire_micro --cpu --blocks [--rounds 15]
 
 ``--cpu`` times with the process's CPU clock (``time.process_time``) instead of the wall clock, so other
 jobs on a shared machine distort the figures less. ``--detail`` adds what bounds a change of the read path
@@ -47,9 +48,9 @@ from tubespark.tubemq.client.common import check
 from tubespark.tubemq.spark.read_task import ARENA_BYTES
 from tubespark.tubemq.spark.schema import arrow_schema, fetches_record_batch, to_record_batch
 from tubespark.tubemq.wire import twin
-from tubespark.tubemq.wire.envelope import decode_response, encode_response
+from tubespark.tubemq.wire.envelope import decode_response, decode_response_view, encode_response
 from tubespark.tubemq.wire.fetch import PackedColumns, ValueArena, packed_columns, parse_fetch_reply
-from tubespark.tubemq.wire.frame import encode_frame, read_frame
+from tubespark.tubemq.wire.frame import encode_frame, read_frame, read_frames
 from tubespark.tubemq.wire.message import OutgoingMessage, checksum
 from tubespark.tubemq.wire.pb import broker_service_pb2 as bpb
 from tubespark.tubemq.wire.send import SendRequest, parse_send_answer
@@ -328,6 +329,26 @@ def compare_decode_paired(paths: list[str], rounds: int) -> dict[int, dict[str, 
     return out
 
 
+def compare_blocks_paired(rounds: int) -> dict[int, dict[str, float]]:
+    """``--blocks``: a fetch answer's frame to the read's columns, as the connection reads it (``read_frames``, the
+    envelope, ``parse_fetch_reply`` into an arena, the columns) with its blocks joined first (``first``) and left
+    where they arrived (``second``, ``keep_blocks``: the walk reads them in place), back to back per round."""
+    out: dict[int, dict[str, float]] = {}
+    for size, count in FETCHES.items():
+        frame = _fetch_frame(size, count)
+
+        def read(keep: bool, arena: ValueArena, frame: bytes = frame) -> Callable[[], object]:
+            def call() -> object:
+                [(_serial, payload)] = read_frames(BytesReader(frame), keep_blocks=keep)
+                reply = parse_fetch_reply(decode_response_view(payload)[1], arena=arena)
+                return reply.columns(reply.currOffset, step=28)
+            return call
+
+        calls = {"first": read(False, ValueArena(ARENA_BYTES)), "second": read(True, ValueArena(ARENA_BYTES))}
+        out[size] = _paired(calls, rounds, count, 50)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.wire_micro", description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="also write the figures to this file")
@@ -343,9 +364,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="--ab of the compiled answer's walk into columns only, ratio per round")
     parser.add_argument("--join", help="K,K,...: one Arrow batch of K fetches, built and handed over (us/row); with "
                                        "--ab --paired also K1:K2, fetches a batch with each build")
+    parser.add_argument("--blocks", action="store_true",
+                        help="the read of a fetch frame with its blocks joined, then read where they arrived, paired")
     args = parser.parse_args(argv)
     if args.cpu:
         _CLOCK["timer"] = time.process_time
+    if args.blocks:
+        for size, figures in compare_blocks_paired(args.rounds).items():
+            print(f"{size:5} B: frame to columns us/row, blocks joined {figures['first_us']:.4f} -> read in place "
+                  f"{figures['second_us']:.4f}; per round {figures['ratio']:.3f} "
+                  f"(quartiles {figures['ratio_q1']:.3f}-{figures['ratio_q3']:.3f})")
+        return
     if args.ab and args.paired and args.join:
         batches = compare_batch_paired(args.ab.split(","), args.rounds, args.join.split(","))
         for size, ks in batches.items():

@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 from tubespark.errors import BrokerConnectionError, TubeSparkError
 from tubespark.tubemq.client.common import ClientSettings, Reply, check
 from tubespark.tubemq.net.connection import Connection, wait
+from tubespark.tubemq.wire.blocks import Blocks
 from tubespark.tubemq.wire.constants import INDEX_RECORD_SIZE, Method, ReadStatus, RegisterOp, ServiceType
 from tubespark.tubemq.wire.envelope import encode_request
 from tubespark.tubemq.wire.fetch import Columns, FetchReply, ValueArena, parse_fetch_reply
@@ -30,7 +31,7 @@ M = TypeVar("M", bound=Message)
 R = TypeVar("R", bound=Reply)
 
 FILTERED_READS_FROM_MEMORY = 303
-_PARSE_FETCH: dict[bool, Callable[[bytes | memoryview], FetchReply]] = {
+_PARSE_FETCH: dict[bool, Callable[[bytes | memoryview | Blocks], FetchReply]] = {
     True: parse_fetch_reply, False: functools.partial(parse_fetch_reply, verify=False)}
 _FETCH_REQUESTS_KEPT = 256  # encoded GetMessage requests a client keeps (one per partition and group read)
 
@@ -142,8 +143,9 @@ class BrokerClient:
         return PendingCall(self, part, method, future, what, conn)
 
     def _send_encoded(self, part: PartitionRef, method: Method, envelope: bytes,
-                      parse: Callable[[bytes | memoryview], R], what: str) -> PendingCall[R]:
-        """:meth:`_send` of an envelope encoded already, ``parse`` taking the answer's data as a view."""
+                      parse: Callable[[bytes | memoryview | Blocks], R], what: str) -> PendingCall[R]:
+        """:meth:`_send` of an envelope encoded already, ``parse`` taking the answer's data as a view (or its
+        frame's blocks where they arrived: :mod:`~tubespark.tubemq.wire.blocks`)."""
         address = part.broker.address
         conn = self.pool.get(address)
         try:

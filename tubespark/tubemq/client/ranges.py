@@ -339,4 +339,4 @@ class RangeReader:
             fetch = self._fetch(part)
             if fetch is None or fetch.start >= high:
                 return ids
-            ids.update(m.messageId for m in fetch.messages)
+            ids.update(fetch.columns(self.verify_checksums).message_ids)  # (a read task's answer is not kept)

@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 from tubespark.core import framed
 from tubespark.core.framed import DEFAULT_CALL_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, FramedConnection, wait
 from tubespark.core.framed_io import Stream, open_socket, parse_address
+from tubespark.tubemq.wire.blocks import Blocks
 from tubespark.tubemq.wire.envelope import decode_response, decode_response_view, encode_request, parse_message
 from tubespark.tubemq.wire.frame import FRAMING
 
@@ -32,14 +33,15 @@ M = TypeVar("M", bound=Message)
 T = TypeVar("T")
 
 
-def _response_decoder(parse: Callable[[bytes], T], payload: bytes) -> T:
+def _response_decoder(parse: Callable[[bytes], T], payload: bytes | Blocks) -> T:
     """Response envelope -> ``parse(data)``; raises RpcError for an exception, ProtobufDecodeError for garbage."""
     _method, data = decode_response(payload)
     return parse(data)
 
 
-def _response_view_decoder(parse: Callable[[bytes | memoryview], T], payload: bytes) -> T:
-    """:func:`_response_decoder` handing ``parse`` a view of the payload's data where it can (no copy)."""
+def _response_view_decoder(parse: Callable[[bytes | memoryview | Blocks], T], payload: bytes | Blocks) -> T:
+    """:func:`_response_decoder` handing ``parse`` a view of the payload's data where it can (no copy): a
+    :class:`Blocks` for an answer left in its frame's blocks, which ``parse`` uses before it returns."""
     _method, data = decode_response_view(payload)
     return parse(data)
 
@@ -96,9 +98,11 @@ class Connection:
         timeout is the one inside the envelope."""
         return self._framed.call_async(envelope, functools.partial(_response_decoder, parse), defer=defer)
 
-    def call_encoded_view_async(self, envelope: bytes, parse: Callable[[bytes | memoryview], T]) -> Future[T]:
+    def call_encoded_view_async(self, envelope: bytes,
+                                parse: Callable[[bytes | memoryview | Blocks], T]) -> Future[T]:
         """:meth:`call_encoded_async` for a ``parse`` that takes the response data as a view of the frame's
-        payload (the fetch: half a MiB not copied per call)."""
+        payload, or of its blocks where they arrived (the fetch: half a MiB not copied per call; see
+        :mod:`~tubespark.tubemq.wire.blocks`)."""
         return self._framed.call_async(envelope, functools.partial(_response_view_decoder, parse))
 
     def call_framed_many(self, frames: Callable[[list[int]], bytes], parse: Callable[[bytes], Any],

@@ -352,8 +352,11 @@ static int table_grow(TextTable *t) {
     return 1;
 }
 
-/* Index (>= 1) of ``text`` among the fetch's distinct texts, adding it when new; -1 when out of memory. */
-static int32_t table_index(TextTable *t, const unsigned char *text, Py_ssize_t len) {
+/* Index (>= 1) of ``text`` among the fetch's distinct texts, adding it when new; -1 when out of memory. ``keep``
+ * (a list, or NULL when ``text`` stays where it is for the whole walk): a new text is copied into a bytes object
+ * appended to it, which the table refers to instead (a message gathered from two blocks lies in a scratch
+ * buffer that the next one overwrites). */
+static int32_t table_index(TextTable *t, const unsigned char *text, Py_ssize_t len, PyObject *keep) {
     uint32_t h = hash_text(text, len);
     size_t j = h & t->mask;
     for (;;) {
@@ -372,6 +375,16 @@ static int32_t table_index(TextTable *t, const unsigned char *text, Py_ssize_t l
         t->lens = lens;
         t->capacity = cap;
     }
+    if (keep != NULL) {
+        PyObject *copy = PyBytes_FromStringAndSize((const char *)text, len);
+        if (copy == NULL || PyList_Append(keep, copy) < 0) {
+            Py_XDECREF(copy);
+            PyErr_Clear(); /* the caller raises MemoryError */
+            return -1;
+        }
+        Py_DECREF(copy); /* the list holds it */
+        text = (const unsigned char *)PyBytes_AS_STRING(copy);
+    }
     t->texts[t->count] = text;
     t->lens[t->count] = len;
     t->count++;
@@ -386,6 +399,170 @@ static int32_t table_index(TextTable *t, const unsigned char *text, Py_ssize_t l
 
 static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* ---------------------------------------------------------------- bytes that lie in a frame's blocks */
+/* A fetch answer arrives as a frame of 8 KiB blocks, each behind its length. Joining them into one payload
+ * copied every body once more than the walk below needs (docs/performance/breakdown.md, "The block join"):
+ * the walk reads them where they arrived instead, as runs of bytes (Seg), and gathers only what straddles
+ * two blocks (a message, about one in seven at 1 KiB, or a field's first few bytes). */
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t len;
+} Seg;
+
+/* The runs of bytes [start, start + len) (len < 0: to the end) of the payload that the blocks in [raw, raw + raw_len)
+ * make when joined (the blocks: each a big-endian int32 length then that many bytes, nothing else): *segs (PyMem_Malloc'd, the
+ * caller frees it) and their count. 1; 0 when raw is not made so or the range is not all in it; -1 with a
+ * Python error (no memory). */
+static int block_segments(const unsigned char *raw, Py_ssize_t raw_len, Py_ssize_t start, Py_ssize_t len,
+                          Seg **segs, Py_ssize_t *nseg) {
+    Py_ssize_t pos = 0, count = 0, joined = 0;
+    while (pos < raw_len) {
+        if (raw_len - pos < 4) return 0;
+        Py_ssize_t n = (Py_ssize_t)be32(raw + pos);
+        if (n > raw_len - pos - 4) return 0;
+        pos += 4 + n;
+        joined += n;
+        count++;
+    }
+    if (len < 0 && start >= 0 && start <= joined) len = joined - start; /* to the end */
+    if (start < 0 || len < 0 || start > joined || len > joined - start) return 0;
+    Seg *s = PyMem_Malloc((size_t)(count ? count : 1) * sizeof(Seg));
+    if (s == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t k = 0, at = 0, end = start + len;
+    for (pos = 0; pos < raw_len;) {
+        Py_ssize_t n = (Py_ssize_t)be32(raw + pos);
+        const unsigned char *block = raw + pos + 4;
+        Py_ssize_t lo = start > at ? start : at, hi = end < at + n ? end : at + n;
+        if (hi > lo) {
+            s[k].p = block + (lo - at);
+            s[k].len = hi - lo;
+            k++;
+        }
+        at += n;
+        pos += 4 + n;
+    }
+    *segs = s;
+    *nseg = k;
+    return 1;
+}
+
+/* A reading position in runs of bytes. One run (a contiguous answer) never gathers anything. */
+typedef struct {
+    const Seg *segs;
+    Py_ssize_t nseg, i;           /* segs[i] holds the next unread byte */
+    const unsigned char *p, *end; /* the unread bytes of segs[i] */
+    Py_ssize_t left;              /* unread bytes in all */
+    unsigned char peeked[16];     /* w_peek's gathered bytes */
+    unsigned char *scratch;       /* w_take's gathered bytes (PyMem_Malloc'd; w_free) */
+    Py_ssize_t scratch_cap;
+    int gathered;                 /* whether the last w_take gathered (its bytes live until the next one) */
+} Walker;
+
+/* Past runs read to their end (and empty ones), unless it is the last. */
+static void w_settle(Walker *w) {
+    while (w->p == w->end && w->i + 1 < w->nseg) {
+        w->i++;
+        w->p = w->segs[w->i].p;
+        w->end = w->p + w->segs[w->i].len;
+    }
+}
+
+static void w_init(Walker *w, const Seg *segs, Py_ssize_t nseg) {
+    memset(w, 0, sizeof(*w));
+    w->segs = segs;
+    w->nseg = nseg;
+    for (Py_ssize_t k = 0; k < nseg; k++) w->left += segs[k].len;
+    if (nseg) {
+        w->p = segs[0].p;
+        w->end = w->p + segs[0].len;
+        w_settle(w);
+    }
+}
+
+static void w_free(Walker *w) { PyMem_Free(w->scratch); }
+
+/* Consume n bytes (n <= left). */
+static void w_skip(Walker *w, Py_ssize_t n) {
+    w->left -= n;
+    while (n > w->end - w->p) {
+        n -= w->end - w->p;
+        w->i++;
+        w->p = w->segs[w->i].p;
+        w->end = w->p + w->segs[w->i].len;
+    }
+    w->p += n;
+    w_settle(w);
+}
+
+/* Copy n bytes (n <= left) from the position to out, consuming nothing. */
+static void w_copy(const Walker *w, unsigned char *out, Py_ssize_t n) {
+    const unsigned char *p = w->p, *end = w->end;
+    Py_ssize_t i = w->i;
+    while (n > 0) {
+        Py_ssize_t here = end - p < n ? end - p : n;
+        memcpy(out, p, (size_t)here);
+        out += here;
+        n -= here;
+        if (n > 0) {
+            i++;
+            p = w->segs[i].p;
+            end = p + w->segs[i].len;
+        }
+    }
+}
+
+/* The next min(want, left) bytes (want <= 16) in one piece, not consumed: in place, or copied into w->peeked
+ * when they straddle runs; their count in *got. For a field's tag and varint (at most 15 bytes). */
+static const unsigned char *w_peek(Walker *w, Py_ssize_t want, Py_ssize_t *got) {
+    Py_ssize_t n = want < w->left ? want : w->left;
+    *got = n;
+    if (w->end - w->p >= n) return w->p;
+    w_copy(w, w->peeked, n);
+    return w->peeked;
+}
+
+/* The next n bytes (n <= left) in one piece, consumed: in place when one run holds them, else gathered into
+ * the scratch buffer (valid until the next gathering w_take). NULL with a Python error when out of memory. */
+static const unsigned char *w_take(Walker *w, Py_ssize_t n) {
+    if (w->end - w->p >= n) {
+        const unsigned char *d = w->p;
+        w->gathered = 0;
+        w_skip(w, n);
+        return d;
+    }
+    if (n > w->scratch_cap) {
+        Py_ssize_t cap = n > 2 * w->scratch_cap ? n : 2 * w->scratch_cap;
+        unsigned char *grown = PyMem_Realloc(w->scratch, (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        w->scratch = grown;
+        w->scratch_cap = cap;
+    }
+    w_copy(w, w->scratch, n);
+    w->gathered = 1;
+    w_skip(w, n);
+    return w->scratch;
+}
+
+/* A varint-delimited length at the position, checked against what is left: 1 with *n set and the varint
+ * consumed; 0 when not sure. */
+static int w_length(Walker *w, Py_ssize_t *n) {
+    Py_ssize_t got;
+    const unsigned char *h = w_peek(w, 10, &got);
+    Cursor c = {h, h + got};
+    uint64_t v;
+    if (!read_varint(&c, &v) || v > (uint64_t)(w->left - (c.p - h))) return 0;
+    w_skip(w, c.p - h);
+    *n = (Py_ssize_t)v;
+    return 1;
 }
 
 PyDoc_STRVAR(read_fetch_doc,
@@ -421,39 +598,27 @@ static int rows_resize(Rows *r, Py_ssize_t cap) {
     return 1;
 }
 
-static PyObject *read_fetch(PyObject *self, PyObject *args) {
-    PyObject *data, *step_obj, *start_obj = Py_None, *into = Py_None;
-    int verify;
-    Py_ssize_t at = 0;
-    if (!PyArg_ParseTuple(args, "OOp|OOn", &data, &step_obj, &verify, &start_obj, &into, &at)) return NULL;
-    if (into != Py_None && !PyByteArray_CheckExact(into)) return PyErr_Format(PyExc_TypeError, "into: a bytearray");
-    if (!PyObject_CheckBuffer(data) || !plain_int(step_obj) || (start_obj != Py_None && !plain_int(start_obj)))
-        Py_RETURN_NONE; /* the pure-Python twin decides (see take_int) */
-    int overflow = 0;
-    long long step = PyLong_AsLongLongAndOverflow(step_obj, &overflow), start = 0;
-    if (overflow) Py_RETURN_NONE; /* beyond int64: Python's integers decide */
-    if (start_obj != Py_None) {
-        start = PyLong_AsLongLongAndOverflow(start_obj, &overflow);
-        if (overflow) Py_RETURN_NONE;
-    }
-
-    Py_buffer buf;
-    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    if (into != Py_None && (at < 0 || at > INT32_MAX - buf.len || PyByteArray_GET_SIZE(into) - at < buf.len)) {
-        PyBuffer_Release(&buf);
-        return PyErr_Format(PyExc_ValueError, "into: no room for %zd bytes from %zd (int32 offsets)", buf.len, at);
-    }
-    PyObject *values = NULL, *offsets = NULL, *texts = NULL, *msg = NULL, *result = NULL;
+/* The walk of read_fetch and read_fetch_blocks over the answer's bytes (runs of them: segs), with their parsed
+ * arguments; its result as read_fetch's. */
+static PyObject *walk_fetch(const Seg *segs, Py_ssize_t nseg, long long step, int verify, int from_curr,
+                            long long start, PyObject *into, Py_ssize_t at) {
+    Walker w;
+    w_init(&w, segs, nseg);
+    Py_ssize_t total = w.left;
+    if (into != Py_None && (at < 0 || at > INT32_MAX - total || PyByteArray_GET_SIZE(into) - at < total))
+        return PyErr_Format(PyExc_ValueError, "into: no room for %zd bytes from %zd (int32 offsets)", total, at);
+    PyObject *values = NULL, *offsets = NULL, *texts = NULL, *msg = NULL, *result = NULL, *kept = NULL;
     TextTable table;
     int table_ok = 0;
     /* a message takes at least 10 bytes of the answer; most take far more (100 B bodies: about 140) */
-    Rows rows = {NULL, NULL, NULL, buf.len / 128 + 16};
+    Rows rows = {NULL, NULL, NULL, total / 128 + 16};
     rows.ids = PyBytes_FromStringAndSize(NULL, rows.cap * 8);
     rows.value_offsets = PyBytes_FromStringAndSize(NULL, (rows.cap + 1) * 4);
     rows.index = PyBytes_FromStringAndSize(NULL, rows.cap * 4);
     /* every body lies in the answer: its length bounds the values */
-    values = into == Py_None ? PyBytes_FromStringAndSize(NULL, buf.len) : Py_NewRef(into);
-    if (!rows.ids || !rows.value_offsets || !rows.index || !values) goto error;
+    values = into == Py_None ? PyBytes_FromStringAndSize(NULL, total) : Py_NewRef(into);
+    kept = PyList_New(0); /* what was gathered and must outlive the scratch buffer: texts, the error text */
+    if (!rows.ids || !rows.value_offsets || !rows.index || !values || !kept) goto error;
     if (!(table_ok = table_init(&table))) {
         PyErr_NoMemory();
         goto error;
@@ -471,33 +636,58 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
     int32_t last_index = 0;
     int32_t uniform = -2; /* -2: no row yet; -1: rows differ */
     ((int32_t *)PyBytes_AS_STRING(rows.value_offsets))[0] = (int32_t)at;
-    Cursor c = {buf.buf, (const unsigned char *)buf.buf + buf.len};
-    while (c.p < c.end) {
+    while (w.left > 0) {
         uint32_t field, wt;
         uint64_t v;
-        const unsigned char *d;
-        Py_ssize_t len;
+        Py_ssize_t got, len;
+        const unsigned char *h = w_peek(&w, 16, &got), *d;
+        Cursor c = {h, h + got};
         if (!read_tag(&c, &field, &wt)) goto fallback;
         switch (field) {
         case 1: case 2: case 5: case 6: case 7: case 8: case 9: case 10: /* the header's integers */
             if (wt != 0 || !read_varint(&c, &v)) goto fallback;
+            w_skip(&w, c.p - h);
             if (field == 1) success = v != 0;
             else if (field == 2) err_code = (int32_t)(uint32_t)v;
             else if (field == 5) curr_offset = (int64_t)v;
             else if (field == 10) max_offset = (int64_t)v;
             seen |= 1 << field;
             continue;
-        case 3:
-            if (wt != 2 || !read_length(&c, &err_msg, &err_msg_len)) goto fallback;
-            continue;
-        case 4:
-            break; /* a message: below */
+        case 3: case 4: /* errMsg, a message: below */
+            if (wt != 2) goto fallback;
+            w_skip(&w, c.p - h);
+            break;
         default:
-            if (!skip_field(&c, wt)) goto fallback;
+            if (wt == 2) {
+                w_skip(&w, c.p - h);
+                if (!w_length(&w, &len)) goto fallback;
+                w_skip(&w, len);
+            } else {
+                if (!skip_field(&c, wt)) goto fallback;
+                w_skip(&w, c.p - h);
+            }
             continue;
         }
-        Transfered m;
-        if (wt != 2 || !read_length(&c, &d, &len) || !read_message(d, len, &m)) goto fallback;
+        if (!w_length(&w, &len) || (d = w_take(&w, len)) == NULL) {
+            if (PyErr_Occurred()) goto error;
+            goto fallback;
+        }
+        if (field == 3) {
+            err_msg = d;
+            err_msg_len = len;
+            if (w.gathered) { /* the next gathering take overwrites it */
+                PyObject *copy = PyBytes_FromStringAndSize((const char *)d, len);
+                if (copy == NULL || PyList_Append(kept, copy) < 0) {
+                    Py_XDECREF(copy);
+                    goto error;
+                }
+                Py_DECREF(copy);
+                err_msg = (const unsigned char *)PyBytes_AS_STRING(copy);
+            }
+            continue;
+        }
+        Transfered m = {0, 0, 0, NULL, 0};
+        if (!read_message(d, len, &m)) goto fallback;
         if (verify && (int32_t)(crc32_ieee(m.payload, m.payload_len) & 0x7FFFFFFFu) != m.checksum) goto fallback;
         const unsigned char *body = m.payload;
         Py_ssize_t body_len = m.payload_len;
@@ -509,12 +699,12 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
             if ((Py_ssize_t)attr_len == last_len && memcmp(last_text, m.payload + 4, attr_len) == 0) {
                 text_index = last_index;
             } else {
-                text_index = table_index(&table, m.payload + 4, (Py_ssize_t)attr_len);
+                text_index = table_index(&table, m.payload + 4, (Py_ssize_t)attr_len, w.gathered ? kept : NULL);
                 if (text_index < 0) {
                     PyErr_NoMemory();
                     goto error;
                 }
-                last_text = m.payload + 4;
+                last_text = table.texts[text_index - 1]; /* where the table keeps it: it outlives a gathered one */
                 last_len = (Py_ssize_t)attr_len;
                 last_index = text_index;
             }
@@ -540,7 +730,7 @@ static PyObject *read_fetch(PyObject *self, PyObject *args) {
     if (!rows_resize(&rows, n) || (into == Py_None && _PyBytes_Resize(&values, written) < 0)) goto error;
     offsets = PyBytes_FromStringAndSize(NULL, n * 8);
     if (!offsets) goto error;
-    if (start_obj == Py_None) start = curr_offset;
+    if (from_curr) start = curr_offset;
     int64_t *offset_out = (int64_t *)PyBytes_AS_STRING(offsets);
     for (Py_ssize_t k = 0; k < n; k++) offset_out[k] = step ? (int64_t)start + (int64_t)step * (int64_t)k : -1;
     texts = PyList_New(table.count);
@@ -569,7 +759,81 @@ done:
     Py_XDECREF(values);
     Py_XDECREF(rows.index);
     Py_XDECREF(texts);
+    Py_XDECREF(kept);
     if (table_ok) table_free(&table);
+    w_free(&w);
+    return result;
+}
+
+/* read_fetch's and read_fetch_blocks' shared arguments: step, verify, start, into, at. 1; 0 when the pure-Python
+ * twin decides (None); -1 with a Python error. */
+static int fetch_args(PyObject *step_obj, PyObject *start_obj, PyObject *into, long long *step, long long *start) {
+    if (into != Py_None && !PyByteArray_CheckExact(into)) {
+        PyErr_SetString(PyExc_TypeError, "into: a bytearray");
+        return -1;
+    }
+    if (!plain_int(step_obj) || (start_obj != Py_None && !plain_int(start_obj))) return 0; /* see take_int */
+    int overflow = 0;
+    *step = PyLong_AsLongLongAndOverflow(step_obj, &overflow);
+    if (overflow) return 0; /* beyond int64: Python's integers decide */
+    *start = 0;
+    if (start_obj != Py_None) {
+        *start = PyLong_AsLongLongAndOverflow(start_obj, &overflow);
+        if (overflow) return 0;
+    }
+    return 1;
+}
+
+static PyObject *read_fetch(PyObject *self, PyObject *args) {
+    PyObject *data, *step_obj, *start_obj = Py_None, *into = Py_None;
+    int verify;
+    Py_ssize_t at = 0;
+    long long step, start;
+    if (!PyArg_ParseTuple(args, "OOp|OOn", &data, &step_obj, &verify, &start_obj, &into, &at)) return NULL;
+    int ok = fetch_args(step_obj, start_obj, into, &step, &start);
+    if (ok < 0) return NULL;
+    if (!ok || !PyObject_CheckBuffer(data)) Py_RETURN_NONE;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Seg seg = {buf.buf, buf.len};
+    PyObject *result = walk_fetch(&seg, 1, step, verify, start_obj == Py_None, start, into, at);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(read_fetch_blocks_doc,
+"read_fetch_blocks(raw, start, length, step, verify, into, at) -> tuple | None\n\n"
+"read_fetch(data, step, verify, None, into, at) of the answer that is the bytes [start, start + length) (a\n"
+"negative length: to the end) of the\n"
+"payload the blocks in ``raw`` make when joined (a frame's blocks as they arrived: each a big-endian int32\n"
+"length, then its bytes), read where they lie: only a message that straddles two blocks is gathered. None\n"
+"also when ``raw`` is not made so.");
+
+static PyObject *read_fetch_blocks(PyObject *self, PyObject *args) {
+    PyObject *raw, *step_obj, *into;
+    int verify;
+    Py_ssize_t start, length, at;
+    long long step, unused;
+    if (!PyArg_ParseTuple(args, "OnnOpOn", &raw, &start, &length, &step_obj, &verify, &into, &at)) return NULL;
+    int ok = fetch_args(step_obj, Py_None, into, &step, &unused);
+    if (ok < 0) return NULL;
+    if (!ok || !PyObject_CheckBuffer(raw)) Py_RETURN_NONE;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(raw, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Seg *segs = NULL;
+    Py_ssize_t nseg = 0;
+    PyObject *result = NULL;
+    switch (block_segments(buf.buf, buf.len, start, length, &segs, &nseg)) {
+    case 1:
+        result = walk_fetch(segs, nseg, step, verify, 1, 0, into, at);
+        break;
+    case 0:
+        result = Py_NewRef(Py_None);
+        break;
+    default:
+        break;
+    }
+    PyMem_Free(segs);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -715,11 +979,12 @@ PyDoc_STRVAR(take_frame_doc,
 "error. The twin of frame.take_frame.");
 
 /* One frame at the start of [p, p + have): 1 with *serial, *payload (new reference) and *used set when it is all
- * there; 0 with *need set (the bytes the buffer must hold to get further) when it is not; -1 for a frame the
+ * there (a frame of ``keep_from`` blocks or more, when that is > 0: *payload NULL and *need its joined length, the
+ * blocks not joined); 0 with *need set (the bytes the buffer must hold to get further) when it is not; -1 for a frame the
  * pure-Python reader must reject; -2 with a Python error set (no memory). */
 static int take_one(const unsigned char *p, Py_ssize_t have, uint32_t token, Py_ssize_t max_block,
-                    Py_ssize_t max_blocks, unsigned long *serial, PyObject **payload, Py_ssize_t *used,
-                    Py_ssize_t *need) {
+                    Py_ssize_t max_blocks, Py_ssize_t keep_from, unsigned long *serial, PyObject **payload,
+                    Py_ssize_t *used, Py_ssize_t *need) {
     Py_ssize_t pos = 12, total = 0;
     if (have < 12) {
         *need = 12;
@@ -741,6 +1006,13 @@ static int take_one(const unsigned char *p, Py_ssize_t have, uint32_t token, Py_
             return 0;
         }
     }
+    *serial = (unsigned long)be32(p + 4);
+    *used = pos;
+    if (keep_from > 0 && (Py_ssize_t)count >= keep_from) { /* left where it lies: the caller says how */
+        *payload = NULL;
+        *need = total;
+        return 1;
+    }
     PyObject *out_obj = PyBytes_FromStringAndSize(NULL, total);
     if (out_obj == NULL) return -2;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(out_obj);
@@ -751,9 +1023,7 @@ static int take_one(const unsigned char *p, Py_ssize_t have, uint32_t token, Py_
         out += length;
         pos += 4 + length;
     }
-    *serial = (unsigned long)be32(p + 4);
     *payload = out_obj;
-    *used = pos;
     return 1;
 }
 
@@ -763,7 +1033,7 @@ static PyObject *take_frame(PyObject *self, PyObject *args) {
     Py_ssize_t max_block, max_blocks, used = 0, need = 0;
     PyObject *result = NULL, *payload = NULL;
     if (!PyArg_ParseTuple(args, "y*knn", &buf, &token, &max_block, &max_blocks)) return NULL;
-    switch (take_one(buf.buf, buf.len, (uint32_t)token, max_block, max_blocks, &serial, &payload, &used, &need)) {
+    switch (take_one(buf.buf, buf.len, (uint32_t)token, max_block, max_blocks, 0, &serial, &payload, &used, &need)) {
     case 1:
         result = Py_BuildValue("(kNn)", serial, payload, used);
         break;
@@ -781,19 +1051,22 @@ static PyObject *take_frame(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(take_frames_doc,
-"take_frames(buffer, token, max_block_size, max_blocks) -> (frames, used, rest)\n\n"
+"take_frames(buffer, token, max_block_size, max_blocks[, blocks_type]) -> (frames, used, rest)\n\n"
 "Every whole TubeMQ frame at the start of ``buffer``, in order: ``frames`` a list of (serial, payload),\n"
 "``used`` the bytes they took; ``rest`` says what follows them as take_frame would of buffer[used:]:\n"
 "the bytes it must hold to get further (an int), or None for a frame the pure-Python reader must reject.\n"
 "One call for all the answers a receive brought (a window of SendMessage answers) instead of one per\n"
-"frame. The twin of frame.take_frames.");
+"frame. The twin of frame.take_frames.\n\n"
+"``blocks_type``: the payload of a frame of two blocks or more is not joined but is\n"
+"blocks_type(buffer[a:b], 0, length), its blocks as they lie in ``buffer`` and the length they make joined.");
 
 static PyObject *take_frames(PyObject *self, PyObject *args) {
     Py_buffer buf;
     unsigned long token;
     Py_ssize_t max_block, max_blocks, pos = 0;
-    PyObject *frames = NULL, *rest = NULL, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*knn", &buf, &token, &max_block, &max_blocks)) return NULL;
+    PyObject *buffer, *blocks_type = Py_None, *frames = NULL, *rest = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "Oknn|O", &buffer, &token, &max_block, &max_blocks, &blocks_type)) return NULL;
+    if (PyObject_GetBuffer(buffer, &buf, PyBUF_SIMPLE) < 0) return NULL;
     frames = PyList_New(0);
     if (frames == NULL) goto done;
     const unsigned char *p = buf.buf;
@@ -801,9 +1074,15 @@ static PyObject *take_frames(PyObject *self, PyObject *args) {
         unsigned long serial = 0;
         PyObject *payload = NULL;
         Py_ssize_t used = 0, need = 0;
-        int got = take_one(p + pos, buf.len - pos, (uint32_t)token, max_block, max_blocks, &serial, &payload,
-                           &used, &need);
+        int got = take_one(p + pos, buf.len - pos, (uint32_t)token, max_block, max_blocks,
+                           blocks_type == Py_None ? 0 : 2, &serial, &payload, &used, &need);
         if (got == 1) {
+            if (payload == NULL) {
+                PyObject *raw = PySequence_GetSlice(buffer, pos + 12, pos + used);
+                if (raw == NULL) goto done;
+                payload = PyObject_CallFunction(blocks_type, "Nnn", raw, (Py_ssize_t)0, need);
+                if (payload == NULL) goto done;
+            }
             PyObject *frame = Py_BuildValue("(kN)", serial, payload);
             if (frame == NULL || PyList_Append(frames, frame) < 0) {
                 Py_XDECREF(frame);
@@ -822,6 +1101,127 @@ static PyObject *take_frames(PyObject *self, PyObject *args) {
     if (rest != NULL) result = Py_BuildValue("(OnN)", frames, pos, rest);
 done:
     Py_XDECREF(frames);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(join_blocks_doc,
+"join_blocks(raw, start, length) -> bytes | None\n\n"
+"The bytes [start, start + length) (a negative length: to the end) of the payload the blocks in ``raw`` make\n"
+"when joined (each block a big-endian int32 length, then its bytes); None when ``raw`` is not made so or the\n"
+"range is not all in it.");
+
+static PyObject *join_blocks(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start, length, nseg = 0;
+    Seg *segs = NULL;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*nn", &buf, &start, &length)) return NULL;
+    switch (block_segments(buf.buf, buf.len, start, length, &segs, &nseg)) {
+    case 1: {
+        Walker w;
+        w_init(&w, segs, nseg); /* (its length: a negative one is "to the end") */
+        result = PyBytes_FromStringAndSize(NULL, w.left);
+        if (result != NULL) w_copy(&w, (unsigned char *)PyBytes_AS_STRING(result), w.left);
+        break;
+    }
+    case 0:
+        result = Py_NewRef(Py_None);
+        break;
+    default:
+        break;
+    }
+    PyMem_Free(segs);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+PyDoc_STRVAR(locate_blocks_doc,
+"locate_blocks(raw) -> (method, start, length) | None\n\n"
+"locate_response of the payload the blocks in ``raw`` make when joined (each block a big-endian int32 length,\n"
+"then its bytes), read where they lie: where the data of a successful response lies in it. None as\n"
+"locate_response, and when ``raw`` is not made so.");
+
+/* A varint-delimited message at the walker's position, taken in one piece (valid until the next gathering take):
+ * 1; 0 when not sure; -1 with a Python error. */
+static int w_delimited(Walker *w, Cursor *message) {
+    Py_ssize_t n;
+    if (!w_length(w, &n)) return 0;
+    const unsigned char *d = w_take(w, n);
+    if (d == NULL) return -1;
+    message->p = d;
+    message->end = d + n;
+    return 1;
+}
+
+/* walk_response over runs of bytes: the same checks, the data's place as an offset from the start. */
+static int walk_response_runs(Walker *w, int *method_out, Py_ssize_t *start, Py_ssize_t *len) {
+    Cursor conn, header;
+    uint64_t values[32];
+    uint32_t seen;
+    int have_method = 0, have_data = 0, got;
+    uint64_t method = 0;
+    Py_ssize_t total = w->left, body_len;
+    if ((got = w_delimited(w, &conn)) != 1) return got;
+    if (!read_varints(conn, 1u << 1, values, &seen) || !(seen & 2) || (int32_t)(uint32_t)values[1] != 1) return 0;
+    if ((got = w_delimited(w, &header)) != 1) return got;
+    if (!read_varints(header, (1u << 1) | (1u << 2) | (1u << 3), values, &seen) || !(seen & 2) || values[1] != 0)
+        return 0;
+    if (!w_length(w, &body_len)) return 0;
+    Py_ssize_t after = w->left - body_len; /* what follows the body */
+    while (w->left > after) {
+        uint32_t field, wt;
+        Py_ssize_t peeked, n;
+        const unsigned char *h = w_peek(w, 16, &peeked);
+        Cursor c = {h, h + (peeked < w->left - after ? peeked : w->left - after)}; /* the body's bytes only */
+        if (!read_tag(&c, &field, &wt)) return 0;
+        if (field == 1) {
+            if (wt != 0 || !read_varint(&c, &method)) return 0;
+            w_skip(w, c.p - h);
+            have_method = 1;
+        } else if (wt == 2) {
+            w_skip(w, c.p - h);
+            if (!w_length(w, &n) || n > w->left - after) return 0;
+            if (field == 2) {
+                *start = total - w->left;
+                *len = n;
+                have_data = 1;
+            }
+            w_skip(w, n);
+        } else {
+            if (field == 2 || !skip_field(&c, wt)) return 0;
+            w_skip(w, c.p - h);
+        }
+    }
+    if (!have_method || !have_data) return 0;
+    *method_out = (int)(int32_t)(uint32_t)method;
+    return 1;
+}
+
+static PyObject *locate_blocks(PyObject *self, PyObject *arg) {
+    Py_buffer buf;
+    Py_ssize_t nseg = 0, start = 0, len = 0;
+    Seg *segs = NULL;
+    int method = 0, found;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    switch (block_segments(buf.buf, buf.len, 0, -1, &segs, &nseg)) {
+    case 1: {
+        Walker w;
+        w_init(&w, segs, nseg);
+        found = walk_response_runs(&w, &method, &start, &len);
+        w_free(&w);
+        if (found == 1) result = Py_BuildValue("(inn)", method, start, len);
+        else if (found == 0) result = Py_NewRef(Py_None);
+        break;
+    }
+    case 0:
+        result = Py_NewRef(Py_None);
+        break;
+    default:
+        break;
+    }
+    PyMem_Free(segs);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -1269,11 +1669,14 @@ static PyObject *build_requests(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"read_fetch", read_fetch, METH_VARARGS, read_fetch_doc},
+    {"read_fetch_blocks", read_fetch_blocks, METH_VARARGS, read_fetch_blocks_doc},
     {"new_buffer", new_buffer, METH_O, new_buffer_doc},
     {"decode_response", decode_response, METH_O, decode_response_doc},
     {"locate_response", locate_response, METH_O, locate_response_doc},
     {"take_frame", take_frame, METH_VARARGS, take_frame_doc},
     {"take_frames", take_frames, METH_VARARGS, take_frames_doc},
+    {"join_blocks", join_blocks, METH_VARARGS, join_blocks_doc},
+    {"locate_blocks", locate_blocks, METH_O, locate_blocks_doc},
     {"encode_send", encode_send, METH_VARARGS, encode_send_doc},
     {"decode_send_answer", decode_send_answer, METH_O, decode_send_answer_doc},
     {"decode_send_response", decode_send_response, METH_VARARGS, decode_send_response_doc},

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError, Message
 
 from tubespark.tubemq.errors import ProtobufDecodeError, RpcError, ServerNotReadyError, StandbyMasterError
 from tubespark.tubemq.wire import twin
+from tubespark.tubemq.wire.blocks import Blocks
 from tubespark.tubemq.wire.constants import FLAG_REQUEST, FLAG_RESPONSE, PROTOCOL_VERSION
 from tubespark.tubemq.wire.pb import rpc_pb2
 
@@ -183,12 +184,15 @@ def encode_exception(exception_name: str, text: str, *, fatal: bool = False) -> 
     ))
 
 
-def decode_response(payload: bytes) -> tuple[int, bytes]:
+def decode_response(payload: bytes | Blocks) -> tuple[int, bytes]:
     """Return ``(method, data)`` of a successful response; raise :class:`RpcError` for an exception.
 
     The compiled twin (:mod:`~tubespark.tubemq.wire.twin`) takes the common case, a success in the usual
-    encoding; everything else, exceptions and garbage included, is decided here.
+    encoding; everything else, exceptions and garbage included, is decided here. A payload left in its
+    blocks (:class:`~tubespark.tubemq.wire.blocks.Blocks`) is joined first: only the fetch reads them in place.
     """
+    if isinstance(payload, Blocks):
+        payload = payload.join()
     compiled = twin.native()
     if compiled is not None:
         decoded: tuple[int, bytes] | None = compiled.decode_response(payload)
@@ -208,12 +212,18 @@ def decode_response(payload: bytes) -> tuple[int, bytes]:
     raise rpc_exception(exc.exceptionName, exc.stackTrace, fatal=header.status == rpc_pb2.ResponseHeader.FATAL)
 
 
-def decode_response_view(payload: bytes) -> tuple[int, bytes | memoryview]:
+def decode_response_view(payload: bytes | Blocks) -> tuple[int, bytes | memoryview | Blocks]:
     """:func:`decode_response` with the data as a view of ``payload`` where the compiled twin is sure of the
-    envelope (``locate_response``): a fetch answer is half a MiB, which the copy cost every fetch. The
+    envelope (``locate_response``): a fetch answer is half a MiB, which the copy cost every fetch. A payload
+    left in its blocks gives its data the same way (``locate_blocks``: a narrower :class:`Blocks`). The
     pure-Python twin is :func:`decode_response` itself (same method, same data bytes, same errors)."""
     compiled = twin.native()
     if compiled is not None:
+        if isinstance(payload, Blocks):
+            found: tuple[int, int, int] | None = compiled.locate_blocks(payload.raw)
+            if found is not None:
+                return found[0], payload.narrowed(found[1], found[2])
+            return decode_response(payload)
         located: tuple[int, int, int] | None = compiled.locate_response(payload)
         if located is not None:
             method, start, length = located

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from tubespark.tubemq.wire import twin
+from tubespark.tubemq.wire.blocks import Blocks
 from tubespark.tubemq.wire.constants import ATTR_MSG_TIME, ATTR_MSG_TYPE, INDEX_RECORD_SIZE
 from tubespark.tubemq.wire.envelope import parse_message
 from tubespark.tubemq.wire.message import (
@@ -172,9 +173,11 @@ class FetchReply:
 
     def __init__(self, success: bool, err_code: int, err_msg: str, curr_offset: int, max_offset: int, *,
                  data: bytes | memoryview | None = None, walked: tuple[int, bool] | None = None,
-                 packed: Packed | None = None, proto: bpb.GetMessageResponseB2C | None = None) -> None:
+                 packed: Packed | None = None, proto: bpb.GetMessageResponseB2C | None = None,
+                 columns: PackedColumns | None = None) -> None:
         """``walked``: the ``(step, verify)`` the compiled walk of ``data`` was made with, ``packed`` what it gave
-        (None: it was not sure)."""
+        (None: it was not sure), or ``columns``: that made into columns already (an answer walked in its blocks,
+        whose texts are checked when it arrives, as the bytes are not kept for the pure-Python twin)."""
         self.success = success
         self.errCode = err_code
         self.errMsg = err_msg
@@ -184,14 +187,16 @@ class FetchReply:
         # the columns() arguments (start, step, verify) the walk decoded for
         self._walked: tuple[int, int, bool] | None = None if walked is None else (curr_offset, *walked)
         self._packed = packed
-        self._columns: PackedColumns | None = None
+        self._columns = columns
         self._proto = proto
 
     @property
     def messages(self) -> Sequence[bpb.TransferedMessage]:
-        """The messages as protobuf objects (parsed on first use when the compiled twin checked the bytes)."""
+        """The messages as protobuf objects (parsed on first use when the compiled twin checked the bytes).
+        Not for an answer walked where it arrived (a read task's, :class:`ValueArena`): its bytes are not kept."""
         if self._proto is None:
-            assert self._data is not None
+            if self._data is None:
+                raise ValueError("this fetch answer was read where it arrived and not kept: ask its columns()")
             self._proto = parse_message(bpb.GetMessageResponseB2C, self._data)
         return self._proto.messages
 
@@ -200,8 +205,9 @@ class FetchReply:
         exact = type(start) is int and type(step) is int  # not a bool, whose offsets the walk did not make
         walked = self._walked
         if exact and walked is not None and start == walked[0] and step == walked[1]:
-            if self._packed is not None and (walked[2] or not verify):  # what the walk gave serves this call
-                if self._columns is None:
+            if (self._packed is not None or self._columns is not None) and (walked[2] or not verify):
+                # what the walk gave serves this call
+                if self._columns is None and self._packed is not None:
                     self._columns = packed_columns(self._packed)
                 if self._columns is not None:
                     return self._columns
@@ -212,10 +218,10 @@ class FetchReply:
             packed = decode_packed(self._data, start, verify=verify, step=step)
             if packed is not None:
                 return packed
-        return decode_columns(self.messages, start, verify=verify, step=step)
+        return decode_columns(self.messages, start, verify=verify, step=step)  # (raises when it was not kept)
 
 
-def parse_fetch_reply(data: bytes | memoryview, *, verify: bool = True, step: int = INDEX_RECORD_SIZE,
+def parse_fetch_reply(data: bytes | memoryview | Blocks, *, verify: bool = True, step: int = INDEX_RECORD_SIZE,
                       arena: ValueArena | None = None) -> FetchReply:
     """GetMessageResponseB2C bytes -> :class:`FetchReply`; ProtobufDecodeError for garbage (parse_message's).
 
@@ -225,8 +231,22 @@ def parse_fetch_reply(data: bytes | memoryview, *, verify: bool = True, step: in
     (docs/performance/breakdown.md). Where it is not sure (garbage, a bad checksum or attribute prefix) the
     pure-Python twin parses the answer here, and raises here for garbage, in :meth:`FetchReply.columns` for the
     rest, as it always does. ``arena``: where the compiled walk writes the values (else into a buffer of their
-    own)."""
+    own).
+
+    ``data`` left in the frame's blocks (:class:`~tubespark.tubemq.wire.blocks.Blocks`, valid only during this
+    call): with an ``arena``, the walk reads the messages where they arrived and the reply keeps nothing of the
+    answer (the read's one copy of each body is the walk's); else, or where the walk is not sure, the answer is
+    joined first and kept, as any other."""
     compiled = twin.native()
+    if isinstance(data, Blocks):
+        if arena is not None and compiled is not None:
+            read = arena.walk_blocks(compiled, data, step, verify)
+            columns = None if read is None else packed_columns(read[5:])  # its texts now: UTF-8 or not
+            if columns is not None:
+                success, err_code, err_msg, curr_offset, max_offset = read[:5]  # type: ignore[index]
+                return FetchReply(success, err_code, err_msg, curr_offset, max_offset, walked=(step, verify),
+                                  columns=columns)
+        data = data.join()
     if compiled is not None:
         read = compiled.read_fetch(data, step, verify) if arena is None else arena.walk(compiled, data, step, verify)
         if read is not None:
@@ -279,10 +299,20 @@ class ValueArena:
         room = memoryview(data).nbytes
         if len(self._buffer) - self._tail < room:
             self._next_buffer(compiled, room)
-        read = compiled.read_fetch(data, step, verify, None, self._buffer, self._tail)
+        return self._moved(compiled.read_fetch(data, step, verify, None, self._buffer, self._tail))
+
+    def walk_blocks(self, compiled: ModuleType, data: Blocks, step: int, verify: bool) -> tuple[Any, ...] | None:
+        """:meth:`walk` of an answer left in its frame's blocks (``compiled.read_fetch_blocks``)."""
+        if len(self._buffer) - self._tail < data.length:
+            self._next_buffer(compiled, data.length)
+        return self._moved(compiled.read_fetch_blocks(data.raw, data.start, data.length, step, verify, self._buffer,
+                                                      self._tail))
+
+    def _moved(self, read: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        """A walk's answer, the tail moved past its values."""
         if read is not None:
             self._tail = memoryview(read[8]).cast("i")[read[5]]  # the end of its values: value_offsets[count]
-        return read  # type: ignore[no-any-return]
+        return read
 
     def _next_buffer(self, compiled: ModuleType, room: int) -> None:
         """Move on to a buffer with ``room``: a spare that nothing holds any more (no batch, no columns: only

@@ -15,11 +15,13 @@ token, a bound broken, the stream ending) goes the block-by-block way, which rai
 from __future__ import annotations
 
 import struct
+from typing import Any, cast
 
 from tubespark.core.framed_io import BytesReader, Reader
 from tubespark.errors import FrameTooLargeError, TruncatedFrameError
 from tubespark.tubemq.errors import BadTokenError
 from tubespark.tubemq.wire import twin
+from tubespark.tubemq.wire.blocks import Blocks
 from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME
 
 _HEAD = struct.Struct(">III")
@@ -95,11 +97,16 @@ def take_frames(buffer: memoryview | bytes,
         used += size
 
 
-def read_frames(reader: Reader, *, max_block_size: int = MAX_BLOCK_SIZE) -> list[tuple[int, bytes]]:
+def read_frames(reader: Reader, *, max_block_size: int = MAX_BLOCK_SIZE,
+                keep_blocks: bool = False) -> list[tuple[int, bytes | Blocks]]:
     """Read at least one frame: every whole frame ``reader`` holds once it holds one (:func:`take_frames`, or
     its compiled twin, over what it buffered), else one frame read block by block. Raises as :func:`read_frame`;
-    frames read before a broken one are returned first, and the next call raises."""
-    frames = _take_buffered(reader, max_block_size, True)
+    frames read before a broken one are returned first, and the next call raises.
+
+    ``keep_blocks``: with the compiled twin, the payload of a frame of several blocks is a :class:`Blocks` over
+    the reader's buffer instead of the blocks joined (valid until the reader receives again: see
+    :mod:`~tubespark.tubemq.wire.blocks`)."""
+    frames = _take_buffered(reader, max_block_size, True, keep_blocks)
     return frames if frames is not None else [_read_blocks(reader, max_block_size)]
 
 
@@ -109,11 +116,12 @@ def read_frame(reader: Reader, *, max_block_size: int = MAX_BLOCK_SIZE) -> tuple
     Raises BadTokenError, FrameTooLargeError or TruncatedFrameError. After any of them the stream is
     out of step and must be closed.
     """
-    frames = _take_buffered(reader, max_block_size, False)
-    return frames[0] if frames is not None else _read_blocks(reader, max_block_size)
+    frames = _take_buffered(reader, max_block_size, False, False)
+    return cast("tuple[int, bytes]", frames[0]) if frames is not None else _read_blocks(reader, max_block_size)
 
 
-def _take_buffered(reader: Reader, max_block_size: int, many: bool) -> list[tuple[int, bytes]] | None:
+def _take_buffered(reader: Reader, max_block_size: int, many: bool,
+                   keep_blocks: bool) -> list[tuple[int, Any]] | None:
     """The one peek-and-take loop of :func:`read_frame` and :func:`read_frames`: :func:`take_frames` (``many``)
     or :func:`take_frame` (or their compiled twins) on what ``reader`` holds, receiving more until a frame is
     whole, then skipping what was taken. None when the block-by-block way must decide (nothing is taken
@@ -131,7 +139,8 @@ def _take_buffered(reader: Reader, max_block_size: int, many: bool) -> list[tupl
         try:
             if many:
                 frames, used, rest = (
-                    compiled.take_frames(view, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
+                    compiled.take_frames(view, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME,
+                                         Blocks if keep_blocks else None)
                     if compiled is not None else take_frames(view, max_block_size))
             else:
                 taken = (compiled.take_frame(view, BEGIN_TOKEN, max_block_size, MAX_BLOCKS_PER_FRAME)
@@ -173,8 +182,10 @@ class TubeMQFraming:
     def read(self, reader: Reader) -> tuple[int, bytes]:
         return read_frame(reader)
 
-    def read_many(self, reader: Reader) -> list[tuple[int, bytes]]:
-        return read_frames(reader)
+    def read_many(self, reader: Reader) -> list[tuple[int, bytes | Blocks]]:
+        """Every whole frame the reader holds, those of several blocks left in its buffer (:class:`Blocks`): the
+        connection decodes each before it receives again."""
+        return read_frames(reader, keep_blocks=True)
 
 
 FRAMING = TubeMQFraming()
