@@ -9,7 +9,7 @@ one (``twin.pure_python()``), so the table says where a row's microseconds go an
     PYTHONPATH=. python -m bench.wire_micro [--cpu] [--detail] [--json FILE]
     PYTHONPATH=. python -m bench.wire_micro --cpu --ab OLD.so,NEW.so [--rounds 5] [--paired]
     PYTHONPATH=. python -m bench.wire_micro --cpu --join 1,2,4,8 [--rounds 5] [--ab OLD.so,NEW.so --paired]
-    PYTHONPATH=. python -m bench.wire_micro --cpu --blocks [--rounds 15]
+    PYTHONPATH=. python -m bench.wire_micro --cpu --blocks [--rounds 15] [--ab OLD.so,NEW.so]
 
 ``--cpu`` times with the process's CPU clock (``time.process_time``) instead of the wall clock, so other
 jobs on a shared machine distort the figures less. ``--detail`` adds what bounds a change of the read path
@@ -48,6 +48,8 @@ from tubespark.tubemq.client.common import check
 from tubespark.tubemq.spark.read_task import ARENA_BYTES
 from tubespark.tubemq.spark.schema import arrow_schema, fetches_record_batch, to_record_batch
 from tubespark.tubemq.wire import twin
+from tubespark.tubemq.wire.blocks import Blocks
+from tubespark.tubemq.wire.constants import BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME
 from tubespark.tubemq.wire.envelope import decode_response, decode_response_view, encode_response
 from tubespark.tubemq.wire.fetch import PackedColumns, ValueArena, packed_columns, parse_fetch_reply
 from tubespark.tubemq.wire.frame import encode_frame, read_frame, read_frames
@@ -349,6 +351,40 @@ def compare_blocks_paired(rounds: int) -> dict[int, dict[str, float]]:
     return out
 
 
+def _frame_to_values(module: Any, frame: bytes, blocks: bool) -> Callable[[], object]:
+    """A fetch answer's frame to the read's buffers with ``module``'s compiled calls alone, CRC on, values into an
+    arena buffer: its blocks joined (``take_frames``, ``locate_response``, ``read_fetch``: every build since the
+    arena) or left where they arrived (``blocks``: ``take_frames`` with ``Blocks``, ``locate_blocks``,
+    ``read_fetch_blocks``)."""
+    into = module.new_buffer(ARENA_BYTES)
+    view = memoryview(frame)
+    limits = (BEGIN_TOKEN, MAX_BLOCK_SIZE, MAX_BLOCKS_PER_FRAME)
+    if blocks:
+        def in_place() -> object:
+            kept = module.take_frames(view, *limits, Blocks)[0][0][1]
+            _method, start, length = module.locate_blocks(kept.raw)
+            return module.read_fetch_blocks(kept.raw, start, length, 28, True, into, 0)
+        return in_place
+
+    def joined() -> object:
+        payload = module.take_frames(view, *limits)[0][0][1]
+        _method, start, length = module.locate_response(payload)
+        return module.read_fetch(memoryview(payload)[start:start + length], 28, True, None, into, 0)
+    return joined
+
+
+def compare_blocks_builds(paths: list[str], rounds: int) -> dict[int, dict[str, float]]:
+    """``--blocks --ab OLD.so,NEW.so``: :func:`_frame_to_values` with the old build joining the blocks and the new
+    one reading them in place, back to back per round."""
+    old, new = (_load_build(path) for path in paths)
+    out: dict[int, dict[str, float]] = {}
+    for size, count in FETCHES.items():
+        frame = _fetch_frame(size, count)
+        calls = {"first": _frame_to_values(old, frame, False), "second": _frame_to_values(new, frame, True)}
+        out[size] = _paired(calls, rounds, count, 50)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.wire_micro", description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="also write the figures to this file")
@@ -370,7 +406,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.cpu:
         _CLOCK["timer"] = time.process_time
     if args.blocks:
-        for size, figures in compare_blocks_paired(args.rounds).items():
+        compared = (compare_blocks_builds(args.ab.split(","), args.rounds) if args.ab
+                    else compare_blocks_paired(args.rounds))
+        for size, figures in compared.items():
             print(f"{size:5} B: frame to columns us/row, blocks joined {figures['first_us']:.4f} -> read in place "
                   f"{figures['second_us']:.4f}; per round {figures['ratio']:.3f} "
                   f"(quartiles {figures['ratio_q1']:.3f}-{figures['ratio_q3']:.3f})")
