@@ -351,7 +351,9 @@ class FramedConnection(Generic[RequestT]):
 
     def _receive(self) -> bool:
         """Read at least one frame (every whole one the receive brought) and hand each answer to its call;
-        False when the connection failed."""
+        False when the connection failed. Every answer is decoded here, before this connection receives
+        again: a codec may hand its decoders views of the receive buffer (TubeMQ's fetch answers, see
+        ``tubemq/wire/blocks.py``)."""
         frames = self._read_many(self._frames)
         self._last_frame_at = time.monotonic()
         pending = self._pending

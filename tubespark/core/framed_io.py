@@ -10,7 +10,9 @@ Both readers also let a decoder look at what is buffered without taking it (:met
 (TubeMQ's ``take_frame``) instead of a ``read_exactly`` per block. Why: a fetch answer of 512 KiB is 64
 blocks of 8 KiB, and reading them one call at a time cost the executor's reader thread more CPU than
 decoding the messages (issue 24). The socket reader receives into one reusable buffer (``recv_into``),
-so a byte is copied once from the kernel and once into the frame's payload.
+so a byte is copied once from the kernel and, at most, once into the frame's payload: a decoder may read a
+frame where it lies (TubeMQ's fetch answers, ``tubespark/tubemq/wire/blocks.py``) as long as it is done before
+the next read, which moves or overwrites what was taken.
 """
 
 from __future__ import annotations

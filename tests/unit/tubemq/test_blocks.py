@@ -11,6 +11,7 @@ blocks refers to them afterwards, since the next receive writes over them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import struct
@@ -25,7 +26,6 @@ from tests.doubles.fakebroker import FakeBroker, fast_settings
 from tests.unit.core.test_fuzz_decoders import byte_inputs
 from tests.unit.tubemq.test_fetch_twins import (
     ERRORS,
-    GOOD,
     NATIVE,
     SHAPES,
     TWINS_FUZZ,
@@ -54,7 +54,7 @@ SIZES = [1, 2, 3, 7, 64, 1000, 8192]
 def blocked(payload: bytes, cuts: list[int]) -> bytes:
     """``payload`` as a frame's blocks (each a big-endian int32 length, then its bytes), cut at ``cuts``."""
     edges = [0, *sorted({c for c in cuts if 0 < c < len(payload)}), len(payload)]
-    return b"".join(struct.pack(">I", b - a) + payload[a:b] for a, b in zip(edges, edges[1:], strict=False))
+    return b"".join(struct.pack(">I", b - a) + payload[a:b] for a, b in itertools.pairwise(edges))
 
 
 def every(size: int, payload: bytes) -> list[int]:
