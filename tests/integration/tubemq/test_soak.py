@@ -349,6 +349,18 @@ def topic_seqs(master: str, topic: str) -> list[int]:
         broker.close()
 
 
+def _unread_and_repeated(held: list[int], got: collections.Counter[int]) -> tuple[list[int], dict[int, int]]:
+    """The connector's misses and repeats against what the brokers hold: sequence numbers read fewer times than the
+    brokers hold them, and those read more often (a message held once read twice). The producer that fills the
+    topic is at-least-once (a send whose answer a broker kill cut off is sent again: docs/tubemq/guide.md), so the
+    brokers may hold a sequence number twice, and then the query reads it twice: that is not the query's repeat.
+    Seen in CI's rolling soak: held 29,973 (distinct 29,972), read 29,973, one sequence number read twice."""
+    held_count = collections.Counter(held)
+    missing = sorted(s for s, c in held_count.items() if got[s] < c)
+    repeated = {s: c for s, c in got.items() if c > max(held_count[s], 1)}  # (read, not held: reported apart)
+    return missing, repeated
+
+
 def _held(spark, master: str) -> list[int]:
     return topic_seqs(master, TOPIC)
 
@@ -489,8 +501,7 @@ def _soak_exactly_once_under_faults(spark, soak_cluster, tmp_path):
         time.sleep(5)
 
     acked = producer.acked
-    dup = {s: c for s, c in got.items() if c > 1}
-    missing = sorted(held_set - set(got))
+    missing, dup = _unread_and_repeated(held, got)
     broker_lost = sorted(set(acked) - held_set)
     read_not_held = sorted(set(got) - held_set)
     # a held message missing from the sink whose (partition, offset) the sink holds for another
@@ -768,8 +779,7 @@ def test_rolling_restarts_on_three_brokers_lose_and_repeat_nothing(spark, rollin
 
     acked = set(producer.acked)
     broker_lost = acked - held_set
-    missing = sorted(held_set - set(got))
-    dup = {s: c for s, c in got.items() if c > 1}
+    missing, dup = _unread_and_repeated(held, got)
     relay_missing = sorted(held_set - set(relayed))
     # a held message missing from the sink whose (partition, offset) the sink holds for another message: a broker
     # lost that offset's first message in a kill and reused the offset (only with the memory cache on)

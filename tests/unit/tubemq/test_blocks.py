@@ -2,10 +2,10 @@
 
 The compiled twin leaves a frame of several blocks in the receive buffer (``take_frames`` with ``blocks_type``:
 :class:`~tubespark.tubemq.wire.blocks.Blocks`), finds the response in its envelope there (``locate_blocks``) and
-walks the messages there (``read_fetch_blocks``), gathering only what straddles two blocks; each body is copied
-once, into the read task's arena. Compared here with the joined answer: the header, every row and the error,
-for blocks of every size down to one byte (every field and message then straddles an edge), the fuzz corpus
-cut at random places, and whole frames read from a socket. And the lifetime rule: nothing read from the
+walks the messages there (``read_fetch_blocks``), a message that straddles two blocks where its pieces lie; each
+body is copied once, into the read task's arena. Compared here with the joined answer: the header, every row and
+the error, for blocks of every size down to one byte (every field and message then straddles an edge), the fuzz
+corpus cut at random places, and whole frames read from a socket. And the lifetime rule: nothing read from the
 blocks refers to them afterwards, since the next receive writes over them.
 """
 
@@ -115,7 +115,8 @@ def _failure(call) -> tuple:
 
 def test_nothing_read_from_blocks_refers_to_them_afterwards() -> None:
     """The rows, texts and error text of an answer walked in its blocks stay as they were when the receive buffer
-    is written over (gathered texts are copied), and no view of the buffer is left: it can be resized."""
+    is written over (texts pieced together from two blocks are copied), and no view of the buffer is left: it can
+    be resized."""
     data = SHAPES["several texts"]
     buffer = bytearray(blocked(data, every(7, data)))  # every message and text straddles an edge
     blocks = Blocks(memoryview(buffer), 0, len(data))

@@ -96,10 +96,11 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(uint32_t cr
 #endif
 #include "_crc32.h" /* the 256/512-bit folds, and which path runs (chosen at import) */
 
-static uint32_t crc32_ieee(const unsigned char *p, Py_ssize_t len) {
-    uint32_t c = 0xFFFFFFFFu;
+/* The CRC register ``c`` after ``len`` more bytes: a checksum is crc32_ieee's, or, for bytes that lie in several
+ * runs, this run by run from 0xFFFFFFFF, the register xor 0xFFFFFFFF at the end. */
+static inline uint32_t crc32_update(uint32_t c, const unsigned char *p, Py_ssize_t len) {
 #ifdef HAVE_VPCLMUL
-    if (crc_path >= CRC_VPCLMUL256 && len >= 16) return crc_fold_wide(c, p, len) ^ 0xFFFFFFFFu;
+    if (crc_path >= CRC_VPCLMUL256 && len >= 16) return crc_fold_wide(c, p, len);
 #endif
 #ifdef HAVE_CLMUL
     if (crc_path == CRC_CLMUL && len >= 64) {
@@ -129,7 +130,11 @@ static uint32_t crc32_ieee(const unsigned char *p, Py_ssize_t len) {
         len -= 8;
     }
     while (len--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
+    return c;
+}
+
+static uint32_t crc32_ieee(const unsigned char *p, Py_ssize_t len) {
+    return crc32_update(0xFFFFFFFFu, p, len) ^ 0xFFFFFFFFu;
 }
 
 /* ------------------------------------------------------------------------------------ protobuf reading */
@@ -354,8 +359,8 @@ static int table_grow(TextTable *t) {
 
 /* Index (>= 1) of ``text`` among the fetch's distinct texts, adding it when new; -1 when out of memory. ``keep``
  * (a list, or NULL when ``text`` stays where it is for the whole walk): a new text is copied into a bytes object
- * appended to it, which the table refers to instead (a message gathered from two blocks lies in a scratch
- * buffer that the next one overwrites). */
+ * appended to it, which the table refers to instead (a text that straddles two blocks is pieced together in a
+ * bytes object the walk lets go of). */
 static int32_t table_index(TextTable *t, const unsigned char *text, Py_ssize_t len, PyObject *keep) {
     uint32_t h = hash_text(text, len);
     size_t j = h & t->mask;
@@ -404,8 +409,9 @@ static uint32_t be32(const unsigned char *p) {
 /* ---------------------------------------------------------------- bytes that lie in a frame's blocks */
 /* A fetch answer arrives as a frame of 8 KiB blocks, each behind its length. Joining them into one payload
  * copied every body once more than the walk below needs (docs/performance/breakdown.md, "The block join"):
- * the walk reads them where they arrived instead, as runs of bytes (Seg), and gathers only what straddles
- * two blocks (a message, about one in seven at 1 KiB, or a field's first few bytes). */
+ * the walk reads them where they arrived instead, as runs of bytes (Seg). What straddles two blocks is read
+ * where its pieces lie (a message, about one in seven at 1 KiB: read_message_runs), or pieced together when it
+ * is small (a field's first bytes, an attribute text, the envelope's headers, the error text). */
 
 typedef struct {
     const unsigned char *p;
@@ -606,6 +612,60 @@ static inline int w_length(Walker *w, Py_ssize_t *n) {
     return w_length_runs(w, n);
 }
 
+/* One TransferedMessage of ``len`` bytes that straddles runs (read_message's checks), consumed from ``w``: 1 with
+ * *m's integer fields and payload_len set, *payload where its payload starts (a copy of the walker to read it
+ * from: w_peek, w_skip and w_copy only, never w_take); 0 when not sure. Its payload is not gathered: the body is
+ * copied once, from where it lies into the values (issue 40: each body copied once). */
+static int read_message_runs(Walker *w, Py_ssize_t len, Transfered *m, Walker *payload) {
+    Py_ssize_t after = w_left(w) - len; /* what follows the message */
+    int seen = 0;
+    while (w_left(w) > after) {
+        Py_ssize_t got, in_message = w_left(w) - after, n;
+        const unsigned char *h = w_peek(w, 16, &got);
+        Cursor c = {h, h + (got < in_message ? got : in_message)}; /* the message's bytes only */
+        uint32_t field, wt;
+        uint64_t v;
+        if (!read_tag(&c, &field, &wt)) return 0;
+        if (field == 1 || field == 2 || field == 4) {
+            if (wt != 0 || !read_varint(&c, &v)) return 0;
+            w_skip(w, c.p - h);
+            if (field == 1) m->message_id = (int64_t)v;
+            else if (field == 2) m->checksum = (int32_t)(uint32_t)v;
+            else m->flag = (int32_t)(uint32_t)v;
+            seen |= 1 << field;
+        } else if (wt == 2) { /* the payload (field 3), or a field to skip */
+            w_skip(w, c.p - h);
+            if (!w_length(w, &n) || n > w_left(w) - after) return 0;
+            if (field == 3) {
+                *payload = *w;
+                m->payload_len = n;
+                seen |= 1 << 3;
+            }
+            w_skip(w, n);
+        } else {
+            if (field == 3 || !skip_field(&c, wt)) return 0;
+            w_skip(w, c.p - h);
+        }
+    }
+    return seen == ((1 << 1) | (1 << 2) | (1 << 3) | (1 << 4));
+}
+
+/* The CRC-32 of ``n`` bytes (n <= left) from a walker's position, run by run (consumes nothing). */
+static uint32_t crc_runs(const Walker *w, Py_ssize_t n) {
+    const unsigned char *p = w->p, *end = w->end;
+    Py_ssize_t i = w->i;
+    uint32_t c = 0xFFFFFFFFu;
+    for (;;) {
+        Py_ssize_t here = end - p < n ? end - p : n;
+        c = crc32_update(c, p, here);
+        n -= here;
+        if (n == 0) return c ^ 0xFFFFFFFFu;
+        i++;
+        p = w->segs[i].p;
+        end = p + w->segs[i].len;
+    }
+}
+
 PyDoc_STRVAR(read_fetch_doc,
 "read_fetch(data, step, verify[, start[, into, at]]) -> tuple | None\n\n"
 "A GetMessageResponseB2C in one walk: its header fields and its messages as flat little-endian buffers,\n"
@@ -658,7 +718,7 @@ static PyObject *walk_fetch(const Seg *segs, Py_ssize_t nseg, long long step, in
     rows.index = PyBytes_FromStringAndSize(NULL, rows.cap * 4);
     /* every body lies in the answer: its length bounds the values */
     values = into == Py_None ? PyBytes_FromStringAndSize(NULL, total) : Py_NewRef(into);
-    kept = PyList_New(0); /* what was gathered and must outlive the scratch buffer: texts, the error text */
+    kept = PyList_New(0); /* copies of what was pieced together and must outlive it: texts, the error text */
     if (!rows.ids || !rows.value_offsets || !rows.index || !values || !kept) goto error;
     if (!(table_ok = table_init(&table))) {
         PyErr_NoMemory();
@@ -709,11 +769,9 @@ static PyObject *walk_fetch(const Seg *segs, Py_ssize_t nseg, long long step, in
             }
             continue;
         }
-        if (!w_length(&w, &len) || (d = w_take(&w, len)) == NULL) {
-            if (PyErr_Occurred()) goto error;
-            goto fallback;
-        }
+        if (!w_length(&w, &len)) goto fallback;
         if (field == 3) {
+            if ((d = w_take(&w, len)) == NULL) goto error;
             err_msg = d;
             err_msg_len = len;
             if (w.gathered) { /* the next gathering take overwrites it */
@@ -727,33 +785,65 @@ static PyObject *walk_fetch(const Seg *segs, Py_ssize_t nseg, long long step, in
             }
             continue;
         }
+        /* A message: in place when its run holds it; else read where its pieces lie (read_message_runs), its
+         * payload from ``payload``, so that its body too is copied once, into the values. */
         Transfered m = {0, 0, 0, NULL, 0};
-        if (!read_message(d, len, &m)) goto fallback;
-        if (verify && (int32_t)(crc32_ieee(m.payload, m.payload_len) & 0x7FFFFFFFu) != m.checksum) goto fallback;
-        const unsigned char *body = m.payload;
-        Py_ssize_t body_len = m.payload_len;
+        Walker payload;
+        int split = len > w.end - w.p;
+        if (!split) {
+            d = w.p;
+            w_skip(&w, len);
+            if (!read_message(d, len, &m)) goto fallback;
+        } else if (!read_message_runs(&w, len, &m, &payload)) {
+            goto fallback;
+        }
+        if (verify) {
+            uint32_t crc = split ? crc_runs(&payload, m.payload_len) : crc32_ieee(m.payload, m.payload_len);
+            if ((int32_t)(crc & 0x7FFFFFFFu) != m.checksum) goto fallback;
+        }
+        Py_ssize_t body_len = m.payload_len, prefix = 0;
         int32_t text_index = 0;
         if (m.flag & 1) { /* MSG_FLAG_HAS_ATTRIBUTES */
             if (m.payload_len < 4) goto fallback;
-            uint32_t attr_len = be32(m.payload);
+            unsigned char head[4];
+            if (split) w_copy(&payload, head, 4);
+            uint32_t attr_len = be32(split ? head : m.payload);
             if (attr_len > 0x7FFFFFFFu || (Py_ssize_t)attr_len > m.payload_len - 4) goto fallback;
-            if ((Py_ssize_t)attr_len == last_len && memcmp(last_text, m.payload + 4, attr_len) == 0) {
+            const unsigned char *text = m.payload + 4;
+            PyObject *pieced = NULL; /* a text that straddles runs, in one piece */
+            if (split) {
+                w_skip(&payload, 4);
+                text = payload.p;
+                if ((Py_ssize_t)attr_len > payload.end - payload.p) {
+                    pieced = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)attr_len);
+                    if (pieced == NULL) goto error;
+                    w_copy(&payload, (unsigned char *)PyBytes_AS_STRING(pieced), (Py_ssize_t)attr_len);
+                    text = (const unsigned char *)PyBytes_AS_STRING(pieced);
+                }
+                w_skip(&payload, (Py_ssize_t)attr_len);
+            }
+            if ((Py_ssize_t)attr_len == last_len && memcmp(last_text, text, attr_len) == 0) {
                 text_index = last_index;
             } else {
-                text_index = table_index(&table, m.payload + 4, (Py_ssize_t)attr_len, w.gathered ? kept : NULL);
+                text_index = table_index(&table, text, (Py_ssize_t)attr_len, pieced ? kept : NULL);
                 if (text_index < 0) {
+                    Py_XDECREF(pieced);
                     PyErr_NoMemory();
                     goto error;
                 }
-                last_text = table.texts[text_index - 1]; /* where the table keeps it: it outlives a gathered one */
+                last_text = table.texts[text_index - 1]; /* where the table keeps it: it outlives a pieced one */
                 last_len = (Py_ssize_t)attr_len;
                 last_index = text_index;
             }
-            body = m.payload + 4 + attr_len;
-            body_len = m.payload_len - 4 - (Py_ssize_t)attr_len;
+            Py_XDECREF(pieced);
+            prefix = 4 + (Py_ssize_t)attr_len;
+            body_len = m.payload_len - prefix;
         }
         if (n == rows.cap && !rows_resize(&rows, rows.cap * 2)) goto error;
-        memcpy(value_out + written, body, (size_t)body_len);
+        if (split)
+            w_copy(&payload, value_out + written, body_len); /* (payload is at the body: past the prefix) */
+        else
+            memcpy(value_out + written, m.payload + prefix, (size_t)body_len);
         written += body_len;
         ((int64_t *)PyBytes_AS_STRING(rows.ids))[n] = m.message_id;
         ((int32_t *)PyBytes_AS_STRING(rows.index))[n] = text_index;
@@ -847,7 +937,8 @@ PyDoc_STRVAR(read_fetch_blocks_doc,
 "read_fetch(data, step, verify, None, into, at) of the answer that is the bytes [start, start + length) (a\n"
 "negative length: to the end) of the\n"
 "payload the blocks in ``raw`` make when joined (a frame's blocks as they arrived: each a big-endian int32\n"
-"length, then its bytes), read where they lie: only a message that straddles two blocks is gathered. None\n"
+"length, then its bytes), read where they lie: each body is copied once, into the values, also when its\n"
+"message straddles two blocks. None\n"
 "also when ``raw`` is not made so.");
 
 static PyObject *read_fetch_blocks(PyObject *self, PyObject *args) {
