@@ -42,8 +42,5 @@ class Blocks:
             raise ValueError("Blocks: raw is not a frame's blocks, or the range is not in it")
         return joined
 
-    def __len__(self) -> int:
-        return self.length
-
     def __repr__(self) -> str:
         return f"Blocks({self.length} bytes from {self.start} of {len(self.raw)} raw)"
