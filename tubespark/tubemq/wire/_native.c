@@ -458,6 +458,34 @@ static int block_segments(const unsigned char *raw, Py_ssize_t raw_len, Py_ssize
     return 1;
 }
 
+/* What read_fetch_blocks, join_blocks and locate_blocks make of the runs they found (a new reference; NULL with a
+ * Python error; None when not sure). */
+typedef PyObject *(*BuildRuns)(const Seg *segs, Py_ssize_t nseg, void *context);
+
+/* block_segments over the bytes of ``raw``: ``build``'s object for the runs of [start, start + len), None when
+ * ``raw`` is not a frame's blocks or the range is not in it; NULL with a Python error. The one body of the three
+ * functions over a frame's blocks, which differ only in what they build (as with_response for envelopes). */
+static PyObject *with_runs(PyObject *raw, Py_ssize_t start, Py_ssize_t len, BuildRuns build, void *context) {
+    Py_buffer buf;
+    if (PyObject_GetBuffer(raw, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    Seg *segs = NULL;
+    Py_ssize_t nseg = 0;
+    PyObject *result = NULL;
+    switch (block_segments(buf.buf, buf.len, start, len, &segs, &nseg)) {
+    case 1:
+        result = build(segs, nseg, context);
+        break;
+    case 0:
+        result = Py_NewRef(Py_None);
+        break;
+    default:
+        break;
+    }
+    PyMem_Free(segs);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* A reading position in runs of bytes. One run (a contiguous answer) never gathers anything. */
 typedef struct {
     const Seg *segs;
@@ -941,33 +969,29 @@ PyDoc_STRVAR(read_fetch_blocks_doc,
 "message straddles two blocks. None\n"
 "also when ``raw`` is not made so.");
 
-static PyObject *read_fetch_blocks(PyObject *self, PyObject *args) {
-    PyObject *raw, *step_obj, *into;
+/* read_fetch_blocks' arguments, for its BuildRuns. */
+typedef struct {
+    long long step;
     int verify;
-    Py_ssize_t start, length, at;
-    long long step, unused;
-    if (!PyArg_ParseTuple(args, "OnnOpOn", &raw, &start, &length, &step_obj, &verify, &into, &at)) return NULL;
-    int ok = fetch_args(step_obj, Py_None, into, &step, &unused);
+    PyObject *into;
+    Py_ssize_t at;
+} FetchRuns;
+
+static PyObject *build_fetch(const Seg *segs, Py_ssize_t nseg, void *context) {
+    const FetchRuns *f = context;
+    return walk_fetch(segs, nseg, f->step, f->verify, 1, 0, f->into, f->at);
+}
+
+static PyObject *read_fetch_blocks(PyObject *self, PyObject *args) {
+    PyObject *raw, *step_obj;
+    FetchRuns f;
+    Py_ssize_t start, length;
+    long long unused;
+    if (!PyArg_ParseTuple(args, "OnnOpOn", &raw, &start, &length, &step_obj, &f.verify, &f.into, &f.at)) return NULL;
+    int ok = fetch_args(step_obj, Py_None, f.into, &f.step, &unused);
     if (ok < 0) return NULL;
     if (!ok || !PyObject_CheckBuffer(raw)) Py_RETURN_NONE;
-    Py_buffer buf;
-    if (PyObject_GetBuffer(raw, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    Seg *segs = NULL;
-    Py_ssize_t nseg = 0;
-    PyObject *result = NULL;
-    switch (block_segments(buf.buf, buf.len, start, length, &segs, &nseg)) {
-    case 1:
-        result = walk_fetch(segs, nseg, step, verify, 1, 0, into, at);
-        break;
-    case 0:
-        result = Py_NewRef(Py_None);
-        break;
-    default:
-        break;
-    }
-    PyMem_Free(segs);
-    PyBuffer_Release(&buf);
-    return result;
+    return with_runs(raw, start, length, build_fetch, &f);
 }
 
 PyDoc_STRVAR(new_buffer_doc,
@@ -1243,29 +1267,19 @@ PyDoc_STRVAR(join_blocks_doc,
 "when joined (each block a big-endian int32 length, then its bytes); None when ``raw`` is not made so or the\n"
 "range is not all in it.");
 
+static PyObject *build_joined(const Seg *segs, Py_ssize_t nseg, void *context) {
+    Walker w;
+    w_init(&w, segs, nseg);
+    PyObject *joined = PyBytes_FromStringAndSize(NULL, w_left(&w));
+    if (joined != NULL) w_copy(&w, (unsigned char *)PyBytes_AS_STRING(joined), w_left(&w));
+    return joined;
+}
+
 static PyObject *join_blocks(PyObject *self, PyObject *args) {
-    Py_buffer buf;
-    Py_ssize_t start, length, nseg = 0;
-    Seg *segs = NULL;
-    PyObject *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*nn", &buf, &start, &length)) return NULL;
-    switch (block_segments(buf.buf, buf.len, start, length, &segs, &nseg)) {
-    case 1: {
-        Walker w;
-        w_init(&w, segs, nseg); /* (its length: a negative one is "to the end") */
-        result = PyBytes_FromStringAndSize(NULL, w_left(&w));
-        if (result != NULL) w_copy(&w, (unsigned char *)PyBytes_AS_STRING(result), w_left(&w));
-        break;
-    }
-    case 0:
-        result = Py_NewRef(Py_None);
-        break;
-    default:
-        break;
-    }
-    PyMem_Free(segs);
-    PyBuffer_Release(&buf);
-    return result;
+    PyObject *raw;
+    Py_ssize_t start, length; /* (a negative length: to the end) */
+    if (!PyArg_ParseTuple(args, "Onn", &raw, &start, &length)) return NULL;
+    return with_runs(raw, start, length, build_joined, NULL);
 }
 
 PyDoc_STRVAR(locate_blocks_doc,
@@ -1331,32 +1345,19 @@ static int walk_response_runs(Walker *w, int *method_out, Py_ssize_t *start, Py_
     return 1;
 }
 
+static PyObject *build_located_runs(const Seg *segs, Py_ssize_t nseg, void *context) {
+    Walker w;
+    Py_ssize_t start = 0, len = 0;
+    int method = 0;
+    w_init(&w, segs, nseg);
+    int found = walk_response_runs(&w, &method, &start, &len);
+    w_free(&w);
+    if (found == 1) return Py_BuildValue("(inn)", method, start, len);
+    return found == 0 ? Py_NewRef(Py_None) : NULL;
+}
+
 static PyObject *locate_blocks(PyObject *self, PyObject *arg) {
-    Py_buffer buf;
-    Py_ssize_t nseg = 0, start = 0, len = 0;
-    Seg *segs = NULL;
-    int method = 0, found;
-    PyObject *result = NULL;
-    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    switch (block_segments(buf.buf, buf.len, 0, -1, &segs, &nseg)) {
-    case 1: {
-        Walker w;
-        w_init(&w, segs, nseg);
-        found = walk_response_runs(&w, &method, &start, &len);
-        w_free(&w);
-        if (found == 1) result = Py_BuildValue("(inn)", method, start, len);
-        else if (found == 0) result = Py_NewRef(Py_None);
-        break;
-    }
-    case 0:
-        result = Py_NewRef(Py_None);
-        break;
-    default:
-        break;
-    }
-    PyMem_Free(segs);
-    PyBuffer_Release(&buf);
-    return result;
+    return with_runs(arg, 0, -1, build_located_runs, NULL);
 }
 
 /* ------------------------------------------------------------------------------------- SendMessage */
